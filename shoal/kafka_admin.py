@@ -1,0 +1,65 @@
+"""Thin, typed wrappers over confluent-kafka's AdminClient (errors wrapped as KafkaOperationError)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from confluent_kafka import KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from shoal.errors import KafkaOperationError
+
+
+def admin_client(bootstrap_servers: str, extra: Mapping[str, str] | None = None) -> AdminClient:
+    return AdminClient({"bootstrap.servers": bootstrap_servers, **(extra or {})})
+
+
+def create_topic(
+    admin: AdminClient,
+    name: str,
+    *,
+    partitions: int = 1,
+    replication_factor: int = -1,
+    config: Mapping[str, str] | None = None,
+    timeout_s: float = 30.0,
+) -> None:
+    """Create a topic and wait for it; an existing topic is not an error."""
+    futures = admin.create_topics(
+        [NewTopic(name, num_partitions=partitions, replication_factor=replication_factor, config=dict(config or {}))],
+        operation_timeout=timeout_s,
+        request_timeout=timeout_s,
+    )
+    try:
+        futures[name].result(timeout=timeout_s)
+    except KafkaException as exc:
+        if exc.args and getattr(exc.args[0], "name", lambda: "")() == "TOPIC_ALREADY_EXISTS":
+            return
+        raise KafkaOperationError(f"cannot create topic {name!r}: {exc}") from exc
+
+
+def delete_topics(admin: AdminClient, names: list[str], timeout_s: float = 30.0) -> None:
+    if not names:
+        return
+    for name, fut in admin.delete_topics(names, operation_timeout=timeout_s, request_timeout=timeout_s).items():
+        try:
+            fut.result(timeout=timeout_s)
+        except KafkaException as exc:
+            if getattr(exc.args[0], "name", lambda: "")() != "UNKNOWN_TOPIC_OR_PART":
+                raise KafkaOperationError(f"cannot delete topic {name!r}: {exc}") from exc
+
+
+def log_start_and_end(
+    bootstrap_servers: str, topic: str, partition: int = 0, timeout_s: float = 10.0
+) -> tuple[int, int]:
+    """(log start offset, log end offset) of one topic partition: the Tail and Append indexes."""
+    from confluent_kafka import Consumer
+
+    consumer = Consumer({"bootstrap.servers": bootstrap_servers, "group.id": "shoal-watermarks",
+                         "enable.auto.commit": False})  # fmt: skip
+    try:
+        low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=timeout_s)
+    except KafkaException as exc:
+        raise KafkaOperationError(f"cannot read offsets of {topic}[{partition}]: {exc}") from exc
+    finally:
+        consumer.close()
+    return int(low), int(high)

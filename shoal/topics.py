@@ -1,0 +1,42 @@
+"""Kafka topic names (DESIGN.md section 3). One channel = one topic with one Kafka partition."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from shoal.errors import ConfigError
+from shoal.ids import validate_partition_id, validate_placement_id
+
+_PREFIX = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9._-]{0,99}$")
+
+
+@dataclass(frozen=True)
+class TopicNames:
+    """Derives every topic name from a validated prefix and validated ids."""
+
+    prefix: str = "shoal"
+
+    def __post_init__(self) -> None:
+        if not _PREFIX.match(self.prefix) or ".." in self.prefix:
+            raise ConfigError(
+                f"topic prefix must be 1-100 chars of letters, digits, '.', '_', '-' and not contain '..', "
+                f"got {self.prefix!r:.120}"
+            )
+
+    def ingest(self, partition_id: str) -> str:
+        return f"{self.prefix}.ingest.{validate_partition_id(partition_id)}"
+
+    def wal(self, partition_id: str, placement_id: int) -> str:
+        return f"{self.prefix}.wal.{validate_partition_id(partition_id)}.{validate_placement_id(placement_id)}"
+
+    def segments(self, partition_id: str, placement_id: int) -> str:
+        return f"{self.prefix}.segments.{validate_partition_id(partition_id)}.{validate_placement_id(placement_id)}"
+
+    @property
+    def metadata(self) -> str:
+        return f"{self.prefix}.metadata"
+
+    @property
+    def deadletter(self) -> str:
+        return f"{self.prefix}.deadletter"

@@ -1,0 +1,61 @@
+"""Errors of the segments area (chain, merge, segment files, segment list).
+
+All derive from :class:`SegmentError`, itself a :class:`~shoal.errors.ShoalError`, so a caller can
+catch the whole area with one type or the whole of shoal with the root type.
+"""
+
+from __future__ import annotations
+
+from shoal.errors import SchemaError, ShoalError
+
+
+class SegmentError(ShoalError):
+    """Root of every error raised by ``storage_node.segments``."""
+
+
+class SegmentArgumentError(SegmentError, ValueError):
+    """A caller passed an argument outside its domain (a programming error, not bad input data)."""
+
+
+class InvalidSegmentEntryError(SegmentError, ValueError):
+    """A segment entry or manifest field is malformed (bad id, negative epoch, too much history...)."""
+
+
+class ChainError(SegmentError):
+    """An operation is not allowed on the chain as it is (e.g. fast-forward of a base that is not root)."""
+
+
+class CorruptChainError(ChainError):
+    """The stored chain is inconsistent (a base-pointer cycle, a root that is not in the list)."""
+
+
+class CompactionConflictError(ChainError):
+    """A compaction can no longer be committed: root moved since it started, or its epoch is stale."""
+
+
+class MergeInputError(SegmentError, SchemaError):
+    """Tables given to the LWW merge lack the system columns, disagree on schema or have bad keys."""
+
+
+class SegmentFileError(SegmentError):
+    """A segment file could not be written, found or read."""
+
+
+class SegmentFileNotFoundError(SegmentFileError):
+    """The segment file does not exist."""
+
+
+class CorruptSegmentError(SegmentFileError):
+    """The segment file exists but is not a readable Parquet file (truncated, bit rot, foreign bytes)."""
+
+
+class ChecksumMismatchError(CorruptSegmentError):
+    """The bytes of a segment do not hash to the expected sha256 (corrupt or not the announced segment)."""
+
+
+class SegmentListError(SegmentError):
+    """The SQLite segment list could not be opened or changed."""
+
+
+class SegmentListCorruptError(SegmentListError):
+    """The segment list database holds rows that do not form valid entries or a valid chain."""

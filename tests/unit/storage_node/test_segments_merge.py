@@ -1,0 +1,248 @@
+"""LWW merge by primary key and GTID (seed 000 section 3.3, seed 003 GTIDs, DESIGN.md section 5)."""
+
+from __future__ import annotations
+
+import itertools
+import random
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+
+from storage_node.segments.errors import MergeInputError
+from storage_node.segments.merge import lww_merge
+from storage_node.segments.versioned import DELETED_COLUMN, EPOCH_COLUMN, SEQ_COLUMN, check_versioned, stamp
+
+SCHEMA = pa.schema(
+    [
+        ("k", pa.int64()),
+        ("name", pa.string()),
+        ("v", pa.int64()),
+        (EPOCH_COLUMN, pa.int64()),
+        (SEQ_COLUMN, pa.int64()),
+        (DELETED_COLUMN, pa.bool_()),
+    ]
+)
+KEY = ["k"]
+
+
+def table(rows: list[tuple[Any, ...]], schema: pa.Schema = SCHEMA) -> pa.Table:
+    cols: list[Any] = list(zip(*rows, strict=True)) if rows else [[] for _ in schema]
+    return pa.table([pa.array(c, f.type) for c, f in zip(cols, schema, strict=True)], schema=schema)
+
+
+def random_writes(rnd: random.Random, n: int, keyspace: int) -> list[tuple[Any, ...]]:
+    """n writes with unique GTIDs (no GTID is ever assigned twice: seed 003)."""
+    gtids = rnd.sample([(e, s) for e in range(1, 5) for s in range(0, 400)], n)
+    return [
+        (
+            rnd.randrange(keyspace),
+            rnd.choice(["a", "b", None, "zz"]),
+            rnd.choice([None, rnd.randint(-5, 5)]),
+            e,
+            s,
+            rnd.random() < 0.15,
+        )
+        for e, s in gtids
+    ]
+
+
+def reference(rows: list[tuple[Any, ...]], drop_tombstones: bool = False) -> pa.Table:
+    best: dict[Any, tuple[Any, ...]] = {}
+    for row in rows:
+        cur = best.get(row[0])
+        if cur is None or (row[3], row[4]) > (cur[3], cur[4]):
+            best[row[0]] = row
+    out = [best[k] for k in sorted(best)]
+    if drop_tombstones:
+        out = [r for r in out if not r[5]]
+    return table(out)
+
+
+def split(rnd: random.Random, rows: list[tuple[Any, ...]], pieces: int) -> list[pa.Table]:
+    rows = rows[:]
+    rnd.shuffle(rows)
+    cuts = sorted(rnd.randint(0, len(rows)) for _ in range(pieces - 1))
+    bounds = [0, *cuts, len(rows)]
+    return [table(rows[a:b]) for a, b in itertools.pairwise(bounds)]
+
+
+def same(a: pa.Table, b: pa.Table) -> bool:
+    return a.combine_chunks().equals(b.combine_chunks())
+
+
+class TestBasics:
+    def test_newest_version_wins_and_output_is_sorted(self) -> None:
+        a = table([(2, "old", 1, 1, 5, False), (1, "x", 1, 1, 1, False)])
+        b = table([(2, "new", 2, 2, 0, False), (3, "y", 3, 1, 9, False)])
+        out = lww_merge([a, b], KEY)
+        assert out.column("k").to_pylist() == [1, 2, 3]
+        assert out.column("name").to_pylist() == ["x", "new", "y"]  # epoch 2 beats epoch 1 seq 5
+
+    def test_tombstone_shadows_older_versions(self) -> None:
+        a = table([(1, "x", 1, 1, 1, False)])
+        b = table([(1, None, None, 1, 2, True)])
+        out = lww_merge([a, b], KEY)
+        assert out.column(DELETED_COLUMN).to_pylist() == [True]
+        assert lww_merge([a, b], KEY, drop_tombstones=True).num_rows == 0
+        # a newer write after the delete brings the key back
+        c = table([(1, "again", 7, 2, 0, False)])
+        assert lww_merge([a, b, c], KEY, drop_tombstones=True).column("name").to_pylist() == ["again"]
+
+    def test_why_tombstones_are_only_dropped_in_full_compaction(self) -> None:
+        old = table([(1, "x", 1, 1, 1, False)])
+        delete = table([(1, None, None, 1, 2, True)])
+        dropped = lww_merge([delete], KEY, drop_tombstones=True)  # a partial compaction that dropped it
+        assert lww_merge([dropped, old], KEY).num_rows == 1  # the old version is back
+        kept = lww_merge([delete], KEY)
+        assert lww_merge([kept, old], KEY).column(DELETED_COLUMN).to_pylist() == [True]
+
+    def test_empty_inputs(self) -> None:
+        out = lww_merge([table([]), table([])], KEY)
+        assert out.num_rows == 0 and out.schema.equals(SCHEMA)
+
+    def test_composite_and_dictionary_keys(self) -> None:
+        schema = pa.schema(
+            [
+                ("region", pa.dictionary(pa.int32(), pa.string())),
+                ("day", pa.date32()),
+                ("v", pa.float64()),
+                (EPOCH_COLUMN, pa.int64()),
+                (SEQ_COLUMN, pa.int64()),
+                (DELETED_COLUMN, pa.bool_()),
+            ]
+        )
+        a = pa.table(
+            {
+                "region": pa.array(["eu", "us", "eu"]).dictionary_encode(),
+                "day": pa.array([1, 1, 2], pa.date32()),
+                "v": [1.0, 2.0, 3.0],
+                EPOCH_COLUMN: pa.array([1, 1, 1], pa.int64()),
+                SEQ_COLUMN: pa.array([1, 2, 3], pa.int64()),
+                DELETED_COLUMN: [False, False, False],
+            },
+            schema=schema,
+        )
+        b = a.set_column(2, "v", pa.array([9.0, 9.0, 9.0])).set_column(4, SEQ_COLUMN, pa.array([10, 0, 0], pa.int64()))
+        out = lww_merge([a, b], ["region", "day"])
+        assert out.num_rows == 3
+        assert pc.cast(out.column("region"), pa.string()).to_pylist() == ["eu", "eu", "us"]
+        assert out.column("v").to_pylist() == [9.0, 3.0, 2.0]
+
+    def test_column_order_may_differ(self) -> None:
+        a = table([(1, "x", 1, 1, 1, False)])
+        b = table([(1, "y", 2, 1, 2, False)]).select(list(reversed(SCHEMA.names)))
+        out = lww_merge([a, b], KEY)
+        assert out.schema.names == SCHEMA.names and out.column("name").to_pylist() == ["y"]
+
+    def test_same_gtid_different_rows_is_still_order_independent(self) -> None:
+        a = table([(1, "x", 1, 1, 1, False)])
+        b = table([(1, "y", 1, 1, 1, False)])
+        c = table([(1, "y", 1, 1, 1, True)])
+        assert same(lww_merge([a, b, c], KEY), lww_merge([c, b, a], KEY))
+        assert lww_merge([a, b, c], KEY).column(DELETED_COLUMN).to_pylist() == [True]
+
+    def test_large_input_is_columnar(self) -> None:
+        n = 300_000
+        keys = np.random.default_rng(1).integers(0, 50_000, n)
+        t = pa.table(
+            {
+                "k": pa.array(keys),
+                "name": pa.array(np.full(n, "n")),
+                "v": pa.array(np.arange(n)),
+                EPOCH_COLUMN: pa.array(np.ones(n, np.int64)),
+                SEQ_COLUMN: pa.array(np.arange(n, dtype=np.int64)),
+                DELETED_COLUMN: pa.array(np.zeros(n, np.bool_)),
+            }
+        )
+        out = lww_merge([t.slice(0, n // 2), t.slice(n // 2)], KEY)
+        assert out.num_rows == len(np.unique(keys))
+        last = {int(k): i for i, k in enumerate(keys)}  # highest seq = last occurrence
+        assert out.column("v").to_pylist()[:100] == [last[k] for k in sorted(last)][:100]
+
+
+class TestProperties:
+    @pytest.mark.parametrize("seed", range(30))
+    def test_commutative_idempotent_associative(self, seed: int) -> None:
+        rnd = random.Random(seed)
+        writes = random_writes(rnd, rnd.randint(0, 120), keyspace=rnd.choice([3, 20, 200]))
+        a, b, c = split(rnd, writes, 3)
+        ab = lww_merge([a, b], KEY)
+        assert same(ab, lww_merge([b, a], KEY))
+        assert same(ab, lww_merge([ab, b], KEY))
+        assert same(ab, lww_merge([ab, ab], KEY))
+        assert same(ab, lww_merge([ab], KEY))
+        abc = lww_merge([a, b, c], KEY)
+        assert same(abc, lww_merge([ab, c], KEY))
+        assert same(abc, lww_merge([a, lww_merge([b, c], KEY)], KEY))
+        assert same(abc, reference(writes))
+
+    @pytest.mark.parametrize("seed", range(30))
+    def test_any_split_permutation_and_duplication_gives_the_same_rows(self, seed: int) -> None:
+        rnd = random.Random(1000 + seed)
+        writes = random_writes(rnd, rnd.randint(1, 150), keyspace=rnd.choice([5, 50]))
+        expected = reference(writes)
+        for _ in range(4):
+            pieces = split(rnd, writes, rnd.randint(1, 6))
+            # the same write delivered again (a replayed segment or WAL batch)
+            pieces += split(rnd, rnd.sample(writes, rnd.randint(0, len(writes))), 2)
+            rnd.shuffle(pieces)
+            assert same(lww_merge(pieces, KEY), expected)
+            assert same(lww_merge(pieces, KEY, drop_tombstones=True), reference(writes, drop_tombstones=True))
+
+
+class TestInputChecks:
+    @pytest.mark.parametrize(
+        "mutate",
+        [
+            lambda t: t.drop_columns([SEQ_COLUMN]),
+            lambda t: t.set_column(3, EPOCH_COLUMN, pc.cast(t.column(EPOCH_COLUMN), pa.int32())),
+            lambda t: t.set_column(5, DELETED_COLUMN, pa.array([None], pa.bool_())),
+            lambda t: t.set_column(0, "k", pa.array([None], pa.int64())),
+            lambda t: t.set_column(0, "k", pa.array([1.5])),
+            lambda t: t.set_column(0, "k", pa.array([[1]])),
+            lambda t: t.drop_columns(["k"]),
+            lambda t: t.append_column("k", pa.array([1])),
+        ],
+    )
+    def test_bad_tables(self, mutate: Any) -> None:
+        good = table([(1, "x", 1, 1, 1, False)])
+        with pytest.raises(MergeInputError):
+            lww_merge([good, mutate(good)], KEY)
+
+    def test_bad_arguments(self) -> None:
+        good = table([(1, "x", 1, 1, 1, False)])
+        with pytest.raises(MergeInputError):
+            lww_merge([], KEY)
+        with pytest.raises(MergeInputError):
+            lww_merge(good, KEY)
+        with pytest.raises(MergeInputError):
+            lww_merge([good], "k")
+        with pytest.raises(MergeInputError):
+            lww_merge([good], [EPOCH_COLUMN])
+        with pytest.raises(MergeInputError):
+            lww_merge([good, good.set_column(2, "v", pa.array(["s"]))], KEY)
+        with pytest.raises(MergeInputError):
+            lww_merge([good, good.drop_columns(["v"])], KEY)
+
+
+class TestStamp:
+    def test_one_gtid_per_row(self) -> None:
+        t = stamp(pa.table({"k": [1, 1, 2]}), epoch=3, first_seq=10)
+        check_versioned(t, ["k"])
+        assert t.column(SEQ_COLUMN).to_pylist() == [10, 11, 12]
+        assert t.column(EPOCH_COLUMN).to_pylist() == [3, 3, 3]
+        # two writes of the same key in one batch: the later one wins
+        assert lww_merge([t], ["k"]).column(SEQ_COLUMN).to_pylist() == [11, 12]
+
+    def test_deletes_and_errors(self) -> None:
+        t = stamp(pa.table({"k": [1, 2]}), epoch=1, first_seq=0, deleted=pa.array([True, False]))
+        assert t.column(DELETED_COLUMN).to_pylist() == [True, False]
+        with pytest.raises(MergeInputError):
+            stamp(t, epoch=1, first_seq=0)
+        with pytest.raises(MergeInputError):
+            stamp(pa.table({"k": [1]}), epoch=-1, first_seq=0)
+        with pytest.raises(MergeInputError):
+            stamp(pa.table({"k": [1]}), epoch=1, first_seq=0, deleted=pa.array([True, False]))
