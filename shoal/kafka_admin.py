@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 
 from confluent_kafka import KafkaException, TopicPartition
@@ -23,7 +24,7 @@ def create_topic(
     config: Mapping[str, str] | None = None,
     timeout_s: float = 30.0,
 ) -> None:
-    """Create a topic and wait for it; an existing topic is not an error."""
+    """Create a topic and wait until every partition has a leader; an existing topic is not an error."""
     futures = admin.create_topics(
         [NewTopic(name, num_partitions=partitions, replication_factor=replication_factor, config=dict(config or {}))],
         operation_timeout=timeout_s,
@@ -32,9 +33,30 @@ def create_topic(
     try:
         futures[name].result(timeout=timeout_s)
     except KafkaException as exc:
-        if exc.args and getattr(exc.args[0], "name", lambda: "")() == "TOPIC_ALREADY_EXISTS":
-            return
-        raise KafkaOperationError(f"cannot create topic {name!r}: {exc}") from exc
+        if not (exc.args and getattr(exc.args[0], "name", lambda: "")() == "TOPIC_ALREADY_EXISTS"):
+            raise KafkaOperationError(f"cannot create topic {name!r}: {exc}") from exc
+    wait_for_topic(admin, name, timeout_s=timeout_s)
+
+
+def wait_for_topic(admin: AdminClient, name: str, *, timeout_s: float = 30.0) -> int:
+    """Wait until the topic's metadata shows every partition with a leader; return the partition count.
+
+    CreateTopics returns before every broker's metadata cache has the topic, so a producer or a
+    describe right after it can otherwise see an unknown topic.
+    """
+    deadline = time.monotonic() + timeout_s
+    last_error = "not in metadata yet"
+    while time.monotonic() < deadline:
+        try:
+            md = admin.list_topics(name, timeout=min(5.0, timeout_s)).topics.get(name)
+        except KafkaException as exc:
+            md, last_error = None, str(exc)
+        if md is not None and md.error is None and md.partitions and all(p.leader >= 0 for p in md.partitions.values()):
+            return len(md.partitions)
+        if md is not None and md.error is not None:
+            last_error = str(md.error)
+        time.sleep(0.2)
+    raise KafkaOperationError(f"topic {name!r} did not become available within {timeout_s}s: {last_error}")
 
 
 def delete_topics(admin: AdminClient, names: list[str], timeout_s: float = 30.0) -> None:

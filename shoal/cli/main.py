@@ -7,6 +7,7 @@ import click
 from shoal.cli.cluster import down_command, jars_command, status_command, up_command
 from shoal.cli.context import ShoalGroup, configure_logging, context_from_env
 from shoal.cli.demo import demo_command
+from shoal.cli.table import table_group
 
 
 @click.group(cls=ShoalGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -24,12 +25,7 @@ def cli(ctx: click.Context, data_dir: str | None, cluster_file: str | None, verb
 for command in (up_command, status_command, down_command, jars_command, demo_command):
     cli.add_command(command)
 
-try:  # the metadata CLI (issue 3) registers itself when present
-    from shoal.cli.table import table_group
-except ImportError:  # pragma: no cover - only while that module is being built
-    pass
-else:
-    cli.add_command(table_group)
+cli.add_command(table_group)
 
 
 def main() -> None:

@@ -80,10 +80,10 @@ def kafka_transaction(bootstrap: str, topic: str, run_id: str) -> StepResult:
     while time.monotonic() < deadline and len(seen) < 3:
         msg = consumer.poll(0.5)
         if msg is not None and msg.error() is None:
-            seen.append(json.loads(msg.value()))
+            seen.append(json.loads(msg.value() or b"null"))
     # Give an aborted record a last chance to (wrongly) show up.
     extra = consumer.consume(10, timeout=1.0)
-    seen += [json.loads(m.value()) for m in extra if m.error() is None]
+    seen += [json.loads(m.value() or b"null") for m in extra if m.error() is None]
     consumer.close()
     ok = [r["n"] for r in seen] == [0, 1, 2]
     return StepResult("kafka transaction (commit + abort, read_committed)", ok, time.monotonic() - t0,

@@ -146,7 +146,7 @@ def up(config: LocalClusterConfig, progress: Progress = _quiet) -> ClusterInfo:
 
 def status(info: ClusterInfo) -> dict[str, Any]:
     """What runs and whether it is healthy, as a JSON-ready dict."""
-    procs = []
+    procs: list[dict[str, Any]] = []
     for p in info.processes:
         running = is_running(p)
         if p.name == "zookeeper":
@@ -173,7 +173,7 @@ def status(info: ClusterInfo) -> dict[str, Any]:
     }
 
 
-def down(cluster_path: Path, progress: Progress = _quiet, timeout_s: float = 20.0) -> list[str]:
+def down(cluster_path: Path, progress: Progress = _quiet, timeout_s: float = 10.0) -> list[str]:
     """Stop every process the cluster file names (storage nodes, brokers, then ZooKeeper), by pid."""
     info = cluster_file.read(cluster_path)
     stopped: list[str] = []

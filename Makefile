@@ -1,0 +1,48 @@
+# shoal: two commands on a fresh machine. `make demo` and `make test` both set everything up first.
+# A second run reuses the venv (re-installed only when pyproject.toml changes) and the jar cache.
+
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+PYTEST_ARGS ?=
+
+.PHONY: setup system-deps jars demo test lint typecheck unit integration clean-cluster help
+
+help:
+	@echo "make demo   - set up, start the local cluster, run the round trip, stop"
+	@echo "make test   - set up, lint, type-check and run every test (starts its own cluster)"
+
+system-deps:
+	@bash scripts/system-deps.sh
+
+$(STAMP): pyproject.toml constraints.txt
+	@bash scripts/system-deps.sh
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -c constraints.txt -e ".[dev]"
+	@touch $(STAMP)
+
+setup: $(STAMP) jars
+
+jars: $(STAMP)
+	$(VENV)/bin/shoal jars
+
+demo: setup
+	$(VENV)/bin/shoal demo
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+typecheck: $(STAMP)
+	$(VENV)/bin/mypy
+
+unit: setup
+	$(VENV)/bin/pytest -m "not integration" $(PYTEST_ARGS)
+
+integration: setup
+	$(VENV)/bin/pytest -m integration $(PYTEST_ARGS)
+
+test: setup lint typecheck
+	$(VENV)/bin/pytest $(PYTEST_ARGS)

@@ -1,0 +1,386 @@
+"""Leader election per partition, with a leader epoch bumped by compare-and-swap.
+
+Only LIVE replicas may campaign (LOAD/joining replicas are not eligible, segment replication 3.2).
+Each candidate creates an ephemeral sequential znode under ``<partition>/election``; the lowest
+sequence leads. Before it acts as leader the winner bumps ``<partition>/epoch`` by CAS, in one
+ZooKeeper transaction with a check that its candidate znode still exists, so every election has
+its own epoch and no two leaders ever share one (TokuMX's primarySeqNumber).
+
+Connection states (kazoo listener): while the connection is SUSPENDED a leader must not trust its
+position and stops accepting writes (:meth:`PartitionElection.check_writable` raises); when the
+connection comes back it resumes only if its candidate znode and epoch are still its own; at LOST
+(session expired) it has stepped down, and a later epoch belongs to somebody else. Anything
+committed on behalf of a leader carries an :class:`EpochFence` that the coordinator checks
+atomically with its CAS, so a fenced leader commits nothing more.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import json
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError, NoNodeError
+from kazoo.protocol.states import KazooState
+
+from metadata.discovery import HeldReplica, ReplicaState, discover_one
+from metadata.errors import LeadershipLostError, MetadataDecodeError, NotEligibleError
+from metadata.metadata_file import MetadataFile
+from metadata.security import OPEN, ZkSecurity
+from metadata.zk_client import ensure_path, zk_errors
+from metadata.zk_layout import EpochRecord, ZkLayout
+from shoal.errors import InvalidIdError, MetadataError
+from shoal.ids import validate_partition_id, validate_placement_id, validate_server_id
+
+log = logging.getLogger(__name__)
+_PREFIX = "n_"
+
+
+@dataclass(frozen=True)
+class EpochFence:
+    """'Only if partition ``partition_id`` is still at ``epoch``': checked atomically with a commit."""
+
+    partition_id: str
+    epoch: int
+
+
+class LeaderState(enum.Enum):
+    IDLE = "IDLE"
+    """Not campaigning."""
+    CANDIDATE = "CANDIDATE"
+    """In line, not leading."""
+    LEADER = "LEADER"
+    """Elected with its own epoch; accepts writes."""
+    SUSPENDED = "SUSPENDED"
+    """Was leader, connection suspended: must not accept writes until it is confirmed."""
+    LOST = "LOST"
+    """Stepped down (session lost, superseded, or resigned); start() campaigns again."""
+
+
+@dataclass(frozen=True)
+class Leadership:
+    partition_id: str
+    server_id: str
+    placement_id: int
+    epoch: int
+
+    def fence(self) -> EpochFence:
+        return EpochFence(self.partition_id, self.epoch)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    node: str
+    sequence: int
+    server_id: str
+    placement_id: int
+
+
+def _seq(node: str) -> int:
+    try:
+        return int(node.rsplit("_", 1)[-1])
+    except ValueError:
+        return 2**63
+
+
+def candidates(zk: Any, layout: ZkLayout, partition_id: str) -> list[Candidate]:
+    """The candidates of a partition in election order (the first one leads)."""
+    path = layout.election(partition_id)
+    out = []
+    with zk_errors(f"read candidates of {partition_id}"):
+        try:
+            nodes = zk.get_children(path)
+        except NoNodeError:
+            return []
+        for node in sorted((n for n in nodes if n.startswith(_PREFIX)), key=_seq):
+            try:
+                data, _ = zk.get(f"{path}/{node}")
+            except NoNodeError:
+                continue
+            try:
+                obj = json.loads(data.decode("utf-8"))
+                out.append(
+                    Candidate(
+                        node,
+                        _seq(node),
+                        validate_server_id(obj["server_id"]),
+                        validate_placement_id(obj["placement_id"]),
+                    )
+                )
+            except (ValueError, KeyError, TypeError, UnicodeDecodeError, InvalidIdError):
+                log.warning("ignoring malformed election candidate %s/%s", path, node)
+    return out
+
+
+def read_epoch(zk: Any, layout: ZkLayout, partition_id: str) -> EpochRecord:
+    with zk_errors(f"read epoch of {partition_id}"):
+        try:
+            data, stat = zk.get(layout.epoch(partition_id))
+        except NoNodeError:
+            return EpochRecord(partition_id, 0, None, None)
+    return EpochRecord.decode(partition_id, data, stat.version)
+
+
+class PartitionElection:
+    """One replica's candidacy for the leadership of one partition."""
+
+    def __init__(
+        self,
+        zk: Any,
+        partition_id: str,
+        server_id: str,
+        placement_id: int,
+        *,
+        replica_state: ReplicaState,
+        layout: ZkLayout | None = None,
+        security: ZkSecurity = OPEN,
+        on_change: Callable[[LeaderState, Leadership | None], None] | None = None,
+    ) -> None:
+        self.partition_id = validate_partition_id(partition_id)
+        self.server_id = validate_server_id(server_id)
+        self.placement_id = validate_placement_id(placement_id)
+        self.replica_state = replica_state
+        self._zk = zk
+        self._layout = layout or ZkLayout()
+        self._security = security
+        self._on_change = on_change
+        self._cond = threading.Condition(threading.RLock())
+        self._work = threading.Lock()
+        self._state = LeaderState.IDLE
+        self._leadership: Leadership | None = None
+        self._node: str | None = None
+        self._listening = False
+
+    @classmethod
+    def for_file(
+        cls, zk: Any, file: MetadataFile, partition_id: str, server_id: str, placement_id: int, **kwargs: Any
+    ) -> PartitionElection:
+        """An election whose eligibility is what the METADATA file says about this placement."""
+        index = file.index_of(partition_id)
+        held = HeldReplica(partition_id, placement_id, file.range_of(index))
+        state = discover_one(file, server_id, held).state
+        return cls(zk, partition_id, server_id, placement_id, replica_state=state, **kwargs)
+
+    # -- state ----------------------------------------------------------------------------------
+
+    @property
+    def state(self) -> LeaderState:
+        with self._cond:
+            return self._state
+
+    @property
+    def leadership(self) -> Leadership | None:
+        with self._cond:
+            return self._leadership if self._state is LeaderState.LEADER else None
+
+    @property
+    def is_leader(self) -> bool:
+        return self.leadership is not None
+
+    def check_writable(self) -> Leadership:
+        """The current leadership, or LeadershipLostError if this replica must not accept writes now."""
+        with self._cond:
+            if self._state is LeaderState.LEADER and self._leadership is not None:
+                return self._leadership
+            raise LeadershipLostError(
+                f"{self.server_id}#{self.placement_id} is not the writable leader of {self.partition_id} "
+                f"(state {self._state.value})"
+            )
+
+    def wait_for(self, *states: LeaderState, timeout: float = 30.0) -> bool:
+        with self._cond:
+            return self._cond.wait_for(lambda: self._state in states, timeout)
+
+    def _set(self, state: LeaderState, leadership: Leadership | None) -> None:
+        with self._cond:
+            if self._state is state and self._leadership == leadership:
+                return
+            log.info(
+                "%s#%d on %s: %s -> %s",
+                self.server_id,
+                self.placement_id,
+                self.partition_id,
+                self._state.value,
+                state.value,
+            )
+            self._state = state
+            self._leadership = leadership
+            self._cond.notify_all()
+        if self._on_change is not None:
+            try:
+                self._on_change(state, leadership)
+            except Exception:
+                log.exception("election on_change callback failed")
+
+    # -- campaign -------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Enter the election (non-blocking). Only LIVE replicas are eligible."""
+        if self.replica_state is not ReplicaState.LIVE:
+            raise NotEligibleError(
+                f"{self.server_id}#{self.placement_id} is {self.replica_state.value} in {self.partition_id}; "
+                "only LIVE replicas take part in leader election"
+            )
+        with self._cond:
+            if self._state in (LeaderState.CANDIDATE, LeaderState.LEADER, LeaderState.SUSPENDED):
+                return
+        ensure_path(self._zk, self._layout.election(self.partition_id), self._security)
+        with zk_errors(f"create epoch of {self.partition_id}"):
+            with contextlib.suppress(NodeExistsError):
+                self._zk.create(self._layout.epoch(self.partition_id), b"", acl=self._security.acls())
+            data = json.dumps({"server_id": self.server_id, "placement_id": self.placement_id}).encode()
+            path = self._zk.create(
+                f"{self._layout.election(self.partition_id)}/{_PREFIX}",
+                data,
+                acl=self._security.acls(),
+                ephemeral=True,
+                sequence=True,
+            )
+        with self._cond:
+            self._node = path.rsplit("/", 1)[-1]
+        if not self._listening:
+            self._zk.add_listener(self._on_connection_state)
+            self._listening = True
+        self._set(LeaderState.CANDIDATE, None)
+        self._spawn(self._check)
+
+    def _spawn(self, fn: Callable[[], None]) -> None:
+        threading.Thread(
+            target=self._guarded, args=(fn,), daemon=True, name=f"election-{self.partition_id[:8]}"
+        ).start()
+
+    def _guarded(self, fn: Callable[[], None]) -> None:
+        with self._work:
+            try:
+                fn()
+            except (MetadataError, KazooException):
+                log.warning(
+                    "election step for %s failed; will retry on the next event", self.partition_id, exc_info=True
+                )
+
+    def _check(self) -> None:
+        """Lead if first in line, else watch the predecessor."""
+        while True:
+            with self._cond:
+                node = self._node
+                if node is None or self._state not in (LeaderState.CANDIDATE,):
+                    return
+            line = candidates(self._zk, self._layout, self.partition_id)
+            names = [c.node for c in line]
+            if node not in names:
+                self._step_down("candidate znode is gone")
+                return
+            idx = names.index(node)
+            if idx == 0:
+                self._become_leader(node)
+                return
+            pred = f"{self._layout.election(self.partition_id)}/{names[idx - 1]}"
+            with zk_errors("watch predecessor"):
+                if self._zk.exists(pred, watch=lambda _event: self._spawn(self._check)) is not None:
+                    return
+
+    def _become_leader(self, node: str) -> None:
+        cand_path = f"{self._layout.election(self.partition_id)}/{node}"
+        epoch_path = self._layout.epoch(self.partition_id)
+        while True:
+            with zk_errors(f"bump epoch of {self.partition_id}"):
+                data, stat = self._zk.get(epoch_path)
+                try:
+                    rec = EpochRecord.decode(self.partition_id, data, stat.version)
+                except MetadataDecodeError:
+                    log.error("epoch znode of %s is corrupt; refusing to lead", self.partition_id)
+                    raise
+                new = EpochRecord(self.partition_id, rec.epoch + 1, self.server_id, self.placement_id)
+                txn = self._zk.transaction()
+                txn.check(cand_path, 0)
+                txn.set_data(epoch_path, new.encode(), version=stat.version)
+                results = txn.commit()
+            if not any(isinstance(r, Exception) for r in results):
+                lead = Leadership(self.partition_id, self.server_id, self.placement_id, new.epoch)
+                with self._cond:
+                    if self._state is not LeaderState.CANDIDATE:
+                        return
+                self._set(LeaderState.LEADER, lead)
+                self._watch_epoch()
+                return
+            if isinstance(results[0], (NoNodeError, BadVersionError)):
+                self._step_down("candidate znode vanished before the epoch bump")
+                return
+            log.debug("epoch CAS race on %s, retrying", self.partition_id)
+
+    def _watch_epoch(self) -> None:
+        def on_event(_event: Any) -> None:
+            self._spawn(self._verify)
+
+        with zk_errors("watch epoch"):
+            self._zk.exists(self._layout.epoch(self.partition_id), watch=on_event)
+
+    def _verify(self) -> None:
+        """Still leader? (after a reconnect or an epoch change)"""
+        with self._cond:
+            lead = self._leadership
+            node = self._node
+            if self._state not in (LeaderState.LEADER, LeaderState.SUSPENDED) or lead is None or node is None:
+                if self._state is LeaderState.CANDIDATE:
+                    self._spawn(self._check)
+                return
+        rec = read_epoch(self._zk, self._layout, self.partition_id)
+        with zk_errors("verify candidacy"):
+            alive = self._zk.exists(f"{self._layout.election(self.partition_id)}/{node}") is not None
+        if alive and rec.epoch == lead.epoch and rec.placement_id == self.placement_id:
+            self._set(LeaderState.LEADER, lead)
+            self._watch_epoch()
+        else:
+            self._step_down(f"epoch is now {rec.epoch} (ours {lead.epoch}), candidate alive={alive}")
+
+    def _step_down(self, why: str) -> None:
+        log.warning("%s#%d steps down from %s: %s", self.server_id, self.placement_id, self.partition_id, why)
+        with self._cond:
+            node, self._node = self._node, None
+        if node is not None:
+            with contextlib.suppress(NoNodeError, KazooException):
+                self._zk.delete(f"{self._layout.election(self.partition_id)}/{node}")
+        self._set(LeaderState.LOST, None)
+
+    def _on_connection_state(self, state: str) -> bool:
+        """kazoo listener: runs on kazoo's thread, so it only flips state and schedules work."""
+        with self._cond:
+            current = self._state
+        if state == KazooState.SUSPENDED:
+            if current is LeaderState.LEADER:
+                with self._cond:
+                    lead = self._leadership
+                self._set(LeaderState.SUSPENDED, lead)
+        elif state == KazooState.LOST:
+            if current in (LeaderState.LEADER, LeaderState.SUSPENDED, LeaderState.CANDIDATE):
+                with self._cond:
+                    self._node = None  # the ephemeral candidate died with the session
+                self._set(LeaderState.LOST, None)
+        elif state == KazooState.CONNECTED and current in (LeaderState.SUSPENDED, LeaderState.CANDIDATE):
+            self._spawn(self._verify if current is LeaderState.SUSPENDED else self._check)
+        return False
+
+    def resign(self) -> None:
+        """Leave the election (and the leadership, if held)."""
+        with self._work:
+            with self._cond:
+                active = self._state in (LeaderState.CANDIDATE, LeaderState.LEADER, LeaderState.SUSPENDED)
+            if active:
+                self._step_down("resigned")
+
+    def close(self) -> None:
+        self.resign()
+        if self._listening:
+            self._zk.remove_listener(self._on_connection_state)
+            self._listening = False
+
+    def __enter__(self) -> PartitionElection:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

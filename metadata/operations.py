@@ -1,0 +1,336 @@
+"""Operations on the METADATA file, as pure transitions (EventQL table partitioning, section 4).
+
+``create_file`` builds sequence 1 of a table. Every other change is a small frozen dataclass whose
+``apply(base)`` returns the next version (new txnid, sequence + 1, ``parent_txnid = base.txnid``) or
+raises :class:`~metadata.errors.InvalidOperationError` if the change does not fit the base. Nothing
+here talks to ZooKeeper or Kafka: the coordinator stores the result and compare-and-swaps it in.
+
+New placements carry placement ids that the caller allocated from ZooKeeper
+(:mod:`metadata.placements`); the file refuses a placement id it already holds.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Protocol
+
+from metadata.errors import InvalidOperationError
+from metadata.keyspace import UNBOUNDED
+from metadata.metadata_file import ChangeType, MetadataFile, PartitionEntry, Placement, new_txnid
+from metadata.table import TableDefinition
+from shoal.ids import new_partition_id, validate_partition_id
+
+
+class Change(Protocol):
+    """A change request: what to do to the METADATA file it is applied to."""
+
+    change_type: ChangeType
+
+    def apply(self, base: MetadataFile) -> MetadataFile: ...
+
+
+def create_file(
+    table: TableDefinition,
+    assignments: Sequence[Sequence[Placement]],
+    split_points: Sequence[bytes] = (),
+    *,
+    partition_ids: Sequence[str] | None = None,
+    txnid: str | None = None,
+    now_ms: int | None = None,
+) -> MetadataFile:
+    """Sequence 1 of a table: one partition over the whole keyspace, or K from K-1 split points.
+
+    ``assignments[i]`` are the servers (with fresh placement ids) of partition ``i``; each list holds
+    ``table.replication_factor`` distinct servers.
+    """
+    points = list(split_points)
+    if len(assignments) != len(points) + 1:
+        raise InvalidOperationError(
+            f"{len(points)} split points make {len(points) + 1} partitions, but {len(assignments)} server lists given"
+        )
+    for p in points:
+        table.keyspace.validate_boundary(p, "split point")
+        if p == UNBOUNDED:
+            raise InvalidOperationError("a split point cannot be the lowest key")
+    if any(b <= a for a, b in itertools.pairwise(points)):
+        raise InvalidOperationError("split points must be strictly increasing (no duplicates)")
+    ids = list(partition_ids) if partition_ids is not None else [new_partition_id() for _ in assignments]
+    if len(ids) != len(assignments):
+        raise InvalidOperationError("one partition id per partition")
+    entries = []
+    for begin, pid, servers in zip([UNBOUNDED, *points], ids, assignments, strict=True):
+        _check_server_list(
+            servers, table.replication_factor, f"partition beginning at {table.keyspace.format_key(begin)}"
+        )
+        entries.append(PartitionEntry(begin=begin, partition_id=validate_partition_id(pid), servers=tuple(servers)))
+    kwargs = {} if now_ms is None else {"created_at_ms": now_ms}
+    return MetadataFile(
+        table=table,
+        txnid=txnid or new_txnid(),
+        sequence=1,
+        partitions=tuple(entries),
+        parent_txnid=None,
+        change=ChangeType.CREATE_TABLE,
+        change_summary=f"create table {table.name} with {len(entries)} partition(s)",
+        **kwargs,
+    ).validate()
+
+
+def _check_server_list(servers: Sequence[Placement], want: int, what: str) -> None:
+    if len(servers) != want:
+        raise InvalidOperationError(f"{what}: needs {want} server(s) (the replication factor), got {len(servers)}")
+    names = [p.server_id for p in servers]
+    if len(set(names)) != len(names):
+        raise InvalidOperationError(f"{what}: a server is listed twice: {names}")
+
+
+def _replace_entry(base: MetadataFile, index: int, *entries: PartitionEntry) -> list[PartitionEntry]:
+    parts = list(base.partitions)
+    parts[index : index + 1] = entries
+    return parts
+
+
+def _check_new_placements(base: MetadataFile, placements: Sequence[Placement]) -> None:
+    used = base.placement_ids()
+    for p in placements:
+        if p.placement_id in used:
+            raise InvalidOperationError(
+                f"placement id {p.placement_id} is already used in this table; every assignment needs a new one"
+            )
+
+
+@dataclass(frozen=True)
+class SplitPartition:
+    """Record an ongoing split of a partition at ``split_point`` (initiated by its leader)."""
+
+    partition_id: str
+    split_point: bytes
+    split_servers_low: tuple[Placement, ...]
+    split_servers_high: tuple[Placement, ...]
+    split_partition_id_low: str = ""
+    split_partition_id_high: str = ""
+    change_type = ChangeType.SPLIT_PARTITION
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "split_servers_low", tuple(self.split_servers_low))
+        object.__setattr__(self, "split_servers_high", tuple(self.split_servers_high))
+        if not self.split_partition_id_low:
+            object.__setattr__(self, "split_partition_id_low", new_partition_id())
+        if not self.split_partition_id_high:
+            object.__setattr__(self, "split_partition_id_high", new_partition_id())
+
+    def apply(self, base: MetadataFile) -> MetadataFile:
+        i = base.index_of(self.partition_id)
+        entry = base.partitions[i]
+        ks = base.table.keyspace
+        if entry.splitting:
+            raise InvalidOperationError(f"partition {self.partition_id} is already splitting")
+        ks.validate_boundary(self.split_point, "split point")
+        krange = base.range_of(i)
+        if not krange.strictly_inside(self.split_point):
+            raise InvalidOperationError(
+                f"split point {ks.format_key(self.split_point)} is not strictly inside partition {self.partition_id} "
+                f"{krange.describe(ks)}"
+            )
+        rf = base.table.replication_factor
+        _check_server_list(self.split_servers_low, rf, "low split partition")
+        _check_server_list(self.split_servers_high, rf, "high split partition")
+        _check_new_placements(base, self.split_servers_low + self.split_servers_high)
+        new = replace(
+            entry,
+            splitting=True,
+            split_point=self.split_point,
+            split_partition_id_low=validate_partition_id(self.split_partition_id_low),
+            split_partition_id_high=validate_partition_id(self.split_partition_id_high),
+            split_servers_low=self.split_servers_low,
+            split_servers_high=self.split_servers_high,
+        )
+        return base.derive(
+            _replace_entry(base, i, new),
+            self.change_type,
+            f"split {self.partition_id} at {ks.format_key(self.split_point)} into "
+            f"{self.split_partition_id_low} and {self.split_partition_id_high}",
+        )
+
+
+@dataclass(frozen=True)
+class FinalizeSplit:
+    """Replace a splitting partition by its two children (after the children acknowledged the data)."""
+
+    partition_id: str
+    change_type = ChangeType.FINALIZE_SPLIT
+
+    def apply(self, base: MetadataFile) -> MetadataFile:
+        i = base.index_of(self.partition_id)
+        entry = base.partitions[i]
+        if not entry.splitting or entry.split_partition_id_low is None or entry.split_partition_id_high is None:
+            raise InvalidOperationError(f"partition {self.partition_id} is not splitting")
+        low = PartitionEntry(
+            begin=entry.begin, partition_id=entry.split_partition_id_low, servers=entry.split_servers_low
+        )
+        high = PartitionEntry(
+            begin=entry.split_point, partition_id=entry.split_partition_id_high, servers=entry.split_servers_high
+        )
+        return base.derive(
+            _replace_entry(base, i, low, high),
+            self.change_type,
+            f"finalize split of {self.partition_id} into {low.partition_id} and {high.partition_id}",
+        )
+
+
+def _check_not_listed(entry: PartitionEntry, server_id: str) -> None:
+    found = entry.find(server_id)
+    if found is not None and found[0] != "servers_leaving":
+        raise InvalidOperationError(
+            f"server {server_id} is already in {found[0]} of partition {entry.partition_id} ({found[1]})"
+        )
+
+
+@dataclass(frozen=True)
+class JoinServer:
+    """Place a server in the joining list (LOAD): it receives data but serves nothing yet."""
+
+    partition_id: str
+    placement: Placement
+    change_type = ChangeType.JOIN_SERVER
+
+    def apply(self, base: MetadataFile) -> MetadataFile:
+        i = base.index_of(self.partition_id)
+        entry = base.partitions[i]
+        _check_not_listed(entry, self.placement.server_id)
+        _check_new_placements(base, [self.placement])
+        new = replace(entry, servers_joining=(*entry.servers_joining, self.placement))
+        return base.derive(
+            _replace_entry(base, i, new), self.change_type, f"{self.placement} joins {self.partition_id} (LOAD)"
+        )
+
+
+@dataclass(frozen=True)
+class FinalizeJoin:
+    """Move a joining placement into the live server list (JOIN_FINALIZE, committed by the leader)."""
+
+    partition_id: str
+    placement_id: int
+    change_type = ChangeType.FINALIZE_JOIN
+
+    def apply(self, base: MetadataFile) -> MetadataFile:
+        i = base.index_of(self.partition_id)
+        entry = base.partitions[i]
+        match = [p for p in entry.servers_joining if p.placement_id == self.placement_id]
+        if not match:
+            raise InvalidOperationError(f"placement {self.placement_id} is not joining partition {self.partition_id}")
+        new = replace(
+            entry,
+            servers=(*entry.servers, match[0]),
+            servers_joining=tuple(p for p in entry.servers_joining if p.placement_id != self.placement_id),
+        )
+        return base.derive(
+            _replace_entry(base, i, new), self.change_type, f"{match[0]} finished joining {self.partition_id} (LIVE)"
+        )
+
+
+@dataclass(frozen=True)
+class LeaveServer:
+    """Remove a server from the live or joining list; its placement moves to ``servers_leaving``.
+
+    The leaving replica pushes its unreplicated data to the remaining ones (UNLOAD) and is then
+    dropped from the leaving list by :class:`FinalizeLeave`. A partition never loses its last
+    live server, and does not fall below the replication factor unless ``allow_under_replication``.
+    """
+
+    partition_id: str
+    server_id: str
+    allow_under_replication: bool = False
+    change_type = ChangeType.LEAVE_SERVER
+
+    def apply(self, base: MetadataFile) -> MetadataFile:
+        i = base.index_of(self.partition_id)
+        entry = base.partitions[i]
+        found = entry.find(self.server_id)
+        if found is None or found[0] == "servers_leaving":
+            raise InvalidOperationError(f"server {self.server_id} does not serve partition {self.partition_id}")
+        list_name, placement = found
+        servers = tuple(p for p in entry.servers if p != placement)
+        joining = tuple(p for p in entry.servers_joining if p != placement)
+        if not servers:
+            raise InvalidOperationError(
+                f"server {self.server_id} is the last live server of partition {self.partition_id}; "
+                "add (or force-join) another server first"
+            )
+        if len(servers) + len(joining) < base.table.replication_factor and not self.allow_under_replication:
+            raise InvalidOperationError(
+                f"removing {self.server_id} leaves partition {self.partition_id} with "
+                f"{len(servers) + len(joining)} replica(s), below the replication factor "
+                f"{base.table.replication_factor}"
+            )
+        new = replace(
+            entry, servers=servers, servers_joining=joining, servers_leaving=(*entry.servers_leaving, placement)
+        )
+        return base.derive(
+            _replace_entry(base, i, new),
+            self.change_type,
+            f"{placement} leaves {self.partition_id} (was in {list_name})",
+        )
+
+
+@dataclass(frozen=True)
+class FinalizeLeave:
+    """Drop a leaving placement once it has pushed out its data (it reached UNLOAD_FINAL)."""
+
+    partition_id: str
+    placement_id: int
+    change_type = ChangeType.FINALIZE_LEAVE
+
+    def apply(self, base: MetadataFile) -> MetadataFile:
+        i = base.index_of(self.partition_id)
+        entry = base.partitions[i]
+        if not any(p.placement_id == self.placement_id for p in entry.servers_leaving):
+            raise InvalidOperationError(f"placement {self.placement_id} is not leaving partition {self.partition_id}")
+        new = replace(
+            entry, servers_leaving=tuple(p for p in entry.servers_leaving if p.placement_id != self.placement_id)
+        )
+        return base.derive(
+            _replace_entry(base, i, new),
+            self.change_type,
+            f"placement {self.placement_id} finished leaving {self.partition_id}",
+        )
+
+
+@dataclass(frozen=True)
+class ForceJoin:
+    """Put a server straight into the live list (only for when every server of the partition is down)."""
+
+    partition_id: str
+    placement: Placement
+    change_type = ChangeType.FORCE_JOIN
+
+    def apply(self, base: MetadataFile) -> MetadataFile:
+        i = base.index_of(self.partition_id)
+        entry = base.partitions[i]
+        _check_not_listed(entry, self.placement.server_id)
+        _check_new_placements(base, [self.placement])
+        new = replace(entry, servers=(*entry.servers, self.placement))
+        return base.derive(
+            _replace_entry(base, i, new), self.change_type, f"{self.placement} force-joins {self.partition_id} (LIVE)"
+        )
+
+
+def apply_change(base: MetadataFile, change: Change) -> MetadataFile:
+    """Apply ``change`` to ``base`` (UnknownPartitionError / InvalidOperationError if it does not fit)."""
+    return change.apply(base)
+
+
+__all__ = [
+    "Change",
+    "FinalizeJoin",
+    "FinalizeLeave",
+    "FinalizeSplit",
+    "ForceJoin",
+    "JoinServer",
+    "LeaveServer",
+    "SplitPartition",
+    "apply_change",
+    "create_file",
+]

@@ -1,0 +1,77 @@
+"""Placement ids (EventQL 6.2 / segment replication 3.6): unique for every (server, partition)
+assignment, forever, allocated from a counter znode that is bumped by compare-and-swap.
+
+A server removed from a partition and added again gets a new id, so consumer groups and acked
+lists derived from placement ids never mistake the new replica for the old one (the ABA case).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from typing import Any
+
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+
+from metadata.errors import MetadataConflictError, MetadataDecodeError
+from metadata.retry import RetryPolicy
+from metadata.security import OPEN, ZkSecurity
+from metadata.zk_client import ensure_path, zk_errors
+from metadata.zk_layout import ZkLayout
+from shoal.errors import InvalidIdError
+
+log = logging.getLogger(__name__)
+MAX_BATCH = 10_000
+
+
+class PlacementAllocator:
+    def __init__(
+        self,
+        zk: Any,
+        layout: ZkLayout | None = None,
+        security: ZkSecurity = OPEN,
+        retry: RetryPolicy | None = None,
+    ) -> None:
+        self._zk = zk
+        self._layout = layout or ZkLayout()
+        self._security = security
+        self._retry = retry or RetryPolicy(max_attempts=200, deadline=60.0)
+
+    def _ensure_counter(self) -> None:
+        path = self._layout.placements
+        with zk_errors("placement counter"):
+            if self._zk.exists(path):
+                return
+            ensure_path(self._zk, self._layout.root, self._security)
+            with contextlib.suppress(NodeExistsError):
+                self._zk.create(path, b"0", acl=self._security.acls())
+
+    def allocate(self, count: int = 1) -> list[int]:
+        """``count`` fresh placement ids (consecutive), never returned to anyone else."""
+        if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_BATCH:
+            raise InvalidIdError(f"placement id batch size must be in [1, {MAX_BATCH}], got {count!r:.40}")
+        self._ensure_counter()
+        path = self._layout.placements
+        for attempt in self._retry.attempts():
+            with zk_errors("allocate placement ids"):
+                try:
+                    data, stat = self._zk.get(path)
+                except NoNodeError:
+                    self._ensure_counter()
+                    continue
+                try:
+                    current = int(data.decode("ascii") or "0")
+                except (UnicodeDecodeError, ValueError) as exc:
+                    raise MetadataDecodeError(f"placement counter {path} holds {data[:40]!r}") from exc
+                if current < 0 or current + count >= 2**63:
+                    raise MetadataDecodeError(f"placement counter {path} is out of range: {current}")
+                try:
+                    self._zk.set(path, str(current + count).encode("ascii"), version=stat.version)
+                except BadVersionError:
+                    log.debug("placement counter race (attempt %d)", attempt)
+                    continue
+            return list(range(current + 1, current + count + 1))
+        raise MetadataConflictError("could not allocate placement ids: counter contended beyond the retry policy")
+
+    def allocate_one(self) -> int:
+        return self.allocate(1)[0]

@@ -1,0 +1,138 @@
+"""Leader election with epochs on a real ZooKeeper: session expiry, suspension, eligibility, fencing."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from kazoo.protocol.states import KazooState
+from metadata_it_support import close_client, expire_session, make_store, make_table, new_client, wait_until
+
+from metadata.coordinator import MetadataCoordinator
+from metadata.discovery import ReplicaState
+from metadata.election import LeaderState, PartitionElection, read_epoch
+from metadata.errors import LeadershipLostError, NotEligibleError
+from metadata.zk_layout import ZkLayout
+from shoal.errors import StaleEpochError
+from shoal.ids import new_partition_id
+
+pytestmark = pytest.mark.integration
+
+
+def test_expired_leader_is_replaced_with_higher_epoch(zk: Any, zk_hosts: str) -> None:
+    pid = new_partition_id()
+    a_client, b_client = new_client(zk_hosts), new_client(zk_hosts)
+    a_events: list[LeaderState] = []
+    try:
+        a = PartitionElection(
+            a_client, pid, "node-a", 1, replica_state=ReplicaState.LIVE, on_change=lambda s, _l: a_events.append(s)
+        )
+        b = PartitionElection(b_client, pid, "node-b", 2, replica_state=ReplicaState.LIVE)
+        a.start()
+        assert a.wait_for(LeaderState.LEADER, timeout=30)
+        b.start()
+        assert b.wait_for(LeaderState.CANDIDATE, timeout=30)
+        lead_a = a.check_writable()
+        assert lead_a.epoch == 1 and not b.is_leader
+        with pytest.raises(LeadershipLostError):
+            b.check_writable()
+
+        expire_session(a_client, zk_hosts)
+
+        assert b.wait_for(LeaderState.LEADER, timeout=60)
+        lead_b = b.check_writable()
+        assert lead_b.epoch == 2 > lead_a.epoch
+        assert a.wait_for(LeaderState.LOST, timeout=60), a.state  # the old leader learns it lost
+        with pytest.raises(LeadershipLostError):
+            a.check_writable()
+        assert LeaderState.LOST in a_events
+        rec = read_epoch(zk, ZkLayout(), pid)
+        assert (rec.epoch, rec.server_id, rec.placement_id) == (2, "node-b", 2)
+
+        # the old leader campaigns again: it gets a new, higher epoch only after b is gone
+        assert wait_until(lambda: a_client.state == KazooState.CONNECTED, 30)
+        a.start()
+        assert a.wait_for(LeaderState.CANDIDATE, timeout=30)
+        b.resign()
+        assert a.wait_for(LeaderState.LEADER, timeout=30)
+        assert a.check_writable().epoch == 3
+        a.close()
+        b.close()
+    finally:
+        close_client(a_client)
+        close_client(b_client)
+
+
+def test_suspended_leader_stops_writes_and_resumes(zk: Any, zk_hosts: str) -> None:
+    pid = new_partition_id()
+    client = new_client(zk_hosts)
+    try:
+        e = PartitionElection(client, pid, "node-a", 7, replica_state=ReplicaState.LIVE)
+        e.start()
+        assert e.wait_for(LeaderState.LEADER, timeout=30)
+        # kazoo calls listeners with these states; a SUSPENDED leader must not accept writes
+        e._on_connection_state(KazooState.SUSPENDED)
+        assert e.state is LeaderState.SUSPENDED
+        with pytest.raises(LeadershipLostError):
+            e.check_writable()
+        e._on_connection_state(KazooState.CONNECTED)  # it verifies its candidacy and epoch, then resumes
+        assert e.wait_for(LeaderState.LEADER, timeout=30)
+        assert e.check_writable().epoch == 1
+        e._on_connection_state(KazooState.LOST)
+        assert e.state is LeaderState.LOST
+        e.close()
+    finally:
+        close_client(client)
+
+
+def test_many_elections_never_share_an_epoch(zk: Any, zk_hosts: str) -> None:
+    pid = new_partition_id()
+    clients = [new_client(zk_hosts) for _ in range(4)]
+    epochs: list[int] = []
+    try:
+        elections = [
+            PartitionElection(c, pid, f"node-{i}", i + 1, replica_state=ReplicaState.LIVE)
+            for i, c in enumerate(clients)
+        ]
+        for e in elections:
+            e.start()
+        for _ in range(len(elections)):
+            assert wait_until(lambda: sum(e.is_leader for e in elections) == 1, 30)
+            leaders = [e for e in elections if e.is_leader]
+            assert len(leaders) == 1
+            epochs.append(leaders[0].check_writable().epoch)
+            leaders[0].resign()
+        assert epochs == [1, 2, 3, 4]
+    finally:
+        for c in clients:
+            close_client(c)
+
+
+def test_joining_replica_is_not_eligible_and_fenced_commits(cluster: Any, zk: Any, topic_prefix: str) -> None:
+    with make_store(cluster, topic_prefix) as store:
+        coord = MetadataCoordinator(zk, store)
+        f = coord.create_table(make_table("elect", rf=1), ["node-1"])
+        pid = f.partitions[0].partition_id
+        f = coord.join("elect", pid, "node-2")
+        joining = f.partitions[0].servers_joining[0]
+        with pytest.raises(NotEligibleError):
+            PartitionElection.for_file(zk, f, pid, "node-2", joining.placement_id).start()
+        live = f.partitions[0].servers[0]
+        leader = PartitionElection.for_file(zk, f, pid, "node-1", live.placement_id)
+        leader.start()
+        assert leader.wait_for(LeaderState.LEADER, timeout=30)
+        fence = leader.check_writable().fence()
+        f = coord.finalize_join("elect", pid, joining.placement_id, fence=fence)
+        assert joining in f.partitions[0].servers
+        # a new election supersedes the epoch: the old fence commits nothing more
+        leader.resign()
+        again = PartitionElection.for_file(zk, f, pid, "node-2", joining.placement_id)
+        again.start()
+        assert again.wait_for(LeaderState.LEADER, timeout=30)
+        before = coord.head("elect")
+        with pytest.raises(StaleEpochError):
+            coord.finalize_split("elect", pid, fence=fence)
+        assert coord.head("elect").metadata_txnid == before.metadata_txnid
+        again.close()
+        desc = coord.partition_status(pid)
+        assert desc.epoch == 2

@@ -1,0 +1,138 @@
+"""The Kafka behaviours shoal relies on, against the real broker."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+
+from shoal.kafka_admin import create_topic, log_start_and_end
+from shoal.testing.cluster import TestCluster
+
+pytestmark = pytest.mark.integration
+
+
+def _consume_all(bootstrap: str, topic: str, group: str, isolation: str, expect: int, wait_s: float = 20) -> list:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "isolation.level": isolation,
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False})  # fmt: skip
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    out = []
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        for msg in consumer.consume(100, timeout=0.5):
+            if msg.error() is None:
+                out.append(msg.value())
+        if len(out) >= expect:
+            # one more short poll so an extra (wrongly visible) record would show up
+            out += [m.value() for m in consumer.consume(100, timeout=1.0) if m.error() is None]
+            break
+    consumer.close()
+    return out
+
+
+def test_transaction_with_offsets_commit_and_abort(cluster: TestCluster, kafka_admin, topic_prefix, group_id) -> None:
+    src, dst = f"{topic_prefix}.src", f"{topic_prefix}.dst"
+    for t in (src, dst):
+        create_topic(kafka_admin, t)
+    plain = Producer({"bootstrap.servers": cluster.bootstrap_servers, "acks": "all", "enable.idempotence": True})
+    for i in range(10):
+        plain.produce(src, value=f"in-{i}".encode())
+    assert plain.flush(30) == 0
+
+    # The consume-transform-produce loop that shoal's leader runs: read src, write dst, commit src offsets.
+    consumer = Consumer({"bootstrap.servers": cluster.bootstrap_servers, "group.id": group_id,
+                         "isolation.level": "read_committed", "auto.offset.reset": "earliest",
+                         "enable.auto.commit": False})  # fmt: skip
+    consumer.assign([TopicPartition(src, 0, 0)])
+    txp = Producer({"bootstrap.servers": cluster.bootstrap_servers, "transactional.id": f"{group_id}-txn"})
+    txp.init_transactions(30)
+
+    def transform(n: int) -> list:
+        msgs = []
+        while len(msgs) < n:
+            msgs += [m for m in consumer.consume(n - len(msgs), timeout=1.0) if m.error() is None]
+        return msgs
+
+    # Transaction 1 (commit): records 0-4 and their offsets.
+    batch = transform(5)
+    txp.begin_transaction()
+    for m in batch:
+        txp.produce(dst, value=b"out-" + m.value())
+    txp.send_offsets_to_transaction([TopicPartition(src, 0, batch[-1].offset() + 1)],
+                                    consumer.consumer_group_metadata(), 30)  # fmt: skip
+    txp.commit_transaction(30)
+
+    # Transaction 2 (abort): records 5-9; neither their output nor their offsets may become visible.
+    batch = transform(5)
+    txp.begin_transaction()
+    for m in batch:
+        txp.produce(dst, value=b"out-" + m.value())
+    txp.send_offsets_to_transaction([TopicPartition(src, 0, batch[-1].offset() + 1)],
+                                    consumer.consumer_group_metadata(), 30)  # fmt: skip
+    txp.abort_transaction(30)
+    consumer.close()
+
+    committed = _consume_all(cluster.bootstrap_servers, dst, f"{group_id}-rc", "read_committed", expect=5)
+    assert committed == [f"out-in-{i}".encode() for i in range(5)]
+    uncommitted = _consume_all(cluster.bootstrap_servers, dst, f"{group_id}-ru", "read_uncommitted", expect=10)
+    assert len(uncommitted) == 10  # the aborted records are in the log, just not visible to read_committed
+
+    # Committed offsets read back: only the committed transaction's offsets count.
+    reader = Consumer({"bootstrap.servers": cluster.bootstrap_servers, "group.id": group_id})
+    try:
+        [tp] = reader.committed([TopicPartition(src, 0)], timeout=10)
+    finally:
+        reader.close()
+    assert tp.offset == 5
+
+
+def test_fenced_zombie_producer_commits_nothing(cluster: TestCluster, kafka_admin, topic_prefix, group_id) -> None:
+    topic = f"{topic_prefix}.wal"
+    create_topic(kafka_admin, topic)
+    conf = {"bootstrap.servers": cluster.bootstrap_servers, "transactional.id": f"{group_id}-channel"}
+    old = Producer(conf)
+    old.init_transactions(30)
+    old.begin_transaction()
+    old.produce(topic, value=b"from-old-leader")
+    new = Producer(conf)
+    new.init_transactions(30)  # the new leader of the same channel fences the old one
+    with pytest.raises(KafkaException):
+        old.commit_transaction(30)
+    new.begin_transaction()
+    new.produce(topic, value=b"from-new-leader")
+    new.commit_transaction(30)
+    assert _consume_all(cluster.bootstrap_servers, topic, group_id, "read_committed", 1) == [b"from-new-leader"]
+
+
+def test_delete_records_moves_the_log_start_offset(cluster: TestCluster, kafka_admin, topic_prefix) -> None:
+    topic = f"{topic_prefix}.trunc"
+    create_topic(kafka_admin, topic)
+    p = Producer({"bootstrap.servers": cluster.bootstrap_servers, "acks": "all"})
+    for i in range(20):
+        p.produce(topic, value=str(i).encode())
+    assert p.flush(30) == 0
+    assert log_start_and_end(cluster.bootstrap_servers, topic) == (0, 20)
+
+    futures = kafka_admin.delete_records([TopicPartition(topic, 0, 12)], request_timeout=30, operation_timeout=30)
+    [result] = [f.result(30) for f in futures.values()]
+    assert result.low_watermark == 12
+    assert log_start_and_end(cluster.bootstrap_servers, topic) == (12, 20)
+
+
+def test_committed_offsets_read_back_through_admin(cluster: TestCluster, kafka_admin, topic_prefix, group_id) -> None:
+    from confluent_kafka import ConsumerGroupTopicPartitions
+
+    topic = f"{topic_prefix}.acks"
+    create_topic(kafka_admin, topic)
+    p = Producer({"bootstrap.servers": cluster.bootstrap_servers})
+    for i in range(7):
+        p.produce(topic, value=str(i).encode())
+    assert p.flush(30) == 0
+    c = Consumer({"bootstrap.servers": cluster.bootstrap_servers, "group.id": group_id, "enable.auto.commit": False})
+    c.commit(offsets=[TopicPartition(topic, 0, 4)], asynchronous=False)
+    c.close()
+    futures = kafka_admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group_id)])
+    res = futures[group_id].result(30)
+    offsets = {(tp.topic, tp.partition): tp.offset for tp in res.topic_partitions}
+    assert offsets == {(topic, 0): 4}

@@ -1,0 +1,153 @@
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+from helpers_metadata import new_file
+
+from metadata.errors import MetadataDecodeError, MetadataFileNotFoundError
+from metadata.retry import Clock, RetryPolicy
+from metadata.security import ZkSecurity
+from metadata.store import KafkaStoreConfig, MemoryFileStore
+from metadata.zk_layout import EpochRecord, TableHead, ZkLayout
+from shoal.cli.table import table_group
+from shoal.errors import ConfigError, InvalidIdError
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.sleeps: list[float] = []
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, s: float) -> None:
+        self.sleeps.append(s)
+        self.now += s
+
+
+def test_retry_policy_bounded_by_attempts_and_deadline() -> None:
+    fc = FakeClock()
+    pol = RetryPolicy(
+        max_attempts=5, initial_delay=1.0, max_delay=4.0, deadline=100, clock=Clock(fc.monotonic, fc.sleep)
+    )
+    assert list(pol.attempts()) == [1, 2, 3, 4, 5]
+    assert len(fc.sleeps) == 4 and all(0 <= s <= 4.0 for s in fc.sleeps)
+    fc2 = FakeClock()
+    short = RetryPolicy(
+        max_attempts=1000,
+        initial_delay=1.0,
+        max_delay=1.0,
+        deadline=3.0,
+        clock=Clock(fc2.monotonic, lambda s: fc2.sleep(1.0)),
+    )
+    assert len(list(short.attempts())) <= 5
+    with pytest.raises(ConfigError):
+        RetryPolicy(max_attempts=0)
+
+
+def test_security_acls() -> None:
+    assert ZkSecurity().acls() is None and ZkSecurity().auth_data() == []
+    sec = ZkSecurity("shoal", "s3cret")
+    (acl,) = sec.acls() or []
+    assert acl.id.scheme == "digest" and acl.id.id.startswith("shoal:")
+    assert sec.auth_data() == [("digest", "shoal:s3cret")]
+    assert "s3cret" not in repr(sec)
+    assert len(ZkSecurity("shoal", "x", world_readable=True).acls() or []) == 2
+    with pytest.raises(ConfigError):
+        ZkSecurity("shoal", None)
+    with pytest.raises(ConfigError):
+        ZkSecurity("bad user", "x")
+
+
+def test_layout_and_hostile_names() -> None:
+    lay = ZkLayout("/shoal")
+    assert lay.table("events") == "/shoal/tables/events"
+    for bad in ("../x", "a/b", "", "x" * 200):
+        with pytest.raises(InvalidIdError):
+            lay.table(bad)
+    with pytest.raises(InvalidIdError):
+        lay.epoch("../../zookeeper")
+    for bad_root in ("shoal", "/", "/a/../b", "/a b"):
+        with pytest.raises(ConfigError):
+            ZkLayout(bad_root)
+
+
+def test_table_head_codec() -> None:
+    f = new_file()
+    head = TableHead("events", f.txnid, 1, ("node-1", "node-2"))
+    assert TableHead.decode("events", head.encode(), 4) == TableHead("events", f.txnid, 1, ("node-1", "node-2"), 4)
+    for bad in (
+        b"",
+        b"[]",
+        b"\xff",
+        json.dumps({"metadata_txnid": "x", "metadata_sequence": 1, "metadata_servers": []}).encode(),
+        json.dumps({"metadata_txnid": f.txnid, "metadata_sequence": 0, "metadata_servers": []}).encode(),
+    ):
+        with pytest.raises(MetadataDecodeError):
+            TableHead.decode("events", bad, 0)
+    assert EpochRecord.decode("0" * 32, b"", 0).epoch == 0
+    rec = EpochRecord("0" * 32, 3, "node-1", 7)
+    assert EpochRecord.decode("0" * 32, rec.encode(), 1).epoch == 3
+    with pytest.raises(MetadataDecodeError):
+        EpochRecord.decode("0" * 32, b'{"epoch": -1}', 0)
+
+
+def test_memory_store_tombstones_and_versions() -> None:
+    store = MemoryFileStore()
+    f = new_file()
+    store.put(f)
+    assert store.get("events", f.txnid) == f
+    store.tombstone("events", f.txnid)
+    with pytest.raises(MetadataFileNotFoundError, match="aborted"):
+        store.get("events", f.txnid)
+    assert store.versions("events") == []
+    store.put_raw("events", "a" * 40, b"garbage")
+    with pytest.raises(MetadataDecodeError):
+        store.get("events", "a" * 40)
+    with pytest.raises(MetadataFileNotFoundError):
+        store.get("events", "b" * 40)
+    # a record stored under another key than its content is refused
+    store.put_raw("events", "c" * 40, f.encode())
+    with pytest.raises(MetadataDecodeError):
+        store.get("events", "c" * 40)
+
+
+def test_kafka_store_config_validation() -> None:
+    assert KafkaStoreConfig("h:1", "pfx").topic == "pfx.metadata"
+    with pytest.raises(ConfigError):
+        KafkaStoreConfig("")
+    with pytest.raises(ConfigError):
+        KafkaStoreConfig("h:1", "bad..prefix")
+    with pytest.raises(ConfigError):
+        KafkaStoreConfig("h:1", replication_factor=1, min_insync_replicas=2)
+
+
+def test_cli_rejects_bad_definitions_before_connecting() -> None:
+    runner = CliRunner()
+    res = runner.invoke(table_group, ["create", "t", "--column", "k:decimal", "--primary-key", "k", "--server", "n1"])
+    assert res.exit_code != 0 and "unknown column type" in res.output
+    res = runner.invoke(
+        table_group, ["create", "1t", "--column", "k:uint64:not_null", "--primary-key", "k", "--server", "n1"]
+    )
+    assert res.exit_code != 0 and "table name" in res.output
+    res = runner.invoke(
+        table_group,
+        [
+            "create",
+            "t",
+            "--column",
+            "k:uint64:not_null",
+            "--primary-key",
+            "k",
+            "--server",
+            "n1",
+            "--split-point",
+            "abc",
+        ],
+    )
+    assert res.exit_code != 0 and "UINT64" in res.output
+    res = runner.invoke(table_group, ["describe", "--help"])
+    assert res.exit_code == 0 and "--output" in res.output
