@@ -33,6 +33,17 @@ class TopicNames:
     def segments(self, partition_id: str, placement_id: int) -> str:
         return f"{self.prefix}.segments.{validate_partition_id(partition_id)}.{validate_placement_id(placement_id)}"
 
+    def leader_group(self, partition_id: str) -> str:
+        """Consumer group of a partition's leader on its ingest topic: its committed offset is the
+        accepted-by-leader index that ``Producer.sync()`` waits for."""
+        return f"{self.prefix}.leader.{validate_partition_id(partition_id)}"
+
+    def replica_group(self, partition_id: str, placement_id: int) -> str:
+        """Consumer group of one replica (placement) on the other placements' channels: its committed
+        offsets are that replica's Ack indexes. Derived from the placement id, so a re-assigned
+        replica starts with no acks (EventQL's ABA case solved by construction)."""
+        return f"{self.prefix}.replica.{validate_partition_id(partition_id)}.{validate_placement_id(placement_id)}"
+
     @property
     def metadata(self) -> str:
         return f"{self.prefix}.metadata"

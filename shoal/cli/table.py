@@ -14,7 +14,8 @@ from metadata.client import MetadataClient, MetadataConfig
 from metadata.coordinator import MetadataCoordinator
 from metadata.metadata_file import MetadataFile, Placement
 from metadata.table import Column, TableDefinition
-from shoal.errors import ShoalError
+from shoal.cli.context import CliContext, output_option
+from shoal.errors import ClusterFileError, ShoalError
 
 T = TypeVar("T")
 
@@ -31,11 +32,27 @@ def _connection_options(fn: Callable[..., T]) -> Callable[..., T]:
     return fn
 
 
+def _cluster_file_defaults(zk_hosts: str | None, bootstrap_servers: str | None) -> tuple[str | None, str | None]:
+    """Addresses not given by option or environment come from the cluster file (`shoal up`), if any."""
+    if zk_hosts and bootstrap_servers:
+        return zk_hosts, bootstrap_servers
+    ctx = click.get_current_context(silent=True)
+    obj = ctx.find_object(CliContext) if ctx is not None else None
+    if obj is None:
+        return zk_hosts, bootstrap_servers
+    try:
+        info = obj.cluster()
+    except ClusterFileError:
+        return zk_hosts, bootstrap_servers
+    return zk_hosts or info.zk_connect, bootstrap_servers or info.bootstrap_servers
+
+
 @contextmanager
 def _coordinator(
     zk_hosts: str | None, bootstrap_servers: str | None, topic_prefix: str | None, zk_root: str | None
 ) -> Iterator[MetadataCoordinator]:
     try:
+        zk_hosts, bootstrap_servers = _cluster_file_defaults(zk_hosts, bootstrap_servers)
         config = MetadataConfig.from_env(
             zk_hosts=zk_hosts, bootstrap_servers=bootstrap_servers, topic_prefix=topic_prefix, zk_root=zk_root
         )
@@ -163,7 +180,7 @@ def _fmt_placements(ps: list[dict[str, Any]]) -> str:
 
 @table_group.command("describe")
 @click.argument("name")
-@click.option("--output", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@output_option
 @_connection_options
 def describe(name: str, output: str, **conn: Any) -> None:
     """Show the current METADATA of table NAME, with the leader and epoch of each partition."""
@@ -205,7 +222,7 @@ def describe(name: str, output: str, **conn: Any) -> None:
 
 
 @table_group.command("list")
-@click.option("--output", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@output_option
 @_connection_options
 def list_tables(output: str, **conn: Any) -> None:
     """List the tables."""
@@ -243,7 +260,7 @@ def _history_row(f: MetadataFile) -> dict[str, Any]:
 
 @table_group.command("history")
 @click.argument("name")
-@click.option("--output", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@output_option
 @_connection_options
 def history(name: str, output: str, **conn: Any) -> None:
     """The committed METADATA transactions of table NAME, oldest first."""
