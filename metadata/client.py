@@ -47,16 +47,21 @@ class MetadataConfig:
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> MetadataConfig:
         """From SHOAL_ZK_CONNECT, SHOAL_BOOTSTRAP_SERVERS, SHOAL_TOPIC_PREFIX, SHOAL_ZK_ROOT,
         SHOAL_ZK_USER / SHOAL_ZK_PASSWORD; ``overrides`` that are not None win."""
-        env = os.environ if env is None else env
-        values: dict[str, Any] = {
-            "zk_hosts": env.get("SHOAL_ZK_CONNECT", "127.0.0.1:2181"),
-            "bootstrap_servers": env.get("SHOAL_BOOTSTRAP_SERVERS", "127.0.0.1:9092"),
-            "topic_prefix": env.get("SHOAL_TOPIC_PREFIX", "shoal"),
-            "zk_root": env.get("SHOAL_ZK_ROOT", "/shoal"),
-            "security": ZkSecurity(env.get("SHOAL_ZK_USER"), env.get("SHOAL_ZK_PASSWORD")),
-        }
-        values.update({k: v for k, v in overrides.items() if v is not None})
-        return cls(**values)
+        return cls(**connection_from_env(env, overrides))
+
+
+def connection_from_env(env: Mapping[str, str] | None, overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """The connection settings every shoal client reads from the environment; overrides that are not None win."""
+    env = os.environ if env is None else env
+    values: dict[str, Any] = {
+        "zk_hosts": env.get("SHOAL_ZK_CONNECT", "127.0.0.1:2181"),
+        "bootstrap_servers": env.get("SHOAL_BOOTSTRAP_SERVERS", "127.0.0.1:9092"),
+        "topic_prefix": env.get("SHOAL_TOPIC_PREFIX", "shoal"),
+        "zk_root": env.get("SHOAL_ZK_ROOT", "/shoal"),
+        "security": ZkSecurity(env.get("SHOAL_ZK_USER"), env.get("SHOAL_ZK_PASSWORD")),
+    }
+    values.update({k: v for k, v in overrides.items() if v is not None})
+    return values
 
 
 class MetadataClient:

@@ -7,7 +7,9 @@ import click
 from shoal.cli.cluster import down_command, jars_command, status_command, up_command
 from shoal.cli.context import ShoalGroup, configure_logging, context_from_env
 from shoal.cli.demo import demo_command
+from shoal.cli.node import node_command, scan_command
 from shoal.cli.table import table_group
+from shoal.cli.write import write_command
 
 
 @click.group(cls=ShoalGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -22,10 +24,11 @@ def cli(ctx: click.Context, data_dir: str | None, cluster_file: str | None, verb
     ctx.obj = context_from_env(data_dir, cluster_file)
 
 
-for command in (up_command, status_command, down_command, jars_command, demo_command):
+for command in (up_command, status_command, down_command, jars_command, demo_command, node_command, scan_command):
     cli.add_command(command)
 
 cli.add_command(table_group)
+cli.add_command(write_command)
 
 
 def main() -> None:

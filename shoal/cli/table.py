@@ -4,47 +4,21 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
 import click
 
-from metadata.client import MetadataClient, MetadataConfig
+from metadata.client import MetadataClient
 from metadata.coordinator import MetadataCoordinator
 from metadata.metadata_file import MetadataFile, Placement
 from metadata.table import Column, TableDefinition
-from shoal.cli.context import CliContext, output_option
-from shoal.errors import ClusterFileError, ShoalError
+from shoal.cli.connection import connection_options, metadata_config
+from shoal.cli.context import output_option
+from shoal.errors import ShoalError
 
 T = TypeVar("T")
-
-
-def _connection_options(fn: Callable[..., T]) -> Callable[..., T]:
-    opts = [
-        click.option("--zk", "zk_hosts", envvar="SHOAL_ZK_CONNECT", help="ZooKeeper connect string (with chroot)."),
-        click.option("--bootstrap-servers", envvar="SHOAL_BOOTSTRAP_SERVERS", help="Kafka bootstrap servers."),
-        click.option("--topic-prefix", envvar="SHOAL_TOPIC_PREFIX", help="Topic name prefix (default shoal)."),
-        click.option("--zk-root", envvar="SHOAL_ZK_ROOT", help="Root znode under the chroot (default /shoal)."),
-    ]
-    for opt in reversed(opts):
-        fn = opt(fn)
-    return fn
-
-
-def _cluster_file_defaults(zk_hosts: str | None, bootstrap_servers: str | None) -> tuple[str | None, str | None]:
-    """Addresses not given by option or environment come from the cluster file (`shoal up`), if any."""
-    if zk_hosts and bootstrap_servers:
-        return zk_hosts, bootstrap_servers
-    ctx = click.get_current_context(silent=True)
-    obj = ctx.find_object(CliContext) if ctx is not None else None
-    if obj is None:
-        return zk_hosts, bootstrap_servers
-    try:
-        info = obj.cluster()
-    except ClusterFileError:
-        return zk_hosts, bootstrap_servers
-    return zk_hosts or info.zk_connect, bootstrap_servers or info.bootstrap_servers
 
 
 @contextmanager
@@ -52,10 +26,10 @@ def _coordinator(
     zk_hosts: str | None, bootstrap_servers: str | None, topic_prefix: str | None, zk_root: str | None
 ) -> Iterator[MetadataCoordinator]:
     try:
-        zk_hosts, bootstrap_servers = _cluster_file_defaults(zk_hosts, bootstrap_servers)
-        config = MetadataConfig.from_env(
-            zk_hosts=zk_hosts, bootstrap_servers=bootstrap_servers, topic_prefix=topic_prefix, zk_root=zk_root
-        )
+        config = metadata_config(
+            {"zk_hosts": zk_hosts, "bootstrap_servers": bootstrap_servers, "topic_prefix": topic_prefix,
+             "zk_root": zk_root}
+        )  # fmt: skip
         with MetadataClient(config) as client:
             yield client.coordinator
     except ShoalError as exc:
@@ -76,7 +50,7 @@ def table_group() -> None:
 @click.option("--replication-factor", type=int, default=None, help="Replicas per partition (default 3).")
 @click.option("--server", "servers", multiple=True, required=True, help="A server to place partitions on.")
 @click.option("--split-point", "split_points", multiple=True, help="Initial split point (repeatable, ascending).")
-@_connection_options
+@connection_options
 def create(
     name: str,
     columns: tuple[str, ...],
@@ -181,7 +155,7 @@ def _fmt_placements(ps: list[dict[str, Any]]) -> str:
 @table_group.command("describe")
 @click.argument("name")
 @output_option
-@_connection_options
+@connection_options
 def describe(name: str, output: str, **conn: Any) -> None:
     """Show the current METADATA of table NAME, with the leader and epoch of each partition."""
     with _coordinator(**conn) as coord:
@@ -223,7 +197,7 @@ def describe(name: str, output: str, **conn: Any) -> None:
 
 @table_group.command("list")
 @output_option
-@_connection_options
+@connection_options
 def list_tables(output: str, **conn: Any) -> None:
     """List the tables."""
     with _coordinator(**conn) as coord:
@@ -261,7 +235,7 @@ def _history_row(f: MetadataFile) -> dict[str, Any]:
 @table_group.command("history")
 @click.argument("name")
 @output_option
-@_connection_options
+@connection_options
 def history(name: str, output: str, **conn: Any) -> None:
     """The committed METADATA transactions of table NAME, oldest first."""
     with _coordinator(**conn) as coord:

@@ -6,17 +6,44 @@ schema order, plus the system column ``_shoal_deleted`` (bool, not null). A dele
 ``_shoal_deleted = true`` whose primary key columns are set and whose other columns are null.
 GTID columns are never sent by producers: the leader stamps them.
 
+On the wire only the primary key columns keep their NOT NULL: a delete has nulls everywhere else.
+The table's other NOT NULL constraints hold for rows that are not deletes, and the leader checks
+them (:func:`not_null_violation`).
+
 Headers: ``shoal.table`` (table name, UTF-8). The message key is unused (None).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pyarrow as pa
+import pyarrow.compute as pc
 
 DELETED_COLUMN = "_shoal_deleted"
 TABLE_HEADER = "shoal.table"
 
 
-def ingest_schema(table_schema: pa.Schema) -> pa.Schema:
-    """The Arrow schema of an ingest batch for a table whose rows have ``table_schema``."""
+def ingest_schema(table_schema: pa.Schema, key_columns: Sequence[str] | None = None) -> pa.Schema:
+    """The Arrow schema of an ingest batch for a table whose rows have ``table_schema``.
+
+    With ``key_columns``, every other column is nullable on the wire (deletes carry only keys).
+    """
+    if key_columns is not None:
+        keys = set(key_columns)
+        table_schema = pa.schema(
+            [f if f.name in keys else f.with_nullable(True) for f in table_schema], metadata=table_schema.metadata
+        )
     return table_schema.append(pa.field(DELETED_COLUMN, pa.bool_(), nullable=False))
+
+
+def not_null_violation(rows: pa.Table, table_schema: pa.Schema) -> str | None:
+    """Why ``rows`` break a NOT NULL of ``table_schema`` in a row that is not a delete, or None."""
+    writes = pc.invert(rows.column(DELETED_COLUMN))
+    for field in table_schema:
+        if field.nullable or field.name not in rows.column_names:
+            continue
+        bad = pc.sum(pc.and_(pc.is_null(rows.column(field.name)), writes)).as_py() or 0
+        if bad:
+            return f"column {field.name!r} is NOT NULL but {bad} written (non-delete) row(s) have null"
+    return None

@@ -129,14 +129,15 @@ def _row_to_record(row: sqlite3.Row) -> SegmentRecord:
 
 
 class SegmentList:
-    """The segment list of one partition replica (one SQLite file). Not thread-safe: one owner."""
+    """The segment list of one partition replica (one SQLite file). Not thread-safe: one owner at a time
+    (which may hand it to another thread, hence ``check_same_thread=False``)."""
 
     def __init__(self, path: Path, *, partition_id: str, placement_id: int) -> None:
         self.path = Path(path)
         self.partition_id = validate_partition_id(partition_id)
         self.placement_id = validate_placement_id(placement_id)
         try:
-            self._db = sqlite3.connect(self.path, isolation_level=None, timeout=30.0)
+            self._db = sqlite3.connect(self.path, isolation_level=None, timeout=30.0, check_same_thread=False)
         except sqlite3.Error as exc:
             raise SegmentListError(f"cannot open segment list {self.path}: {exc}") from exc
         self._db.row_factory = sqlite3.Row

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import click
 
+from shoal.cli.connection import with_cluster_defaults
 from shoal.cli.context import CliContext
-from shoal.cli.table import _cluster_file_defaults
 from shoal.runtime import cluster_file
 from shoal.runtime.cluster_file import ClusterInfo
 
@@ -22,11 +22,16 @@ def _ctx(tmp_path: Path, with_file: bool) -> click.Context:
 
 def test_cluster_file_fills_missing_addresses(tmp_path: Path) -> None:
     with _ctx(tmp_path, with_file=True):
-        assert _cluster_file_defaults(None, None) == ("127.0.0.1:2222", "127.0.0.1:1111")
-        assert _cluster_file_defaults("zk:1/chroot", None) == ("zk:1/chroot", "127.0.0.1:1111")
-        assert _cluster_file_defaults("zk:1", "k:2") == ("zk:1", "k:2")
+        got = with_cluster_defaults({"zk_hosts": None, "bootstrap_servers": None, "topic_prefix": None})
+        assert got == {"zk_hosts": "127.0.0.1:2222", "bootstrap_servers": "127.0.0.1:1111", "topic_prefix": "shoal"}
+        got = with_cluster_defaults({"zk_hosts": "zk:1/chroot", "bootstrap_servers": None, "topic_prefix": "p"})
+        assert got == {"zk_hosts": "zk:1/chroot", "bootstrap_servers": "127.0.0.1:1111", "topic_prefix": "p"}
+        assert with_cluster_defaults({"zk_hosts": "zk:1", "bootstrap_servers": "k:2"}) == {
+            "zk_hosts": "zk:1",
+            "bootstrap_servers": "k:2",
+        }
 
 
 def test_no_cluster_file_leaves_addresses_unset(tmp_path: Path) -> None:
     with _ctx(tmp_path, with_file=False):
-        assert _cluster_file_defaults(None, None) == (None, None)
+        assert with_cluster_defaults({"zk_hosts": None}) == {"zk_hosts": None}

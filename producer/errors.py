@@ -1,0 +1,56 @@
+"""Errors of the producer, all under :class:`shoal.errors.ShoalError`."""
+
+from __future__ import annotations
+
+from shoal.errors import KafkaOperationError, SchemaError, ShoalError
+
+
+class ProducerError(ShoalError):
+    """Base of every error the producer raises on purpose."""
+
+
+class RowValidationError(ProducerError, SchemaError):
+    """Rows do not fit the table schema. Nothing of the call was sent.
+
+    ``row`` is the 0-based index of the first bad row in the input (None when the problem is not
+    about one row, e.g. an unknown column of a pyarrow table), ``column`` the column concerned.
+    """
+
+    def __init__(self, table: str, reason: str, *, row: int | None = None, column: str | None = None) -> None:
+        self.table = table
+        self.row = row
+        self.column = column
+        self.reason = reason
+        where = []
+        if row is not None:
+            where.append(f"row {row}")
+        if column is not None:
+            where.append(f"column {column!r}")
+        super().__init__(f"table {table}: " + (", ".join(where) + ": " if where else "") + reason)
+
+
+class RoutingError(ProducerError):
+    """A row could not be routed to a partition (no usable partition map)."""
+
+
+class DeliveryError(ProducerError, KafkaOperationError):
+    """Kafka did not accept one or more batches (``reports`` lists the failed ones)."""
+
+    def __init__(self, message: str, reports: list[object] | None = None) -> None:
+        super().__init__(message)
+        self.reports = list(reports or [])
+
+
+class SyncTimeoutError(ProducerError, TimeoutError):
+    """``sync()`` ran out of time before the leaders accepted everything written.
+
+    ``lagging`` maps each ingest topic still behind to (committed offset or None, last produced offset).
+    """
+
+    def __init__(self, message: str, lagging: dict[str, tuple[int | None, int]]) -> None:
+        super().__init__(message)
+        self.lagging = dict(lagging)
+
+
+class ProducerClosedError(ProducerError):
+    """The producer was used after ``close()``."""

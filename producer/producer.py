@@ -1,0 +1,429 @@
+"""The producer: validate, route, batch and produce rows to the partitions' ingest topics.
+
+``Producer(config)`` is a context manager. ``write(table, rows)`` and ``delete(table, keys)`` are
+all-or-nothing before Kafka: every row is validated, routed and encoded first, and only then is
+anything produced, so a bad row means nothing of that call was sent. Each Kafka message is one
+Arrow IPC stream of many rows (``shoal.wire.ingest``); the Kafka producer is idempotent with
+``acks=all``.
+
+Delivery is reported per message (a :class:`DeliveryReport`): to the ``on_delivery`` callback, and
+through the futures of the :class:`WriteResult` that ``write``/``delete`` return. A background thread
+polls the Kafka client so futures resolve without the caller polling. ``flush()`` waits for Kafka and
+raises :class:`DeliveryError` if any message failed since the last flush. ``sync()`` flushes, then waits
+until each partition leader's consumer group has committed past the last offset written to its
+ingest topic (the accepted-by-leader index, DESIGN.md section 3).
+
+Partition maps are cached per table and kept current by a :class:`metadata.notify.TableWatcher`
+(a split or any other committed change swaps the map in). They are also re-read when routing fails
+or Kafka reports an unknown ingest topic, so a stale map is never fatal.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future
+from concurrent.futures import wait as wait_futures
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from metadata.client import MetadataClient
+from metadata.metadata_file import MetadataFile
+from metadata.notify import TableWatcher
+from metadata.partition_map import CachedPartitionMap, PartitionMap
+from producer.batching import split_messages
+from producer.config import ProducerConfig
+from producer.errors import DeliveryError, ProducerClosedError, RoutingError, SyncTimeoutError
+from producer.routing import route
+from producer.validation import Limits, to_ingest, validate_keys, validate_rows
+from shoal.errors import KafkaOperationError
+from shoal.wire.ingest import TABLE_HEADER
+
+log = logging.getLogger(__name__)
+
+_UNKNOWN_TOPIC_ERRORS = {"UNKNOWN_TOPIC_OR_PART", "_UNKNOWN_TOPIC", "_UNKNOWN_PARTITION"}
+
+
+@dataclass(frozen=True)
+class DeliveryReport:
+    """The outcome of one Kafka message (one Arrow IPC batch of ``rows`` rows)."""
+
+    table: str
+    partition_id: str
+    topic: str
+    rows: int
+    deletes: bool
+    offset: int | None
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "table": self.table,
+            "partition_id": self.partition_id,
+            "topic": self.topic,
+            "rows": self.rows,
+            "deletes": self.deletes,
+            "offset": self.offset,
+            "error": self.error,
+        }
+
+
+@dataclass(frozen=True)
+class WriteResult:
+    """What one ``write``/``delete`` call sent: one future per Kafka message.
+
+    A future resolves to its :class:`DeliveryReport`, or raises :class:`DeliveryError` (with the
+    report in ``.reports``) if Kafka did not accept the message.
+    """
+
+    table: str
+    rows: int
+    futures: tuple[Future[DeliveryReport], ...]
+
+    @property
+    def batches(self) -> int:
+        return len(self.futures)
+
+    def wait(self, timeout: float | None = None) -> list[DeliveryReport]:
+        """Wait for every message of this call; raise DeliveryError if one failed, TimeoutError if not done."""
+        _done, pending = wait_futures(self.futures, timeout=timeout)
+        if pending:
+            raise TimeoutError(f"{len(pending)} of {len(self.futures)} batches not delivered within {timeout}s")
+        return [f.result() for f in self.futures]
+
+
+OffsetsReader = Callable[[str, str], "int | None"]
+"""(consumer group, topic) -> the group's committed offset on partition 0, or None if it has none."""
+
+
+class Producer:
+    """Writes rows to shoal tables. Thread-safe; use as a context manager or call ``close()``."""
+
+    def __init__(
+        self,
+        config: ProducerConfig,
+        *,
+        on_delivery: Callable[[DeliveryReport], None] | None = None,
+        metadata: MetadataClient | None = None,
+        map_loader: Callable[[str], MetadataFile] | None = None,
+        kafka_producer: Any = None,
+        admin: Any = None,
+        offsets_reader: OffsetsReader | None = None,
+    ) -> None:
+        self.config = config
+        self.topics = config.topics
+        self._on_delivery = on_delivery
+        self._metadata = metadata
+        self._own_metadata = metadata is None and map_loader is None
+        self._map_loader = map_loader
+        self._kafka = kafka_producer
+        self._admin = admin
+        self._offsets_reader = offsets_reader
+        self._limits = Limits(config.max_value_bytes, config.max_row_bytes)
+        self._lock = threading.RLock()
+        self._maps: dict[str, CachedPartitionMap] = {}
+        self._watchers: dict[str, TableWatcher] = {}
+        self._topics_ready: set[str] = set()
+        self._last_offset: dict[str, tuple[str, int]] = {}  # ingest topic -> (partition_id, last offset)
+        self._failed: list[DeliveryReport] = []
+        self._in_flight = 0
+        self._closed = False
+        self._stop_polling = threading.Event()
+        self._poller: threading.Thread | None = None
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    def __enter__(self) -> Producer:
+        return self
+
+    def __exit__(self, exc_type: object, *exc: object) -> None:
+        try:
+            if exc_type is None and not self._closed:
+                self.flush()
+        finally:
+            self.close()
+
+    def close(self, timeout: float = 30.0) -> None:
+        """Deliver what is queued (up to ``timeout``), stop watching metadata, release connections."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            watchers = list(self._watchers.values())
+            self._watchers.clear()
+        for watcher in watchers:
+            watcher.stop()
+        if self._kafka is not None:
+            remaining = self._kafka.flush(timeout)
+            if remaining:
+                log.warning("producer closed with %d messages not delivered", remaining)
+        self._stop_polling.set()
+        if self._poller is not None:
+            self._poller.join(timeout=5)
+        if self._metadata is not None and self._own_metadata:
+            self._metadata.close()
+            self._metadata = None
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ProducerClosedError("the producer is closed")
+
+    @property
+    def kafka(self) -> Any:
+        with self._lock:
+            if self._kafka is None:
+                from confluent_kafka import Producer as KafkaProducer
+
+                self._kafka = KafkaProducer(self.config.kafka_producer_config())
+            if self._poller is None:
+                self._poller = threading.Thread(target=self._poll_loop, daemon=True, name="shoal-producer-poll")
+                self._poller.start()
+            return self._kafka
+
+    def _poll_loop(self) -> None:
+        while not self._stop_polling.is_set():
+            try:
+                self._kafka.poll(0.1)
+            except Exception:  # a user callback raising must not kill delivery reporting
+                log.exception("error while polling the Kafka producer")
+
+    @property
+    def admin(self) -> Any:
+        with self._lock:
+            if self._admin is None:
+                from shoal.kafka_admin import admin_client
+
+                self._admin = admin_client(self.config.bootstrap_servers)
+            return self._admin
+
+    def _metadata_client(self) -> MetadataClient:
+        with self._lock:
+            if self._metadata is None:
+                self._metadata = MetadataClient(self.config.metadata_config())
+                self._own_metadata = True
+            return self._metadata
+
+    # -- partition maps -------------------------------------------------------------------------
+
+    def partition_map(self, table: str) -> PartitionMap:
+        """The cached partition map of ``table`` (loaded, and watched, on first use)."""
+        self._check_open()
+        with self._lock:
+            cache = self._maps.get(table)
+            if cache is None:
+                loader = self._map_loader
+                if loader is None:
+                    client = self._metadata_client()
+                    coordinator = client.coordinator
+
+                    def loader(name: str = table) -> MetadataFile:
+                        return coordinator.current(name)
+
+                    cache = CachedPartitionMap(loader)
+                    pmap = cache.get()
+                    if self.config.watch_metadata:
+                        self._watchers[table] = client.watch(table, cache.update, since_sequence=pmap.sequence)
+                else:
+                    fixed_loader = loader
+                    cache = CachedPartitionMap(lambda: fixed_loader(table))
+                self._maps[table] = cache
+        return cache.get()
+
+    def refresh(self, table: str) -> PartitionMap:
+        """Drop the cached map of ``table`` and read the current one."""
+        with self._lock:
+            cache = self._maps.get(table)
+        if cache is not None:
+            cache.invalidate()
+        return self.partition_map(table)
+
+    # -- writing --------------------------------------------------------------------------------
+
+    def write(self, table: str, rows: Any) -> WriteResult:
+        """Validate, route, batch and produce ``rows`` (list of dicts, pyarrow Table or pandas DataFrame).
+
+        Raises RowValidationError (naming row and column) before anything is sent if any row is bad.
+        """
+        self._check_open()
+        pmap = self.partition_map(table)
+        valid = validate_rows(pmap.file.table, rows, self._limits)
+        return self._send(table, pmap, valid, deleted=False)
+
+    def delete(self, table: str, keys: Any) -> WriteResult:
+        """Send tombstones for the rows with these primary keys (see ``validation.validate_keys``)."""
+        self._check_open()
+        pmap = self.partition_map(table)
+        valid = validate_keys(pmap.file.table, keys, self._limits)
+        return self._send(table, pmap, valid, deleted=True)
+
+    def _send(self, table: str, pmap: PartitionMap, rows: pa.Table, *, deleted: bool) -> WriteResult:
+        tdef = pmap.file.table
+        try:
+            slices = route(pmap, rows, tdef.partition_key)
+        except RoutingError:
+            pmap = self.refresh(table)
+            slices = route(pmap, rows, tdef.partition_key)
+        batches = []
+        for piece in slices:
+            ingest = to_ingest(piece.rows, deleted=deleted)
+            for message in split_messages(
+                table,
+                ingest,
+                max_bytes=self.config.max_message_bytes,
+                max_rows=self.config.max_rows_per_message,
+            ):
+                batches.append((piece.partition_id, message))
+        for partition_id in {pid for pid, _ in batches}:
+            self._ensure_topic(self.topics.ingest(partition_id))
+        futures: list[Future[DeliveryReport]] = []
+        kafka = self.kafka
+        headers = [(TABLE_HEADER, table.encode("utf-8"))]
+        for partition_id, message in batches:
+            topic = self.topics.ingest(partition_id)
+            future: Future[DeliveryReport] = Future()
+            future.set_running_or_notify_cancel()
+            callback = self._callback(table, partition_id, topic, message.num_rows, deleted, future)
+            with self._lock:
+                self._in_flight += 1
+            self._produce(kafka, topic, message.payload, headers, callback)
+            futures.append(future)
+        return WriteResult(table, rows.num_rows, tuple(futures))
+
+    def _produce(self, kafka: Any, topic: str, payload: bytes, headers: list[Any], callback: Any) -> None:
+        while True:
+            try:
+                kafka.produce(topic, value=payload, headers=headers, on_delivery=callback)
+                return
+            except BufferError:
+                kafka.poll(0.5)  # the local queue is full: let deliveries drain it
+
+    def _ensure_topic(self, topic: str) -> None:
+        if topic in self._topics_ready or not self.config.create_topics:
+            return
+        from shoal.kafka_admin import create_topic
+
+        create_topic(
+            self.admin,
+            topic,
+            partitions=1,
+            replication_factor=self.config.topic_replication_factor,
+            timeout_s=self.config.topic_timeout_s,
+        )
+        with self._lock:
+            self._topics_ready.add(topic)
+
+    def _callback(
+        self, table: str, partition_id: str, topic: str, rows: int, deleted: bool, future: Future[DeliveryReport]
+    ) -> Callable[[Any, Any], None]:
+        def on_delivery(err: Any, msg: Any) -> None:
+            offset = msg.offset() if err is None and msg is not None else None
+            error = None if err is None else str(err)
+            report = DeliveryReport(table, partition_id, topic, rows, deleted, offset, error)
+            with self._lock:
+                self._in_flight -= 1
+                if err is None and offset is not None:
+                    prev = self._last_offset.get(topic)
+                    if prev is None or offset > prev[1]:
+                        self._last_offset[topic] = (partition_id, offset)
+                elif err is not None:
+                    self._failed.append(report)
+                    name = err.name() if hasattr(err, "name") else ""
+                    if name in _UNKNOWN_TOPIC_ERRORS:
+                        cache = self._maps.get(table)
+                        if cache is not None:
+                            cache.invalidate()  # the partition may be gone (split): re-read the map
+                        self._topics_ready.discard(topic)
+            if err is None:
+                future.set_result(report)
+            else:
+                future.set_exception(DeliveryError(f"{topic}: {rows} rows not delivered: {err}", [report]))
+            if self._on_delivery is not None:
+                try:
+                    self._on_delivery(report)
+                except Exception:
+                    log.exception("on_delivery callback failed")
+
+        return on_delivery
+
+    # -- waiting --------------------------------------------------------------------------------
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Wait until Kafka has acknowledged every message; raise DeliveryError if any failed since the last flush."""
+        if self._kafka is not None:
+            remaining = self._kafka.flush(-1 if timeout is None else timeout)
+            if remaining:
+                raise DeliveryError(f"{remaining} messages still in flight after {timeout}s")
+        with self._lock:
+            failed, self._failed = self._failed, []
+        if failed:
+            first = failed[0]
+            raise DeliveryError(
+                f"{len(failed)} batch(es) ({sum(r.rows for r in failed)} rows) were not delivered; "
+                f"first: {first.topic}: {first.error}",
+                list(failed),
+            )
+
+    def written(self) -> dict[str, tuple[str, int]]:
+        """Ingest topic -> (partition_id, last offset produced to it), for everything delivered so far."""
+        with self._lock:
+            return dict(self._last_offset)
+
+    def sync(self, timeout: float = 60.0) -> None:
+        """Wait until the leaders have accepted everything written so far.
+
+        Flushes, then polls the committed offset of each written partition's leader group
+        (``TopicNames.leader_group``) on its ingest topic until it is past the last produced
+        offset. Raises SyncTimeoutError naming the lagging partitions after ``timeout`` seconds.
+        """
+        policy = self.config.sync_policy
+        deadline = policy.clock() + timeout
+        self.flush(timeout)
+        remaining = self.written()
+        committed: dict[str, int | None] = {}
+        intervals = policy.intervals()
+        while True:
+            for topic, (partition_id, last) in list(remaining.items()):
+                offset = self._committed(self.topics.leader_group(partition_id), topic)
+                committed[topic] = offset
+                if offset is not None and offset > last:
+                    del remaining[topic]
+            if not remaining:
+                return
+            now = policy.clock()
+            if now >= deadline:
+                lagging = {t: (committed.get(t), last) for t, (_, last) in remaining.items()}
+                detail = ", ".join(
+                    f"{t} (leader group {self.topics.leader_group(pid)} committed {committed.get(t)}, needs > {last})"
+                    for t, (pid, last) in sorted(remaining.items())
+                )
+                raise SyncTimeoutError(
+                    f"sync: {len(remaining)} partition(s) not accepted by their leader within {timeout}s "
+                    f"(is a leader running?): {detail}",
+                    lagging,
+                )
+            policy.sleep(min(next(intervals), max(0.0, deadline - now)))
+
+    def _committed(self, group: str, topic: str) -> int | None:
+        if self._offsets_reader is not None:
+            return self._offsets_reader(group, topic)
+        from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicPartition
+
+        request = [ConsumerGroupTopicPartitions(group, [TopicPartition(topic, 0)])]
+        try:
+            futures = self.admin.list_consumer_group_offsets(request, request_timeout=10)
+            result = futures[group].result(timeout=15)
+        except KafkaException as exc:
+            raise KafkaOperationError(f"cannot read committed offsets of group {group}: {exc}") from exc
+        for tp in result.topic_partitions or []:
+            if tp.topic == topic and tp.partition == 0:
+                if tp.error is not None:
+                    raise KafkaOperationError(f"cannot read committed offset of {group} on {topic}: {tp.error}")
+                return int(tp.offset) if tp.offset >= 0 else None
+        return None

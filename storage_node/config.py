@@ -1,0 +1,87 @@
+"""Settings of a storage node and of the partitions it leads (validated, frozen)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from shoal.errors import ConfigError
+from shoal.ids import validate_server_id
+from shoal.topics import TopicNames
+
+
+@dataclass(frozen=True)
+class FlushPolicy:
+    """When the memtable becomes a minor segment: whichever threshold is passed first.
+
+    Defaults suit both tests (a few seconds of age) and a real load (64 MiB or 1M rows per segment).
+    """
+
+    max_rows: int = 1_000_000
+    max_bytes: int = 64 * 1024 * 1024
+    max_age_s: float = 10.0
+
+    def __post_init__(self) -> None:
+        if self.max_rows <= 0 or self.max_bytes <= 0 or self.max_age_s <= 0:
+            raise ConfigError(f"flush thresholds must be positive, got {self}")
+
+    def due(self, rows: int, nbytes: int, age_s: float) -> bool:
+        return rows > 0 and (rows >= self.max_rows or nbytes >= self.max_bytes or age_s >= self.max_age_s)
+
+
+@dataclass(frozen=True)
+class LeaderConfig:
+    """How a partition leader consumes, validates and writes."""
+
+    bootstrap_servers: str
+    topics: TopicNames = field(default_factory=TopicNames)
+    flush: FlushPolicy = field(default_factory=FlushPolicy)
+    max_messages_per_transaction: int = 200
+    """Ingest messages consumed into one Kafka transaction (one WAL record per valid message)."""
+    poll_timeout_s: float = 0.2
+    max_ingest_bytes: int = 16 * 1024 * 1024
+    """An ingest message larger than this is rejected to deadletter (oversized)."""
+    max_deadletter_payload_bytes: int = 900 * 1024
+    """A rejected payload larger than this is not copied to deadletter (its size is in a header)."""
+    wal_max_message_bytes: int = 32 * 1024 * 1024
+    topic_replication_factor: int = -1
+    """-1 = the broker default."""
+    transaction_timeout_ms: int = 60_000
+    kafka_config: tuple[tuple[str, str], ...] = ()
+    """Extra librdkafka settings for every client."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.bootstrap_servers, str) or not self.bootstrap_servers.strip():
+            raise ConfigError("bootstrap_servers must be a non-empty host:port list")
+        if self.max_messages_per_transaction <= 0:
+            raise ConfigError("max_messages_per_transaction must be positive")
+        if self.max_ingest_bytes <= 0 or self.max_deadletter_payload_bytes < 0:
+            raise ConfigError("byte limits must be positive")
+
+
+@dataclass(frozen=True)
+class NodeConfig:
+    """One storage node process: its id, where its data lives, how to reach the cluster."""
+
+    server_id: str
+    data_dir: Path
+    zk_hosts: str
+    bootstrap_servers: str
+    topic_prefix: str = "shoal"
+    zk_root: str = "/shoal"
+    flight_host: str = "127.0.0.1"
+    flight_port: int = 0
+    """0 = any free port (the chosen address is registered in ZooKeeper)."""
+    flush: FlushPolicy = field(default_factory=FlushPolicy)
+    table_poll_s: float = 2.0
+    """How often the node looks for new tables."""
+
+    def __post_init__(self) -> None:
+        validate_server_id(self.server_id)
+        object.__setattr__(self, "data_dir", Path(self.data_dir))
+        TopicNames(self.topic_prefix)
+        if not 0 <= self.flight_port < 65536:
+            raise ConfigError(f"flight_port must be in [0, 65535], got {self.flight_port}")
+
+    def leader_config(self) -> LeaderConfig:
+        return LeaderConfig(self.bootstrap_servers, TopicNames(self.topic_prefix), self.flush)

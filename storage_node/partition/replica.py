@@ -1,0 +1,211 @@
+"""One replica of one partition on this node: segment list, segment files, memtable, scans.
+
+The leader role (:mod:`storage_node.partition.leader`) feeds it WAL records and asks it to flush;
+scans (:mod:`storage_node.serve`) read it from other threads. One lock guards the memtable swap
+and the chain; segment files are immutable, so they are read outside the lock.
+
+Layout on disk: ``<data_dir>/partitions/<partition_id>-<placement_id>/`` holds the SQLite segment
+list and the ``<segment_id>.parquet`` files (ids validated: nothing from the wire becomes a path).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from metadata.table import TableDefinition
+from shoal.ids import new_segment_id, validate_partition_id, validate_placement_id
+from storage_node.memtable import Memtable
+from storage_node.segments import (
+    SegmentChain,
+    SegmentEntry,
+    SegmentList,
+    SegmentRecord,
+    WalRange,
+    lww_merge,
+    read_segment,
+    segment_list_path,
+    write_segment,
+)
+from storage_node.segments.recovery import reconcile
+from storage_node.segments.versioned import DELETED_COLUMN, SYSTEM_COLUMNS
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class KeyFilter:
+    """Rows whose first primary-key column equals ``key``, or lies in ``[low, high)`` (None = open)."""
+
+    key: object = None
+    low: object = None
+    high: object = None
+
+    @property
+    def empty(self) -> bool:
+        return self.key is None and self.low is None and self.high is None
+
+    def mask(self, col: pa.ChunkedArray) -> pa.ChunkedArray | None:
+        if self.empty:
+            return None
+        conds = []
+        if self.key is not None:
+            conds.append(pc.equal(col, pa.scalar(self.key, col.type)))
+        if self.low is not None:
+            conds.append(pc.greater_equal(col, pa.scalar(self.low, col.type)))
+        if self.high is not None:
+            conds.append(pc.less(col, pa.scalar(self.high, col.type)))
+        out = conds[0]
+        for c in conds[1:]:
+            out = pc.and_(out, c)
+        return out
+
+
+def replica_dir(data_dir: Path, partition_id: str, placement_id: int) -> Path:
+    name = f"{validate_partition_id(partition_id)}-{validate_placement_id(placement_id)}"
+    return Path(data_dir) / "partitions" / name
+
+
+class PartitionReplica:
+    """Durable state of one (partition, placement) on this node."""
+
+    def __init__(self, table: TableDefinition, partition_id: str, placement_id: int, data_dir: Path) -> None:
+        self.table = table
+        self.partition_id = validate_partition_id(partition_id)
+        self.placement_id = validate_placement_id(placement_id)
+        self.directory = replica_dir(data_dir, partition_id, placement_id)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.key_columns = list(table.primary_key)
+        self._lock = threading.RLock()
+        self._list = SegmentList(
+            segment_list_path(self.directory, partition_id, placement_id),
+            partition_id=partition_id,
+            placement_id=placement_id,
+        )
+        rec = reconcile(self._list.chain, self.directory)
+        if rec.orphan_files or rec.removed_temp_files:
+            log.info("%s: removed %d orphan segment files and %d temp files", self.name, len(rec.orphan_files),
+                     len(rec.removed_temp_files))  # fmt: skip
+        if not rec.consistent:
+            log.error("%s: segment files missing for %s (must be re-fetched)", self.name, rec.missing_files)
+        self.memtable = Memtable(start_offset=self.covered_end())
+        self._frozen: list[Memtable] = []
+
+    @property
+    def name(self) -> str:
+        return f"{self.table.name}/{self.partition_id}#{self.placement_id}"
+
+    @property
+    def chain(self) -> SegmentChain:
+        with self._lock:
+            return self._list.chain
+
+    def close(self) -> None:
+        with self._lock:
+            self._list.close()
+
+    # -- WAL coverage ------------------------------------------------------------------------
+
+    def covered_end(self) -> int:
+        """One past the last offset of this placement's WAL channel that segments cover (0 if none).
+
+        The leader writes covered ranges contiguously from the previous end, so this is the
+        highest end offset of this channel in the chain's coverage.
+        """
+        channel = (self.partition_id, self.placement_id)
+        ends = [r.end_offset for r in self._list.chain.coverage() if r.channel == channel]
+        return max(ends, default=0)
+
+    # -- writes ------------------------------------------------------------------------------
+
+    def append(self, versioned: pa.Table, wal_offset: int) -> None:
+        with self._lock:
+            self.memtable.append(versioned, wal_offset)
+
+    def flush(self, epoch: int) -> SegmentRecord | None:
+        """Write the memtable as a segment based on root, durably, and make it root.
+
+        The first segment of a replica (root NULL) must be a major (source section 3). Returns the
+        new record, or None if the memtable covered nothing. While the file is written, scans see
+        the frozen memtable; it leaves them only once the segment is in the chain.
+        """
+        with self._lock:
+            frozen = self.memtable
+            if frozen.empty:
+                return None
+            assert frozen.end_offset is not None
+            self.memtable = Memtable(start_offset=frozen.end_offset)
+            self._frozen.append(frozen)
+            root = self._list.chain.root
+        try:
+            rows = frozen.merged(self.key_columns)
+            if rows is None:  # only empty WAL records: an empty segment still records the coverage
+                rows = self._empty_versioned()
+            sid = new_segment_id()
+            written = write_segment(self.directory, sid, rows, key_columns=self.key_columns)
+            entry = SegmentEntry(
+                segment_id=sid,
+                base_segment_id=root,
+                placement_id=self.placement_id,
+                epoch=epoch,
+                is_major=root is None,
+                covered=(WalRange(self.partition_id, self.placement_id, frozen.start_offset, frozen.end_offset),),
+            )
+            record = SegmentRecord(
+                entry=entry, sha256=written.sha256, row_count=written.row_count, size_bytes=written.size_bytes
+            )
+            with self._lock:
+                if root is None:
+                    self._list.fast_forward_add(record)
+                else:
+                    self._list.fast_forward(record)
+                self._frozen.remove(frozen)
+        except BaseException:
+            with self._lock:  # put the rows back in front of the current memtable
+                if frozen in self._frozen:
+                    self._frozen.remove(frozen)
+                    frozen.tables.extend(self.memtable.tables)
+                    frozen.rows += self.memtable.rows
+                    frozen.nbytes += self.memtable.nbytes
+                    frozen.end_offset = self.memtable.end_offset or frozen.end_offset
+                    self.memtable = frozen
+            raise
+        log.info("%s: flushed segment %s (%d rows, WAL [%d, %d))", self.name, sid, written.row_count,
+                 frozen.start_offset, frozen.end_offset)  # fmt: skip
+        return record
+
+    def _empty_versioned(self) -> pa.Table:
+        from storage_node.segments.versioned import stamp
+
+        return stamp(self.table.arrow_schema().empty_table(), epoch=0, first_seq=0)
+
+    # -- reads -------------------------------------------------------------------------------
+
+    def scan(self, where: KeyFilter | None = None, *, include_system: bool = False) -> pa.Table:
+        """Newest version per primary key across segments and memtable, tombstones hidden."""
+        where = where or KeyFilter()
+        with self._lock:
+            entries = self._list.chain.since_latest_major()
+            tables = [t for m in [*self._frozen, self.memtable] for t in m.tables]
+        parts = [read_segment(self.directory, e.segment_id) for e in entries]
+        parts = [p.replace_schema_metadata(None) for p in parts] + tables
+        schema = self.table.arrow_schema()
+        if not parts:
+            result = self._empty_versioned()
+        else:
+            key = self.key_columns[0]
+            filtered = []
+            for p in parts:
+                mask = where.mask(p.column(key))
+                filtered.append(p if mask is None else p.filter(mask))
+            result = lww_merge(filtered, self.key_columns)
+        result = result.filter(pc.invert(result.column(DELETED_COLUMN)))
+        if not include_system:
+            result = result.select([n for n in result.column_names if n not in SYSTEM_COLUMNS])
+            result = pa.Table.from_arrays(result.select(schema.names).columns, schema=schema)
+        return result

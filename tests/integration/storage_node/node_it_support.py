@@ -1,0 +1,117 @@
+"""Helpers for the storage node integration tests: tables, ingest messages, waiting."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from metadata.table import Column, ColumnType, TableDefinition
+from shoal.ids import new_partition_id
+from shoal.topics import TopicNames
+from shoal.wire.arrow_ipc import encode_batch
+from shoal.wire.ingest import TABLE_HEADER, ingest_schema
+from storage_node.config import FlushPolicy, LeaderConfig
+from storage_node.partition import PartitionLeader, PartitionReplica
+
+
+def make_table(name: str = "events") -> TableDefinition:
+    return TableDefinition(
+        name, (Column("k", ColumnType.UINT64, False), Column("v", ColumnType.STRING)), ("k",), "k", 1
+    )
+
+
+def rows(table: TableDefinition, keys: Sequence[int], values: Sequence[str | None], deleted: bool = False) -> pa.Table:
+    schema = ingest_schema(table.arrow_schema())
+    return pa.table(
+        {"k": pa.array(keys, pa.uint64()), "v": pa.array(values, pa.string()), "_shoal_deleted": [deleted] * len(keys)},
+        schema=schema,
+    )
+
+
+def produce(bootstrap: str, topic: str, payloads: Sequence[bytes | None], table: str = "events") -> None:
+    p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all",
+                  "message.max.bytes": 16 * 1024 * 1024})  # fmt: skip
+    for value in payloads:
+        p.produce(topic, value, partition=0, headers=[(TABLE_HEADER, table.encode())])
+    assert p.flush(30) == 0
+
+
+def produce_rows(bootstrap: str, topic: str, *tables: pa.Table) -> None:
+    produce(bootstrap, topic, [encode_batch(t) for t in tables])
+
+
+def wait_until(pred: Callable[[], bool], timeout: float = 30.0, interval: float = 0.05) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return True
+        time.sleep(interval)
+    return pred()
+
+
+def read_all(bootstrap: str, topic: str, timeout: float = 10.0) -> list[Any]:
+    """Every committed message of partition 0 of ``topic`` (up to its end now)."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "it-reader", "enable.auto.commit": False,
+                  "isolation.level": "read_committed"})  # fmt: skip
+    try:
+        low, high = c.get_watermark_offsets(TopicPartition(topic, 0), timeout=timeout)
+        c.assign([TopicPartition(topic, 0, low)])
+        out = []
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            m = c.poll(0.2)
+            if m is None:
+                pos = c.position([TopicPartition(topic, 0)])[0].offset
+                if pos >= high:
+                    break
+                continue
+            if m.error() is None:
+                out.append(m)
+            offset = m.offset()
+            if offset is not None and offset + 1 >= high:
+                break
+        return out
+    finally:
+        c.close()
+
+
+def committed(bootstrap: str, group: str, topic: str) -> int:
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    try:
+        return int(c.committed([TopicPartition(topic, 0)], timeout=10)[0].offset)
+    finally:
+        c.close()
+
+
+class LeaderFixture:
+    """Builds (replica, leader) pairs for one partition, as a node would."""
+
+    def __init__(self, bootstrap: str, prefix: str, data_dir: Path, **flush: Any) -> None:
+        self.bootstrap = bootstrap
+        self.topics = TopicNames(prefix)
+        self.table = make_table()
+        self.partition_id = new_partition_id()
+        self.data_dir = data_dir
+        self.flush = FlushPolicy(**flush) if flush else FlushPolicy(max_age_s=3600)
+
+    @property
+    def ingest(self) -> str:
+        return self.topics.ingest(self.partition_id)
+
+    def wal(self, placement_id: int = 1) -> str:
+        return self.topics.wal(self.partition_id, placement_id)
+
+    def start(
+        self, epoch: int | Callable[[], int] = 1, placement_id: int = 1, data_dir: Path | None = None, **cfg: Any
+    ) -> PartitionLeader:
+        replica = PartitionReplica(self.table, self.partition_id, placement_id, data_dir or self.data_dir)
+        config = LeaderConfig(self.bootstrap, self.topics, self.flush, **cfg)
+        fn = epoch if callable(epoch) else (lambda: epoch)
+        leader = PartitionLeader(replica, config, fn).start()
+        leader.wait_ready(60)
+        return leader

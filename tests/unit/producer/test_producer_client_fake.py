@@ -1,0 +1,132 @@
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from producer_unit_support import FakeKafka, make_file
+
+from metadata.keyspace import Keyspace
+from producer import DeliveryError, Producer, ProducerConfig, RowValidationError, SyncPolicy, SyncTimeoutError
+from shoal.topics import TopicNames
+from shoal.wire.arrow_ipc import decode_batch
+from shoal.wire.ingest import DELETED_COLUMN, TABLE_HEADER
+
+U = Keyspace.UINT64.encode
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.sleeps: list[float] = []
+
+    def clock(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.now += seconds
+
+
+def _producer(kafka: FakeKafka, clock: FakeClock | None = None, **kwargs: Any) -> tuple[Producer, Any]:
+    file = make_file(Keyspace.UINT64, (U(100), U(200)))
+    policy = SyncPolicy() if clock is None else SyncPolicy(0.1, 1.0, 2.0, clock=clock.clock, sleep=clock.sleep)
+    config = ProducerConfig("kafka:9092", "zk:2181", topic_prefix="p", create_topics=False, sync_policy=policy)
+    return Producer(config, map_loader=lambda _t: file, kafka_producer=kafka, **kwargs), file
+
+
+def test_write_routes_batches_and_reports() -> None:
+    kafka = FakeKafka()
+    reports: list[Any] = []
+    producer, file = _producer(kafka, on_delivery=reports.append)
+    with producer:
+        result = producer.write("events", [{"k": k, "ts": 1} for k in (5, 150, 250, 99, 100)])
+        assert result.rows == 5 and result.batches == 3
+    assert sorted(r.rows for r in reports) == [1, 2, 2] and all(r.ok for r in reports)
+    topics = TopicNames("p")
+    by_topic = {m["topic"]: decode_batch(m["value"]) for m in kafka.messages}
+    ids = [e.partition_id for e in file.partitions]
+    assert by_topic[topics.ingest(ids[0])].column("k").to_pylist() == [5, 99]
+    assert by_topic[topics.ingest(ids[1])].column("k").to_pylist() == [150, 100]
+    assert by_topic[topics.ingest(ids[2])].column("k").to_pylist() == [250]
+    assert all(m["headers"] == [(TABLE_HEADER, b"events")] for m in kafka.messages)
+    assert [f.result().offset for f in result.futures] == [0, 0, 0]
+
+
+def test_invalid_rows_send_nothing() -> None:
+    kafka = FakeKafka()
+    producer, _ = _producer(kafka)
+    with producer, pytest.raises(RowValidationError) as info:
+        producer.write("events", [{"k": 1, "ts": 1}, {"k": 300, "ts": 1}, {"k": 2, "ts": 1, "nope": 1}])
+    assert (info.value.row, info.value.column) == (2, "nope")
+    assert kafka.messages == []
+
+
+def test_delete_sends_tombstones() -> None:
+    kafka = FakeKafka()
+    producer, _ = _producer(kafka)
+    with producer:
+        producer.delete("events", [{"k": 1, "ts": 1}])
+        producer.delete("events", [(250, 2)])
+    tables = [decode_batch(m["value"]) for m in kafka.messages]
+    assert sorted(k for t in tables for k in t.column("k").to_pylist()) == [1, 250]
+    assert all(t.column(DELETED_COLUMN).to_pylist() == [True] for t in tables)
+
+
+def test_flush_raises_on_failed_delivery_and_invalidates_map() -> None:
+    kafka = FakeKafka()
+    producer, file = _producer(kafka)
+    kafka.fail[TopicNames("p").ingest(file.partitions[2].partition_id)] = "UNKNOWN_TOPIC_OR_PART"
+    result = producer.write("events", [{"k": 1, "ts": 1}, {"k": 300, "ts": 1}])
+    with pytest.raises(DeliveryError, match="1 batch") as info:
+        producer.flush(5)
+    assert len(info.value.reports) == 1 and getattr(info.value.reports[0], "rows", None) == 1
+    with pytest.raises(DeliveryError):
+        result.wait(1)
+    producer.flush(5)  # failures are reported once
+    producer.close()
+
+
+def test_sync_polls_until_leaders_commit_and_times_out() -> None:
+    kafka = FakeKafka()
+    clock = FakeClock()
+    committed: dict[tuple[str, str], int] = {}
+    calls: list[tuple[str, str]] = []
+
+    def reader(group: str, topic: str) -> int | None:
+        calls.append((group, topic))
+        return committed.get((group, topic))
+
+    producer, file = _producer(kafka, clock, offsets_reader=reader)
+    producer.write("events", [{"k": 1, "ts": 1}, {"k": 2, "ts": 1}])
+    producer.write("events", [{"k": 3, "ts": 1}])  # second message on the same topic: offset 1
+    topics = TopicNames("p")
+    pid = file.partitions[0].partition_id
+    with pytest.raises(SyncTimeoutError, match="not accepted by their leader") as info:
+        producer.sync(timeout=3)
+    assert info.value.lagging == {topics.ingest(pid): (None, 1)}
+    assert clock.sleeps[:4] == [0.1, 0.2, 0.4, 0.8] and max(clock.sleeps) <= 1.0
+    assert calls[0] == (topics.leader_group(pid), topics.ingest(pid))
+    committed[(topics.leader_group(pid), topics.ingest(pid))] = 1  # only the first message accepted
+    with pytest.raises(SyncTimeoutError):
+        producer.sync(timeout=1)
+    committed[(topics.leader_group(pid), topics.ingest(pid))] = 2
+    producer.sync(timeout=1)
+    producer.close()
+
+
+def test_closed_producer_refuses() -> None:
+    producer, _ = _producer(FakeKafka())
+    producer.close()
+    with pytest.raises(Exception, match="closed"):
+        producer.write("events", [{"k": 1, "ts": 1}])
+
+
+def test_config_refuses_weaker_delivery() -> None:
+    with pytest.raises(Exception, match="idempotent"):
+        ProducerConfig("k:1", "z:1", kafka_config={"acks": "1"})
+    cfg = ProducerConfig("k:1", "z:1", kafka_config={"linger.ms": 50})
+    assert cfg.kafka_producer_config()["enable.idempotence"] is True
+    assert cfg.kafka_producer_config()["acks"] == "all" and cfg.kafka_producer_config()["linger.ms"] == 50
+    env = {"SHOAL_ZK_CONNECT": "zz:1", "SHOAL_BOOTSTRAP_SERVERS": "bb:2", "SHOAL_TOPIC_PREFIX": "x"}
+    cfg = ProducerConfig.from_env(env, topic_prefix="y")
+    assert (cfg.zk_hosts, cfg.bootstrap_servers, cfg.topic_prefix) == ("zz:1", "bb:2", "y")

@@ -1,0 +1,137 @@
+from __future__ import annotations
+
+import datetime as dt
+
+import pandas as pd
+import pyarrow as pa
+import pytest
+from producer_unit_support import make_table
+
+from producer.errors import RowValidationError
+from producer.validation import Limits, delete_schema, to_ingest, validate_keys, validate_rows
+from shoal.errors import SchemaError, ShoalError
+from shoal.wire.ingest import DELETED_COLUMN, ingest_schema
+
+T = make_table()
+
+
+def good(k: int, **extra: object) -> dict[str, object]:
+    return {"k": k, "ts": 1000 + k, **extra}
+
+
+def test_dicts_become_the_table_schema() -> None:
+    rows = [good(1, v="a", n=3, b=b"\x00", score=1), good(2), {"k": 3, "ts": dt.datetime(2024, 1, 1)}]
+    out = validate_rows(T, rows)
+    assert out.schema.equals(T.arrow_schema())
+    assert out.column("k").to_pylist() == [1, 2, 3]
+    assert out.column("v").to_pylist() == ["a", None, None]
+    assert out.column("score").to_pylist() == [1.0, None, None]
+    assert out.column("ts").to_pylist()[2] == dt.datetime(2024, 1, 1, tzinfo=dt.UTC)
+
+
+def test_big_uint64_and_binary_from_text() -> None:
+    out = validate_rows(T, [{"k": 2**64 - 1, "ts": "2024-01-01T00:00:00Z", "b": "hi"}])
+    assert out.column("ts").to_pylist() == [dt.datetime(2024, 1, 1, tzinfo=dt.UTC)]
+    assert out.column("k").to_pylist() == [2**64 - 1]
+    assert out.column("b").to_pylist() == [b"hi"]
+
+
+@pytest.mark.parametrize(
+    ("rows", "row", "column", "text"),
+    [
+        ([good(1), good(2), {"k": -1, "ts": 1}], 2, "k", "uint64"),
+        ([good(1), {"k": 2}], 1, "ts", "null or missing"),
+        ([{"k": 2}], 0, "ts", "primary key column is missing"),
+        ([good(1), {"k": None, "ts": 1}], 1, "k", "null"),
+        ([good(1), good(2, zz=1)], 1, "zz", "unknown column"),
+        ([good(1, v="x"), good(2, v=3)], 1, "v", "int 3"),
+        ([good(1), good(2, n=1.5)], 1, "n", "float"),
+        ([good(1), good(2, n=2**40)], 1, "n", "int32"),
+        ([good(1), good(2, n=True)], 1, "n", "bool"),
+        ([good(1), {"k": 2, "ts": "not a time"}], 1, "ts", "timestamp"),
+        ([good(1), {"k": 2, "ts": "2024-01-01T00:00:00Z"}], 1, "ts", "mixes"),
+        ([good(1), good(2, v="x" * 300)], 1, "v", "longer than 100"),
+    ],
+)
+def test_errors_name_row_and_column(rows: list[dict[str, object]], row: int, column: str, text: str) -> None:
+    with pytest.raises(RowValidationError) as info:
+        validate_rows(T, rows, Limits(max_value_bytes=100, max_row_bytes=200))
+    err = info.value
+    assert (err.row, err.column) == (row, column), str(err)
+    assert text in str(err)
+    assert f"row {row}" in str(err) and repr(column) in str(err)
+    assert isinstance(err, SchemaError) and isinstance(err, ShoalError)
+
+
+def test_row_size_bound_names_the_row() -> None:
+    with pytest.raises(RowValidationError) as info:
+        validate_rows(T, [good(1, v="x" * 60, b="y" * 60), good(2, v="x" * 90, b="y" * 90)], Limits(100, 150))
+    assert info.value.row == 1 and "add up to more than 150" in str(info.value)
+
+
+def test_not_a_dict_and_not_rows() -> None:
+    with pytest.raises(RowValidationError, match="row 1: expected a dict"):
+        validate_rows(T, [good(1), [1, 2]])
+    with pytest.raises(RowValidationError, match="list of dicts"):
+        validate_rows(T, {"k": 1})
+    with pytest.raises(RowValidationError, match="list of dicts"):
+        validate_rows(T, 5)
+
+
+def test_arrow_input_casts_and_errors() -> None:
+    ok = pa.table({"k": pa.array([1, 2], pa.int64()), "ts": pa.array([1, 2], pa.int64()), "score": [1, 2]})
+    out = validate_rows(T, ok)
+    assert out.schema.equals(T.arrow_schema()) and out.column("score").to_pylist() == [1.0, 2.0]
+    bad = pa.table({"k": pa.array([1, 2, 3, -4, 5], pa.int64()), "ts": pa.array([1] * 5)})
+    with pytest.raises(RowValidationError) as info:
+        validate_rows(T, bad)
+    assert (info.value.row, info.value.column) == (3, "k")
+    with pytest.raises(RowValidationError) as info:
+        validate_rows(T, pa.table({"k": [1, 2], "ts": [1, 2], "v": [1, 2]}))
+    assert info.value.column == "v" and "cannot be cast" in str(info.value)
+    with pytest.raises(RowValidationError) as info:
+        validate_rows(T, pa.table({"k": [1], "ts": [1], "other": [1]}))
+    assert info.value.column == "other" and info.value.row is None
+    with pytest.raises(RowValidationError) as info:
+        validate_rows(T, pa.table({"k": [1.0, 2.5], "ts": [1, 2]}))
+    assert (info.value.row, info.value.column) == (1, "k")
+
+
+def test_dataframe_input() -> None:
+    df = pd.DataFrame(
+        {"k": [1, 2], "ts": pd.to_datetime(["2024-01-01 00:00:00.123456", "2024-01-02 00:00:00.000"]), "v": ["x", None]}
+    )
+    out = validate_rows(T, df)
+    assert out.column("v").to_pylist() == ["x", None]
+    assert out.column("ts").to_pylist()[0] == dt.datetime(2024, 1, 1, 0, 0, 0, 123000, tzinfo=dt.UTC)
+    with pytest.raises(RowValidationError) as info:
+        validate_rows(T, pd.DataFrame({"k": [1.0, None], "ts": [1, 2]}))
+    assert (info.value.row, info.value.column) == (1, "k")
+    with pytest.raises(RowValidationError) as info:
+        validate_rows(T, pd.DataFrame({"k": [1, "x"], "ts": [1, 2]}))
+    assert (info.value.row, info.value.column) == (1, "k")
+
+
+def test_deletes_carry_only_the_key() -> None:
+    keys = validate_keys(T, [{"k": 1, "ts": 5}, {"k": 2, "ts": 6}])
+    assert keys.schema.equals(delete_schema(T))
+    assert keys.column("v").null_count == 2 and keys.column("k").to_pylist() == [1, 2]
+    assert validate_keys(T, [(1, 5)]).column("ts").to_pylist()[0] == dt.datetime(1970, 1, 1, 0, 0, 0, 5000, dt.UTC)
+    ingest = to_ingest(keys, deleted=True)
+    assert ingest.column(DELETED_COLUMN).to_pylist() == [True, True]
+    assert ingest.schema.names == ingest_schema(T.arrow_schema()).names
+    with pytest.raises(RowValidationError, match="only the primary key"):
+        validate_keys(T, [{"k": 1, "ts": 5, "v": "x"}])
+    with pytest.raises(RowValidationError) as info:
+        validate_keys(T, [{"k": 1, "ts": 5}, {"k": 1}])
+    assert (info.value.row, info.value.column) == (1, "ts")
+    with pytest.raises(RowValidationError, match="give keys as dicts or tuples"):
+        validate_keys(T, [1, 2])
+    with pytest.raises(RowValidationError, match="needs 2 values"):
+        validate_keys(T, [(1,)])
+
+
+def test_writes_are_flagged_not_deleted() -> None:
+    out = to_ingest(validate_rows(T, [good(1)]), deleted=False)
+    assert out.schema.equals(ingest_schema(T.arrow_schema()))
+    assert out.column(DELETED_COLUMN).to_pylist() == [False]

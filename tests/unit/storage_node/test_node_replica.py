@@ -1,0 +1,114 @@
+"""Replica, memtable, ingest validation and Flight scans, without servers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from metadata.keyspace import KeyRange
+from metadata.table import Column, ColumnType, TableDefinition
+from shoal.errors import WireFormatError
+from shoal.ids import new_partition_id
+from shoal.wire.arrow_ipc import encode_batch
+from shoal.wire.ingest import ingest_schema
+from shoal.wire.records import Gtid
+from storage_node.config import FlushPolicy
+from storage_node.memtable import Memtable
+from storage_node.partition import IngestValidator, KeyFilter, PartitionReplica, Rejected, versioned_rows
+from storage_node.serve import ScanRequest, ScanServer, scan_remote
+
+TABLE = TableDefinition(
+    "events", (Column("k", ColumnType.UINT64, False), Column("v", ColumnType.STRING)), ("k",), "k", 1
+)
+
+
+def ingest(keys: list[int], values: list[str | None], deleted: bool = False) -> pa.Table:
+    return pa.table(
+        {"k": pa.array(keys, pa.uint64()), "v": pa.array(values, pa.string()), "_shoal_deleted": [deleted] * len(keys)},
+        schema=ingest_schema(TABLE.arrow_schema()),
+    )
+
+
+def test_flush_policy() -> None:
+    p = FlushPolicy(max_rows=10, max_bytes=1000, max_age_s=5)
+    assert not p.due(0, 10**9, 100)  # nothing to flush
+    assert p.due(10, 0, 0) and p.due(1, 1000, 0) and p.due(1, 0, 5)
+    assert not p.due(9, 999, 4.9)
+
+
+def test_memtable_tracks_offsets_and_refuses_going_back() -> None:
+    m = Memtable(start_offset=4)
+    assert m.empty
+    m.append(versioned_rows(ingest([1], ["a"]), Gtid(1, 0)), 5)
+    m.append(versioned_rows(ingest([1], ["b"]), Gtid(1, 1)), 7)
+    assert (m.start_offset, m.end_offset, m.rows) == (4, 8, 2)
+    with pytest.raises(ValueError):
+        m.append(versioned_rows(ingest([2], ["c"]), Gtid(1, 2)), 6)
+    merged = m.merged(["k"])
+    assert merged is not None and merged.column("v").to_pylist() == ["b"]
+
+
+def test_replica_flush_scan_and_reopen(tmp_path: Path) -> None:
+    pid = new_partition_id()
+    r = PartitionReplica(TABLE, pid, 3, tmp_path)
+    assert r.covered_end() == 0 and r.flush(1) is None
+    r.append(versioned_rows(ingest([1, 2, 1], ["a", "b", "a2"]), Gtid(1, 0)), 0)  # same key twice: later row wins
+    r.append(versioned_rows(ingest([2], [None], deleted=True), Gtid(1, 3)), 2)
+    assert r.scan().to_pylist() == [{"k": 1, "v": "a2"}]
+    first = r.flush(1)
+    assert first is not None and first.entry.is_major and first.entry.base_segment_id is None
+    r.append(versioned_rows(ingest([2, 5], ["b2", "e"]), Gtid(2, 0)), 4)
+    second = r.flush(2)
+    assert second is not None and second.entry.base_segment_id == first.segment_id and not second.entry.is_major
+    r.append(versioned_rows(ingest([5], ["e2"]), Gtid(2, 2)), 6)  # memtable only
+    expect = [{"k": 1, "v": "a2"}, {"k": 2, "v": "b2"}, {"k": 5, "v": "e2"}]
+    assert r.scan().sort_by("k").to_pylist() == expect
+    assert r.scan(KeyFilter(low=2, high=5)).to_pylist() == [{"k": 2, "v": "b2"}]
+    assert r.covered_end() == 5
+    r.close()
+    again = PartitionReplica(TABLE, pid, 3, tmp_path)  # the memtable is gone: the leader replays the WAL from 5
+    assert again.covered_end() == 5 and again.memtable.start_offset == 5
+    assert again.scan().sort_by("k").to_pylist() == [*expect[:2], {"k": 5, "v": "e"}]
+    again.close()
+
+
+def test_validator_reasons() -> None:
+    v = IngestValidator(TABLE, KeyRange((0).to_bytes(8, "big"), (100).to_bytes(8, "big")), max_bytes=4096)
+    good = v.validate(encode_batch(ingest([1, 99], ["a", "b"])), [("shoal.table", b"events")])
+    assert isinstance(good, pa.Table) and good.num_rows == 2
+
+    def reason(value: bytes | None, headers: list[tuple[str, bytes]] | None = None) -> str:
+        res = v.validate(value, headers)
+        assert isinstance(res, Rejected)
+        return res.reason
+
+    assert reason(b"junk") == "undecodable"
+    assert reason(None) == "undecodable"
+    assert reason(encode_batch(pa.table({"k": pa.array([1], pa.int64())}))) == "schema_mismatch"
+    assert reason(b"x" * 5000) == "oversized"
+    assert reason(encode_batch(ingest([100], ["x"]))) == "out_of_range"
+    assert reason(encode_batch(ingest([1], ["x"])), [("shoal.table", b"other")]) == "wrong_table"
+
+
+def test_scan_request_ticket_validation() -> None:
+    req = ScanRequest("events", None, low=1, high=9)
+    assert ScanRequest.from_ticket(req.to_ticket()) == req
+    for bad in (b"{", b'{"table": "../x"}', b'{"table": "t", "path": "/etc"}', b'{"table": "t", "key": [1]}'):
+        with pytest.raises((WireFormatError, ValueError)):
+            ScanRequest.from_ticket(bad)
+
+
+def test_flight_scan_roundtrip(tmp_path: Path) -> None:
+    r = PartitionReplica(TABLE, new_partition_id(), 1, tmp_path)
+    r.append(versioned_rows(ingest([1, 2], ["a", "b"]), Gtid(1, 0)), 0)
+    server = ScanServer("grpc://127.0.0.1:0", lambda table, pid: [r] if table == "events" else [])
+    try:
+        loc = f"grpc://127.0.0.1:{server.port}"
+        assert scan_remote(loc, ScanRequest("events", key=2)).to_pylist() == [{"k": 2, "v": "b"}]
+        with pytest.raises(Exception, match="no replica"):
+            scan_remote(loc, ScanRequest("nope"))
+    finally:
+        server.shutdown()
+        r.close()
