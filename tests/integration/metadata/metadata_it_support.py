@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
 from typing import Any
 
 from kazoo.client import KazooClient
@@ -59,15 +58,6 @@ def expire_session(client: KazooClient, zk_hosts: str, timeout: float = 60.0) ->
         lost.wait(5)
     if not lost.is_set():
         raise AssertionError("could not expire the ZooKeeper session")
-
-
-def wait_until(pred: Callable[[], bool], timeout: float = 30.0, interval: float = 0.05) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():
-            return True
-        time.sleep(interval)
-    return pred()
 
 
 def coordinator(zk: Any, store: KafkaFileStore, **kwargs: Any) -> MetadataCoordinator:

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 from kazoo.protocol.states import KazooState
-from metadata_it_support import close_client, expire_session, make_store, make_table, new_client, wait_until
+from metadata_it_support import close_client, expire_session, make_store, make_table, new_client
 
 from metadata.coordinator import MetadataCoordinator
 from metadata.discovery import ReplicaState
@@ -15,6 +15,7 @@ from metadata.errors import LeadershipLostError, NotEligibleError
 from metadata.zk_layout import ZkLayout
 from shoal.errors import StaleEpochError
 from shoal.ids import new_partition_id
+from shoal.testing.wait import wait_until
 
 pytestmark = pytest.mark.integration
 

@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 from confluent_kafka import Producer
 from kazoo.exceptions import NoAuthError
-from metadata_it_support import close_client, make_store, make_table, new_client, wait_until
+from metadata_it_support import close_client, make_store, make_table, new_client
 
 from metadata.coordinator import MetadataCoordinator
 from metadata.discovery import HeldReplica, ReplicaState
@@ -31,6 +31,7 @@ from metadata.security import ZkSecurity
 from metadata.zk_layout import TableHead, ZkLayout
 from shoal.cli.table import table_group
 from shoal.errors import InvalidIdError, SchemaError
+from shoal.testing.wait import wait_until
 
 pytestmark = pytest.mark.integration
 U = Keyspace.UINT64.encode

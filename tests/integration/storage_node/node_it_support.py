@@ -45,15 +45,6 @@ def produce_rows(bootstrap: str, topic: str, *tables: pa.Table) -> None:
     produce(bootstrap, topic, [encode_batch(t) for t in tables])
 
 
-def wait_until(pred: Callable[[], bool], timeout: float = 30.0, interval: float = 0.05) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():
-            return True
-        time.sleep(interval)
-    return pred()
-
-
 def read_all(bootstrap: str, topic: str, timeout: float = 10.0) -> list[Any]:
     """Every committed message of partition 0 of ``topic`` (up to its end now)."""
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": "it-reader", "enable.auto.commit": False,

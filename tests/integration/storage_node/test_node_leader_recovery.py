@@ -11,9 +11,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from node_it_support import LeaderFixture, produce_rows, read_all, rows, wait_until
+from node_it_support import LeaderFixture, produce_rows, read_all, rows
 
 from shoal.errors import StaleEpochError
+from shoal.testing.wait import wait_until
 from shoal.wire.records import GENESIS_HASH, WalRecord, verify_chain
 from storage_node.partition import FencedError, LeaderRoleState
 

@@ -12,11 +12,12 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from node_it_support import make_table, produce_rows, rows, wait_until
+from node_it_support import make_table, produce_rows, rows
 
 from metadata.client import MetadataClient, MetadataConfig
 from metadata.election import read_epoch
 from shoal.cli.node import scan_command
+from shoal.testing.wait import wait_until
 from shoal.topics import TopicNames
 from storage_node.config import FlushPolicy, NodeConfig
 from storage_node.node import StorageNode
