@@ -179,6 +179,17 @@ class PartitionReplica:
                  frozen.start_offset, frozen.end_offset)  # fmt: skip
         return record
 
+    def commit_major(self, record: SegmentRecord, *, leader_epoch: int) -> SegmentChain:
+        """Make a compacted major the new root, fenced by ``leader_epoch`` (source 3.1).
+
+        Its file must already be written and fsynced in :attr:`directory` under its segment id
+        (``write_segment_bytes``). Refused with CompactionConflictError, changing nothing, when the
+        root moved since the compaction started, the major is of another epoch, or the chain holds a
+        newer epoch; the caller then deletes the file (or recovery's reconcile does).
+        """
+        with self._lock:
+            return self._list.commit_compaction(record, leader_epoch=leader_epoch)
+
     def _empty_versioned(self) -> pa.Table:
         from storage_node.segments.versioned import stamp
 
