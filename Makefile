@@ -7,11 +7,12 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: setup system-deps jars demo test lint typecheck unit integration clean-cluster help
+.PHONY: setup system-deps jars demo test lint typecheck unit integration clean-cluster help bench
 
 help:
 	@echo "make demo   - set up, start the local cluster, run the round trip, stop"
 	@echo "make test   - set up, lint, type-check and run every test (starts its own cluster)"
+	@echo "make bench  - the write-path and fast-forward benchmarks with small defaults (a few minutes)"
 
 system-deps:
 	@bash scripts/system-deps.sh
@@ -46,3 +47,10 @@ integration: setup
 
 test: setup lint typecheck
 	$(VENV)/bin/pytest $(PYTEST_ARGS)
+
+BENCH_ROWS ?= 200000
+BENCH_SIZES ?= 1000,10000,100000,1000000
+
+bench: setup
+	$(PY) -m bench.write_path --rows $(BENCH_ROWS)
+	$(PY) -m bench.fast_forward --sizes $(BENCH_SIZES) --repeat 3

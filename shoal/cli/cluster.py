@@ -11,14 +11,15 @@ from shoal.runtime import jars, launcher
 
 
 @click.command("up")
-@click.option("--nodes", type=int, default=0, show_default=True, help="Storage nodes to start (0 for now).")
+@click.option("--nodes", type=int, default=0, show_default=True,
+              help="Storage nodes to start (node-1..node-N, ready once registered in ZooKeeper).")  # fmt: skip
 @click.option("--brokers", type=int, default=1, show_default=True, help="Kafka brokers (KRaft, combined mode).")
 @click.option("--data-dir", type=click.Path(path_type=Path), default=None, help="Where servers keep data and logs.")
 @click.option("--fresh", is_flag=True, help="Delete the data dir first instead of reusing its data.")
 @output_option
 @click.pass_obj
 def up_command(obj: CliContext, nodes: int, brokers: int, data_dir: Path | None, fresh: bool, output: str) -> None:
-    """Start ZooKeeper and Kafka on 127.0.0.1 and write the cluster file."""
+    """Start ZooKeeper, Kafka and N storage nodes on 127.0.0.1 and write the cluster file."""
     data = (data_dir or obj.data_dir).expanduser()
     cfg = launcher.LocalClusterConfig(data_dir=data, cache_dir=obj.cache_dir, brokers=brokers, nodes=nodes,
                                       fresh=fresh)  # fmt: skip
@@ -26,9 +27,12 @@ def up_command(obj: CliContext, nodes: int, brokers: int, data_dir: Path | None,
     if output == "json":
         emit_json(info.to_json())
         return
-    click.echo(f"local cluster up ({brokers} broker(s))")
+    click.echo(f"local cluster up ({brokers} broker(s), {nodes} storage node(s))")
     click.echo(f"  bootstrap servers: {info.bootstrap_servers}")
     click.echo(f"  zookeeper:         {info.zk_connect}")
+    for p in info.processes:
+        if p.name.startswith("node-"):
+            click.echo(f"  {p.name + ':':<19}scans on 127.0.0.1:{p.port}, log {p.log_path}")
     click.echo(f"  cluster file:      {cfg.cluster_file}")
     click.echo("stop it with: shoal down")
 
@@ -46,6 +50,9 @@ def status_command(obj: CliContext, output: str) -> None:
         click.echo(f"  bootstrap servers: {report['bootstrap_servers']}  (brokers seen "
                    f"{report['brokers_seen']}/{report['brokers_expected']})")  # fmt: skip
         click.echo(f"  zookeeper:         {report['zk_connect']}")
+        if report["nodes_expected"]:
+            click.echo(f"  storage nodes:     {len(report['nodes_registered'])}/{report['nodes_expected']} registered "
+                       f"({', '.join(report['nodes_registered']) or 'none'})")  # fmt: skip
         for p in report["processes"]:
             state = "healthy" if p["healthy"] else "RUNNING, UNHEALTHY" if p["running"] else "STOPPED"
             click.echo(f"  {p['name']:<12} pid {p['pid']:<8} port {p['port']!s:<6} {state:<18} {p['log']}")

@@ -13,7 +13,7 @@ from typing import IO, Any
 import click
 
 from producer import DeliveryReport, Producer, ProducerConfig, RowValidationError
-from shoal.cli.connection import connection_options
+from shoal.cli.connection import connection_options, with_cluster_defaults
 from shoal.cli.context import emit_json, output_option
 from shoal.errors import ShoalError
 
@@ -64,6 +64,7 @@ def write_command(
     reports: list[DeliveryReport] = []
     rows_sent = 0
     try:
+        conn = with_cluster_defaults(conn)
         config = ProducerConfig.from_env(
             zk_hosts=conn.get("zk_hosts"),
             bootstrap_servers=conn.get("bootstrap_servers"),

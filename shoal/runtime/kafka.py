@@ -53,19 +53,10 @@ def replication_defaults(brokers: int) -> dict[str, int]:
     }
 
 
-def server_properties(node: BrokerPorts, all_nodes: list[BrokerPorts], log_dir: Path) -> str:
-    voters = ",".join(f"{n.node_id}@127.0.0.1:{n.controller_port}" for n in all_nodes)
-    d = replication_defaults(len(all_nodes))
-    props = {
-        "process.roles": "broker,controller",
-        "node.id": node.node_id,
-        "controller.quorum.voters": voters,
-        "listeners": f"PLAINTEXT://127.0.0.1:{node.broker_port},CONTROLLER://127.0.0.1:{node.controller_port}",
-        "advertised.listeners": f"PLAINTEXT://127.0.0.1:{node.broker_port}",
-        "controller.listener.names": "CONTROLLER",
-        "inter.broker.listener.name": "PLAINTEXT",
-        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
-        "log.dirs": str(log_dir),
+def cluster_settings(brokers: int) -> dict[str, str | int]:
+    """Broker settings that do not depend on addresses: the same for ``shoal up`` and the compose cluster."""
+    d = replication_defaults(brokers)
+    return {
         "num.partitions": 1,
         "default.replication.factor": d["replication_factor"],
         "min.insync.replicas": d["min_insync_replicas"],
@@ -82,6 +73,31 @@ def server_properties(node: BrokerPorts, all_nodes: list[BrokerPorts], log_dir: 
         "log.retention.check.interval.ms": 30000,
         "transaction.abort.timed.out.transaction.cleanup.interval.ms": 5000,
         "transaction.remove.expired.transaction.cleanup.interval.ms": 60000,
+    }
+
+
+def docker_env(settings: dict[str, str | int]) -> dict[str, str]:
+    """Broker settings as environment of the apache/kafka image (``a.b-c_d`` -> ``KAFKA_A_B___C__D``)."""
+    out = {}
+    for key, value in settings.items():
+        name = key.replace("_", "__").replace("-", "___").replace(".", "_").upper()
+        out[f"KAFKA_{name}"] = str(value)
+    return out
+
+
+def server_properties(node: BrokerPorts, all_nodes: list[BrokerPorts], log_dir: Path) -> str:
+    voters = ",".join(f"{n.node_id}@127.0.0.1:{n.controller_port}" for n in all_nodes)
+    props: dict[str, str | int] = {
+        "process.roles": "broker,controller",
+        "node.id": node.node_id,
+        "controller.quorum.voters": voters,
+        "listeners": f"PLAINTEXT://127.0.0.1:{node.broker_port},CONTROLLER://127.0.0.1:{node.controller_port}",
+        "advertised.listeners": f"PLAINTEXT://127.0.0.1:{node.broker_port}",
+        "controller.listener.names": "CONTROLLER",
+        "inter.broker.listener.name": "PLAINTEXT",
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        "log.dirs": str(log_dir),
+        **cluster_settings(len(all_nodes)),
     }
     return "".join(f"{k}={v}\n" for k, v in props.items())
 

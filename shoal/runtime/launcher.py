@@ -1,7 +1,9 @@
-"""The embedded local cluster: ZooKeeper + a KRaft Kafka cluster (+ storage nodes, later).
+"""The embedded local cluster: ZooKeeper + a KRaft Kafka cluster + N storage nodes.
 
 ``up`` starts everything on 127.0.0.1 with free ports, waits until each part is ready, and
-writes the cluster file; ``status`` probes each part; ``down`` stops everything by pid.
+writes the cluster file; ``status`` probes each part; ``down`` stops everything by pid. Storage
+nodes are started from :func:`shoal.runtime.node_spec.node_spec` (the same spec as the compose
+cluster) and are ready once registered in ZooKeeper (issue 4 item 2).
 """
 
 from __future__ import annotations
@@ -16,8 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from shoal.errors import ConfigError, RuntimeLaunchError
-from shoal.runtime import cluster_file, jars, kafka, zookeeper
+from shoal.runtime import cluster_file, jars, kafka, storage_nodes, zookeeper
 from shoal.runtime.cluster_file import ClusterInfo
+from shoal.runtime.node_spec import local_target, node_spec
 from shoal.runtime.ports import free_ports
 from shoal.runtime.process import ProcessRecord, is_running, stop, tail
 
@@ -33,6 +36,7 @@ class LocalClusterConfig:
     brokers: int = 1
     nodes: int = 0
     topic_prefix: str = "shoal"
+    zk_root: str = "/shoal"
     kafka_heap_mb: int = 768
     zookeeper_heap_mb: int = 256
     start_timeout_s: float = 120.0
@@ -62,10 +66,6 @@ def _quiet(_: str) -> None:
 
 def up(config: LocalClusterConfig, progress: Progress = _quiet) -> ClusterInfo:
     """Start the local cluster; return what the cluster file now says."""
-    if config.nodes:
-        raise ConfigError(
-            "storage nodes are not part of the local runtime yet (they arrive with the write path); use --nodes 0"
-        )
     data_dir = config.data_dir.resolve()
     if config.cluster_file.exists():
         previous = cluster_file.read(config.cluster_file)
@@ -88,7 +88,7 @@ def up(config: LocalClusterConfig, progress: Progress = _quiet) -> ClusterInfo:
         cluster_id = kafka.new_cluster_id()
         cluster_id_file.write_text(cluster_id + "\n")
 
-    ports = free_ports(1 + 2 * config.brokers)
+    ports = free_ports(1 + 2 * config.brokers + config.nodes)
     zk_port = ports[0]
     nodes = [
         kafka.BrokerPorts(node_id=i + 1, broker_port=ports[1 + 2 * i], controller_port=ports[2 + 2 * i])
@@ -104,6 +104,7 @@ def up(config: LocalClusterConfig, progress: Progress = _quiet) -> ClusterInfo:
         brokers=config.brokers,
         topic_prefix=config.topic_prefix,
         started_at=time.time(),
+        extra={"zk_root": config.zk_root, "nodes": config.nodes},
     )
     try:
         progress(f"starting ZooKeeper on 127.0.0.1:{zk_port}")
@@ -133,6 +134,20 @@ def up(config: LocalClusterConfig, progress: Progress = _quiet) -> ClusterInfo:
             logs = "\n".join(f"--- {p.name}\n{tail(p.log_path)}" for p in started[1:])
             raise RuntimeLaunchError(f"Kafka did not report {config.brokers} broker(s) in time:\n{logs}")
         progress(f"Kafka is ready: {config.brokers} broker(s) at {bootstrap}")
+
+        if config.nodes:
+            target = local_target(str(data_dir), str(config.cluster_file.resolve()), info.zk_connect, bootstrap,
+                                  config.topic_prefix, config.zk_root)  # fmt: skip
+            node_ports = ports[1 + 2 * config.brokers :]
+            records = []
+            for i in range(1, config.nodes + 1):
+                spec = node_spec(i, target, node_ports[i - 1])
+                progress(f"starting storage node {spec.server_id} (scans on {spec.flight_host}:{spec.flight_port})")
+                records.append(storage_nodes.start(spec))
+                started.append(records[-1])
+            cluster_file.write(config.cluster_file, replace(info, processes=tuple(started)))
+            storage_nodes.wait_registered(records, info.zk_connect, config.zk_root, config.start_timeout_s)
+            progress(f"{config.nodes} storage node(s) registered in ZooKeeper")
     except BaseException:
         for rec in reversed(started):
             stop(rec, timeout_s=10)
@@ -157,9 +172,17 @@ def status(info: ClusterInfo) -> dict[str, Any]:
                       "log": p.log_path})  # fmt: skip
     brokers_seen = kafka.broker_count(info.bootstrap_servers, timeout_s=3.0) if procs else 0
     kafka_ok = brokers_seen >= info.brokers
+    node_names = [p["name"] for p in procs if p["name"].startswith("node-") and p["running"]]
+    nodes_registered = (
+        storage_nodes.registered(info.zk_connect, str(info.extra.get("zk_root", "/shoal")), node_names, 3.0)
+        if node_names
+        else set()
+    )
     for entry in procs:
         if entry["name"].startswith("kafka-"):
             entry["healthy"] = entry["running"] and kafka_ok
+        elif entry["name"].startswith("node-"):
+            entry["healthy"] = entry["running"] and entry["name"] in nodes_registered
     return {
         "data_dir": info.data_dir,
         "bootstrap_servers": info.bootstrap_servers,
@@ -167,6 +190,8 @@ def status(info: ClusterInfo) -> dict[str, Any]:
         "kafka_cluster_id": info.kafka_cluster_id,
         "brokers_expected": info.brokers,
         "brokers_seen": brokers_seen,
+        "nodes_expected": int(info.extra.get("nodes", 0)),
+        "nodes_registered": sorted(nodes_registered),
         "processes": procs,
         "running": bool(procs) and all(p["running"] for p in procs),
         "healthy": bool(procs) and all(p["healthy"] for p in procs),

@@ -14,12 +14,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from shoal.errors import ConfigError, RuntimeLaunchError
-from shoal.runtime import launcher, versions
+from shoal.runtime import compose, images, launcher
+from shoal.runtime.ports import free_port
 
 log = logging.getLogger(__name__)
 
-KAFKA_IMAGE = f"apache/kafka:{versions.KAFKA_VERSION}"
-ZOOKEEPER_IMAGE = f"zookeeper:{versions.ZOOKEEPER_VERSION}"
+KAFKA_IMAGE = images.KAFKA_IMAGE
+ZOOKEEPER_IMAGE = images.ZOOKEEPER_IMAGE
 
 
 @dataclass
@@ -46,32 +47,65 @@ def start_local(data_dir: Path, cache_dir: Path, brokers: int = 1) -> TestCluste
     return TestCluster(info.bootstrap_servers, info.zk_connect, "local", brokers, stop)
 
 
-def start_docker() -> TestCluster:  # pragma: no cover - needs a Docker engine
+def docker_engine_problem() -> str | None:
+    """Why the docker backend cannot run here (None if a Docker engine answers)."""
     try:
         import docker
+    except ImportError:
+        return "the 'docker' and 'testcontainers' Python packages are not installed (pip install -e '.[dev]')"
+    try:
+        client = docker.from_env()  # type: ignore[attr-defined]
+        try:
+            client.ping()
+        finally:
+            client.close()
+    except Exception as exc:  # docker.errors.DockerException and the socket errors under it
+        return f"no Docker engine answered ({type(exc).__name__}: {str(exc)[:200]})"
+    return None
 
-        docker.from_env().ping()  # type: ignore[attr-defined]
-    except Exception as exc:
+
+def docker_kafka_env(host_port: int, host: str = "localhost") -> dict[str, str]:
+    """The single test broker: the compose cluster's broker settings (``shoal.runtime.compose.kraft_env``)."""
+    return compose.kraft_env(1, 1, f"1@localhost:{compose.CONTROLLER_PORT}", host_port, f"{host}:{host_port}")
+
+
+def start_docker() -> TestCluster:
+    """ZooKeeper and one KRaft broker in containers, from the images and settings of docker/docker-compose.yml."""
+    problem = docker_engine_problem()
+    if problem is not None:
         raise RuntimeLaunchError(
-            "SHOAL_TEST_BACKEND=docker needs a running Docker engine, and none answered "
-            f"({exc}). Unset SHOAL_TEST_BACKEND to use the embedded local cluster instead."
-        ) from exc
+            f"SHOAL_TEST_BACKEND=docker needs a running Docker engine, but {problem}. Start Docker (or point "
+            "DOCKER_HOST at one), or unset SHOAL_TEST_BACKEND to use the embedded local cluster instead."
+        )
+    return _start_containers()  # pragma: no cover - needs a Docker engine
+
+
+def _start_containers() -> TestCluster:  # pragma: no cover - needs a Docker engine
     from testcontainers.core.container import DockerContainer
     from testcontainers.core.waiting_utils import wait_for_logs
-    from testcontainers.kafka import KafkaContainer
 
-    zk = DockerContainer(ZOOKEEPER_IMAGE).with_exposed_ports(2181)
+    zk = DockerContainer(ZOOKEEPER_IMAGE).with_exposed_ports(2181).with_env("ZOO_4LW_COMMANDS_WHITELIST", "srvr,ruok")
     zk.start()
-    wait_for_logs(zk, "binding to port", timeout=60)
-    kafka = KafkaContainer(KAFKA_IMAGE).with_kraft()
-    kafka.start()
+    # The broker advertises the host port it is published on, so the port is fixed before start.
+    port = free_port()
+    kafka = DockerContainer(KAFKA_IMAGE).with_bind_ports(port, port)
+    for key, value in docker_kafka_env(port).items():
+        kafka = kafka.with_env(key, value)
+    try:
+        wait_for_logs(zk, "binding to port", timeout=60)
+        kafka.start()
+        wait_for_logs(kafka, "Kafka Server started", timeout=120)
+    except BaseException:
+        kafka.stop()
+        zk.stop()
+        raise
 
     def stop() -> None:
         kafka.stop()
         zk.stop()
 
     zk_connect = f"{zk.get_container_host_ip()}:{zk.get_exposed_port(2181)}"
-    return TestCluster(kafka.get_bootstrap_server(), zk_connect, "docker", 1, stop)
+    return TestCluster(f"localhost:{port}", zk_connect, "docker", 1, stop)
 
 
 def from_environment(env: Mapping[str, str], data_dir: Path, cache_dir: Path) -> TestCluster:

@@ -1,4 +1,4 @@
-"""`shoal up` / `status` / `down` as a user runs them: 3 brokers, RF 3, min ISR 2, nothing left behind."""
+"""`shoal up` / `status` / `down` as a user runs them: brokers, RF 3, min ISR 2, storage nodes, no leftovers."""
 
 from __future__ import annotations
 
@@ -14,14 +14,17 @@ from confluent_kafka import Producer
 from shoal.kafka_admin import admin_client, create_topic
 from shoal.runtime import cluster_file
 from shoal.runtime.process import is_running
+from shoal.testing.wait import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
-def shoal(*args: str, data_dir: Path, check: bool = True) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "SHOAL_DATA_DIR": str(data_dir)}
+def shoal(
+    *args: str, data_dir: Path, check: bool = True, env: dict[str, str] | None = None, stdin: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    full_env = {**os.environ, "SHOAL_DATA_DIR": str(data_dir), **(env or {})}
     proc = subprocess.run([sys.executable, "-m", "shoal.cli.main", *args], capture_output=True, text=True,
-                          env=env, timeout=300, check=False)  # fmt: skip
+                          env=full_env, timeout=300, check=False, input=stdin)  # fmt: skip
     if check and proc.returncode != 0:
         raise AssertionError(f"shoal {' '.join(args)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}")
     return proc
@@ -64,5 +67,47 @@ def test_up_status_down_with_three_brokers(tmp_path: Path) -> None:
     for p in info.processes:  # not even under another name: the pids are gone
         assert not Path(f"/proc/{p.pid}").exists() or "Z" in Path(f"/proc/{p.pid}/stat").read_text().split()[2]
 
+    status = shoal("status", "--output", "json", data_dir=data, check=False)
+    assert status.returncode == 1 and json.loads(status.stdout)["running"] is False
+
+
+def test_up_with_storage_nodes_writes_and_scans(tmp_path: Path) -> None:
+    data = tmp_path / "with-nodes"
+    shoal("up", "--nodes", "2", "--output", "json", data_dir=data)
+    info = cluster_file.read(data / "cluster.json")
+    try:
+        assert [p.name for p in info.processes] == ["zookeeper", "kafka-1", "node-1", "node-2"]
+        for name in ("node-1", "node-2"):
+            rec = info.process(name)
+            assert rec is not None and is_running(rec)
+            assert rec.log_path == str((data / "nodes" / name / "node.log").resolve())
+            assert Path(rec.log_path).exists()
+            cmdline = Path(f"/proc/{rec.pid}/cmdline").read_bytes().split(b"\0")
+            assert [b"node", b"--id", name.encode()] == cmdline[cmdline.index(b"node") :][:3]
+
+        status = json.loads(shoal("status", "--output", "json", data_dir=data).stdout)
+        assert status["healthy"] is True and status["nodes_registered"] == ["node-1", "node-2"]
+        assert {p["name"]: p["healthy"] for p in status["processes"]}["node-2"] is True
+
+        # Through the CLI as a user would: a table with RF 2 over both nodes, written and scanned back.
+        env: dict[str, str] = {}  # no addresses: every command (write included) finds them in the cluster file
+        shoal("table", "create", "ev", "--column", "k:uint64:not_null", "--column", "v:string", "--primary-key", "k",
+              "--partition-key", "k", "--replication-factor", "2", "--server", "node-1", "--server", "node-2",
+              "--split-point", "150", data_dir=data, env=env)  # fmt: skip
+        described = json.loads(shoal("table", "describe", "ev", "--output", "json", data_dir=data, env=env).stdout)
+        assert len(described["partitions"]) == 2
+        lines = "".join(json.dumps({"k": k, "v": f"v{k}"}) + "\n" for k in range(300))
+        shoal("write", "ev", "--sync", "--timeout", "120", data_dir=data, env=env, stdin=lines)
+
+        def scanned() -> list[dict[str, object]]:
+            out = shoal("scan", "ev", "--output", "json", data_dir=data, env=env, check=False)
+            return [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+
+        assert wait_until(lambda: len(scanned()) == 300, 60)
+        assert scanned() == [{"k": k, "v": f"v{k}"} for k in range(300)]
+    finally:
+        down = shoal("down", "--output", "json", data_dir=data)
+    assert sorted(json.loads(down.stdout)["stopped"]) == ["kafka-1", "node-1", "node-2", "zookeeper"]
+    assert not any(is_running(p) for p in info.processes)
     status = shoal("status", "--output", "json", data_dir=data, check=False)
     assert status.returncode == 1 and json.loads(status.stdout)["running"] is False

@@ -1,0 +1,149 @@
+"""Shared parts of the benchmarks: the argparse CLI, timing, the results table / JSON, a throwaway cluster.
+
+Benchmarks are not tests: they measure, print, and never assert on speed. A benchmark that needs
+Kafka and ZooKeeper either uses the ones named by ``--bootstrap-servers``/``--zk`` or starts a
+throwaway local cluster (``shoal.runtime.launcher``) in a temporary directory and stops it at the end.
+Issue 4 item 6.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+
+def parser(description: str, *, cluster: bool) -> argparse.ArgumentParser:
+    """An argument parser with --output (and, for cluster benchmarks, the connection options)."""
+    p = argparse.ArgumentParser(description=description, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--output", "-o", choices=("table", "json"), default="table", help="for people or for scripts")
+    if cluster:
+        p.add_argument("--bootstrap-servers", default=None,
+                       help="Kafka to use (default: start a throwaway local cluster)")  # fmt: skip
+        p.add_argument("--zk", default=None, help="ZooKeeper connect string (needed with --bootstrap-servers)")
+    return p
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text.replace("_", ""))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from exc
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be positive")
+    return value
+
+
+def int_list(text: str) -> list[int]:
+    """``1000,10000,1e5`` -> [1000, 10000, 100000]."""
+    try:
+        values = [int(float(part)) for part in text.split(",") if part.strip()]
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of integers") from exc
+    if not values or any(v <= 0 for v in values):
+        raise argparse.ArgumentTypeError(f"{text!r} must list positive integers")
+    return values
+
+
+@contextlib.contextmanager
+def timer() -> Iterator[Callable[[], float]]:
+    """``with timer() as elapsed: ...``; ``elapsed()`` is the seconds so far (frozen at exit)."""
+    start = time.perf_counter()
+    end: list[float] = []
+    yield lambda: (end[0] if end else time.perf_counter()) - start
+    end.append(time.perf_counter())
+
+
+def median_time(fn: Callable[[], Any], repeat: int) -> float:
+    """The median wall time of ``repeat`` calls of ``fn``."""
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def wait_for(pred: Callable[[], bool], timeout_s: float, what: str, poll_s: float = 0.01) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not pred():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"benchmark: {what} did not happen within {timeout_s:.0f}s")
+        time.sleep(poll_s)
+
+
+@dataclass(frozen=True)
+class Endpoints:
+    bootstrap_servers: str
+    zk_connect: str
+    started_here: bool
+
+
+@contextlib.contextmanager
+def cluster(args: argparse.Namespace, progress: Callable[[str], None]) -> Iterator[Endpoints]:
+    """The cluster named by the options, or a throwaway local one (1 broker) stopped and deleted at the end."""
+    if args.bootstrap_servers:
+        if not args.zk:
+            raise SystemExit("--bootstrap-servers needs --zk as well")
+        yield Endpoints(args.bootstrap_servers, args.zk, False)
+        return
+    from shoal.runtime import launcher
+
+    data_dir = Path(tempfile.mkdtemp(prefix="shoal-bench-"))
+    cache = Path(os.environ.get("SHOAL_CACHE_DIR") or Path.home() / ".cache" / "shoal")
+    config = launcher.LocalClusterConfig(data_dir=data_dir, cache_dir=cache, fresh=True)
+    progress(f"starting a throwaway local cluster in {data_dir}")
+    try:
+        info = launcher.up(config)
+        try:
+            yield Endpoints(info.bootstrap_servers, info.zk_connect, True)
+        finally:
+            progress("stopping the throwaway cluster")
+            launcher.down(config.cluster_file)
+    finally:
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+
+def progress_printer(output: str) -> Callable[[str], None]:
+    def say(message: str) -> None:
+        print(f"  .. {message}", file=sys.stderr, flush=True)
+
+    return say if output == "table" else (lambda _m: None)
+
+
+def report(title: str, columns: Sequence[str], rows: Sequence[dict[str, Any]], settings: dict[str, Any],
+           output: str, notes: Sequence[str] = ()) -> None:  # fmt: skip
+    """Print the results: an aligned table with the settings under it, or one JSON document."""
+    if output == "json":
+        print(json.dumps({"benchmark": title, "settings": settings, "results": list(rows), "notes": list(notes)},
+                         indent=2, default=str))  # fmt: skip
+        return
+    cells = [[_fmt(r.get(c)) for c in columns] for r in rows]
+    widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(columns)]
+    print(title)
+    print("  ".join(c.rjust(w) for c, w in zip(columns, widths, strict=True)))
+    for row in cells:
+        print("  ".join(v.rjust(w) for v, w in zip(row, widths, strict=True)))
+    print("settings: " + ", ".join(f"{k}={v}" for k, v in settings.items()))
+    for note in notes:
+        print(note)
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:,.3f}" if abs(value) < 100 else f"{value:,.0f}"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return str(value)
