@@ -7,7 +7,9 @@ import click
 from shoal.cli.cluster import down_command, jars_command, status_command, up_command
 from shoal.cli.context import ShoalGroup, configure_logging, context_from_env
 from shoal.cli.demo import demo_command
+from shoal.cli.monitor import monitor_command
 from shoal.cli.node import node_command, scan_command
+from shoal.cli.offsets import offsets_command
 from shoal.cli.table import table_group
 from shoal.cli.write import write_command
 
@@ -29,6 +31,8 @@ for command in (up_command, status_command, down_command, jars_command, demo_com
 
 cli.add_command(table_group)
 cli.add_command(write_command)
+cli.add_command(offsets_command)
+cli.add_command(monitor_command)
 
 
 def main() -> None:

@@ -1,0 +1,170 @@
+"""The monitor's memory: sliding windows of samples, recreation events, topic ids, leader epochs.
+
+Kept in memory and, with a history directory, persisted after every poll to
+``<dir>/monitor-history.json`` (written to a temporary file, fsynced, then renamed), and loaded
+at start, so a restarted monitor evaluates with the window it had instead of starting blind, and
+also notices a topic recreated or a cluster replaced while it was down (the ids it remembers no
+longer match). Samples older than ``keep_s`` are dropped on load.
+
+File shape (``version`` 1)::
+
+    {"version": 1, "saved_at": <s>, "cluster_id": str|null,
+     "topic_ids": {topic: id},
+     "partitions": {partition_id: {"epoch": int, "leader": str|null, "leader_changes": int}},
+     "series": {key: [[ts, committed|null, log_start, log_end, lag, members], ...]},
+     "events": {key: [[ts, text], ...]}}
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from monitor.errors import HistoryFileError
+from monitor.status import Sample
+
+FILE_NAME = "monitor-history.json"
+VERSION = 1
+
+
+@dataclass
+class PartitionMemory:
+    epoch: int
+    leader: str | None
+    leader_changes: int = 0
+
+
+@dataclass
+class History:
+    keep_samples: int
+    keep_s: float
+    cluster_id: str | None = None
+    topic_ids: dict[str, str] = field(default_factory=dict)
+    partitions: dict[str, PartitionMemory] = field(default_factory=dict)
+    series: dict[str, deque[Sample]] = field(default_factory=dict)
+    events: dict[str, list[tuple[float, str]]] = field(default_factory=dict)
+
+    def add(self, key: str, sample: Sample) -> list[Sample]:
+        dq = self.series.get(key)
+        if dq is None:
+            dq = self.series[key] = deque(maxlen=self.keep_samples)
+        dq.append(sample)
+        return list(dq)
+
+    def window(self, key: str, n: int) -> list[Sample]:
+        return list(self.series.get(key, ()))[-n:]
+
+    def add_event(self, key: str, ts: float, text: str) -> None:
+        self.events.setdefault(key, []).append((ts, text))
+
+    def active_events(self, key: str, now: float, window_s: float) -> list[str]:
+        return [text for ts, text in self.events.get(key, ()) if ts >= now - window_s]
+
+    def note_leader(self, partition_id: str, epoch: int, leader: str | None) -> int:
+        """Remember the partition's epoch; count a leader change when it moved. Returns the count."""
+        mem = self.partitions.get(partition_id)
+        if mem is None:
+            self.partitions[partition_id] = PartitionMemory(epoch, leader)
+            return 0
+        if epoch != mem.epoch or leader != mem.leader:
+            if epoch > mem.epoch:
+                mem.leader_changes += 1
+            mem.epoch, mem.leader = epoch, leader
+        return mem.leader_changes
+
+    def prune(self, now: float) -> None:
+        cutoff = now - self.keep_s
+        for key in list(self.series):
+            dq = self.series[key]
+            while dq and dq[0].ts < cutoff:
+                dq.popleft()
+            if not dq:
+                del self.series[key]
+        for key in list(self.events):
+            kept = [e for e in self.events[key] if e[0] >= cutoff]
+            if kept:
+                self.events[key] = kept
+            else:
+                del self.events[key]
+
+    # -- persistence ----------------------------------------------------------------------------
+
+    def to_json(self, now: float) -> dict[str, Any]:
+        return {
+            "version": VERSION,
+            "saved_at": now,
+            "cluster_id": self.cluster_id,
+            "topic_ids": dict(self.topic_ids),
+            "partitions": {
+                pid: {"epoch": m.epoch, "leader": m.leader, "leader_changes": m.leader_changes}
+                for pid, m in self.partitions.items()
+            },
+            "series": {
+                key: [[s.ts, s.committed, s.log_start, s.log_end, s.lag, s.members] for s in dq]
+                for key, dq in self.series.items()
+            },
+            "events": {key: [[ts, text] for ts, text in evs] for key, evs in self.events.items()},
+        }
+
+    def save(self, directory: Path, now: float) -> Path:
+        directory.mkdir(parents=True, exist_ok=True)
+        path = directory / FILE_NAME
+        data = json.dumps(self.to_json(now), separators=(",", ":")).encode()
+        fd, tmp = tempfile.mkstemp(prefix=".monitor-history.", dir=directory)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        return path
+
+    @classmethod
+    def load(cls, directory: Path, *, keep_samples: int, keep_s: float, now: float) -> History:
+        """The history saved in ``directory`` (an empty one if there is no file yet)."""
+        hist = cls(keep_samples, keep_s)
+        path = directory / FILE_NAME
+        if not path.exists():
+            return hist
+        try:
+            obj = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise HistoryFileError(f"history file {path} is unreadable: {exc}; remove it to start afresh") from exc
+        if not isinstance(obj, dict) or obj.get("version") != VERSION:
+            raise HistoryFileError(
+                f"history file {path} is not a version {VERSION} monitor history; remove it to start afresh"
+            )
+        try:
+            hist.cluster_id = obj["cluster_id"]
+            hist.topic_ids = {str(k): str(v) for k, v in obj["topic_ids"].items()}
+            hist.partitions = {
+                str(pid): PartitionMemory(int(m["epoch"]), m["leader"], int(m["leader_changes"]))
+                for pid, m in obj["partitions"].items()
+            }
+            for key, rows in obj["series"].items():
+                dq: deque[Sample] = deque(maxlen=keep_samples)
+                for ts, committed, start, end, lag, members in rows:
+                    dq.append(
+                        Sample(
+                            float(ts),
+                            None if committed is None else int(committed),
+                            int(start),
+                            int(end),
+                            int(lag),
+                            int(members),
+                        )
+                    )
+                hist.series[str(key)] = dq
+            hist.events = {str(k): [(float(ts), str(t)) for ts, t in evs] for k, evs in obj["events"].items()}
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise HistoryFileError(f"history file {path} is malformed: {exc!r}; remove it to start afresh") from exc
+        hist.prune(now)
+        return hist
