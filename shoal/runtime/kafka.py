@@ -42,8 +42,14 @@ class BrokerPorts:
 
 
 def new_cluster_id() -> str:
-    """A Kafka cluster id: 16 random bytes, base64url without padding (Kafka's Uuid form)."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    """A Kafka cluster id: 16 random bytes, base64url without padding (Kafka's Uuid form).
+
+    Never starting with '-': ``kafka-storage format -t -xyz`` would read it as an option (Kafka's own
+    ``Uuid.randomUuid`` redraws such ids for the same reason)."""
+    while True:
+        cid = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cid.startswith("-"):
+            return cid
 
 
 def replication_defaults(brokers: int) -> dict[str, int]:
