@@ -21,7 +21,7 @@ import enum
 import json
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -140,7 +140,13 @@ class PartitionElection:
         layout: ZkLayout | None = None,
         security: ZkSecurity = OPEN,
         on_change: Callable[[LeaderState, Leadership | None], None] | None = None,
+        prefer: Callable[[Sequence[Candidate]], int | None] | None = None,
+        max_yields: int = 2,
     ) -> None:
+        """``prefer``: given the line of candidates, the placement id that should lead (e.g. the replica
+        with the highest acked position on the old leader's channel, TokuMX), or None for no preference.
+        A first-in-line candidate that is not preferred, while the preferred one is in line, yields:
+        it re-enters at the back (at most ``max_yields`` times per start, so the election always ends)."""
         self.partition_id = validate_partition_id(partition_id)
         self.server_id = validate_server_id(server_id)
         self.placement_id = validate_placement_id(placement_id)
@@ -155,6 +161,9 @@ class PartitionElection:
         self._leadership: Leadership | None = None
         self._node: str | None = None
         self._listening = False
+        self._prefer = prefer
+        self._max_yields = max_yields
+        self._yields = 0
 
     @classmethod
     def for_file(
@@ -229,6 +238,7 @@ class PartitionElection:
         with self._cond:
             if self._state in (LeaderState.CANDIDATE, LeaderState.LEADER, LeaderState.SUSPENDED):
                 return
+        self._yields = 0
         ensure_path(self._zk, self._layout.election(self.partition_id), self._security)
         with zk_errors(f"create epoch of {self.partition_id}"):
             with contextlib.suppress(NodeExistsError):
@@ -277,12 +287,43 @@ class PartitionElection:
                 return
             idx = names.index(node)
             if idx == 0:
+                if self._should_yield(line):
+                    self._requeue(node)
+                    continue
                 self._become_leader(node)
                 return
             pred = f"{self._layout.election(self.partition_id)}/{names[idx - 1]}"
             with zk_errors("watch predecessor"):
                 if self._zk.exists(pred, watch=lambda _event: self._spawn(self._check)) is not None:
                     return
+
+    def _should_yield(self, line: Sequence[Candidate]) -> bool:
+        if self._prefer is None or self._yields >= self._max_yields:
+            return False
+        try:
+            preferred = self._prefer(line)
+        except Exception:  # a preference that cannot be computed never blocks the election
+            log.warning("election preference of %s failed; ignoring it", self.partition_id, exc_info=True)
+            return False
+        return (
+            preferred is not None
+            and preferred != self.placement_id
+            and any(c.placement_id == preferred for c in line[1:])
+        )
+
+    def _requeue(self, node: str) -> None:
+        """Give way to a preferred candidate: re-enter the line at its back."""
+        self._yields += 1
+        base = self._layout.election(self.partition_id)
+        data = json.dumps({"server_id": self.server_id, "placement_id": self.placement_id}).encode()
+        with zk_errors(f"re-enter the election of {self.partition_id}"):
+            path = self._zk.create(f"{base}/{_PREFIX}", data, acl=self._security.acls(), ephemeral=True, sequence=True)
+            with self._cond:
+                self._node = path.rsplit("/", 1)[-1]
+            with contextlib.suppress(NoNodeError):
+                self._zk.delete(f"{base}/{node}")
+        log.info("%s#%d yields the leadership of %s to a more advanced replica", self.server_id, self.placement_id,
+                 self.partition_id)  # fmt: skip
 
     def _become_leader(self, node: str) -> None:
         cand_path = f"{self._layout.election(self.partition_id)}/{node}"

@@ -9,7 +9,8 @@ For every table, every committed METADATA version runs partition discovery for t
 each partition where this server's placement is LIVE the node holds a replica and campaigns in the
 partition's election. When it wins, it starts a :class:`PartitionLeader` whose epoch is the
 election's (``check_writable``), so a SUSPENDED or LOST leadership stops writes at the next batch.
-Followers (LOAD, replication) come with issue 5.
+Every LIVE replica that does not lead runs a :class:`PartitionFollower` on the current leader's
+segments channel (issue 5); on losing leadership the node follows again and re-campaigns.
 """
 
 from __future__ import annotations
@@ -18,19 +19,26 @@ import contextlib
 import logging
 import signal
 import threading
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
 from types import FrameType
 
 from metadata.client import MetadataClient, MetadataConfig
 from metadata.discovery import ReplicaState, discover
-from metadata.election import Leadership, LeaderState, PartitionElection
+from metadata.election import Candidate, Leadership, LeaderState, PartitionElection, read_epoch
 from metadata.keyspace import KeyRange
 from metadata.metadata_file import MetadataFile
 from metadata.notify import TableWatcher
 from metadata.table import TableDefinition
+from shoal.topics import TopicNames
 from storage_node.config import NodeConfig
 from storage_node.partition import PartitionLeader, PartitionReplica
-from storage_node.serve import ScanServer, register_node
+from storage_node.partition.compaction import CompactionIntake
+from storage_node.partition.follower import FollowerConfig, PartitionFollower
+from storage_node.replication.describe import describe_replica
+from storage_node.replication.receive import InFlightBudget
+from storage_node.serve import ScanServer, node_path, register_node
+from storage_node.wal.indexes import channel_indexes
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +52,10 @@ class HeldPartition:
     replica: PartitionReplica
     election: PartitionElection | None = None
     leader: PartitionLeader | None = None
+    follower: PartitionFollower | None = None
+    peers: tuple[int, ...] = ()
+    """The partition's other placement ids in the current METADATA (for the Tail index)."""
+    intake: CompactionIntake | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -63,6 +75,8 @@ class StorageNode:
         self._client: MetadataClient | None = None
         self.location: str | None = None
         self.ready = threading.Event()
+        self.budget = InFlightBudget()
+        """Bytes being received by all followers of this node (OVERLOADED backpressure)."""
 
     # -- public --------------------------------------------------------------------------------
 
@@ -90,7 +104,9 @@ class StorageNode:
         with contextlib.ExitStack() as stack:
             client = stack.enter_context(MetadataClient(self.metadata_config))
             self._client = client
-            server = ScanServer(f"grpc://{self.config.flight_host}:{self.config.flight_port}", self.replicas)
+            server = ScanServer(
+                f"grpc://{self.config.flight_host}:{self.config.flight_port}", self.replicas, describe=self.describe
+            )
             stack.callback(server.shutdown)
             threading.Thread(target=server.serve, daemon=True, name="flight").start()
             self.location = f"grpc://{self.config.flight_host}:{server.port}"
@@ -100,6 +116,7 @@ class StorageNode:
             self.ready.set()
             while not self._stop.is_set():
                 self._watch_new_tables(client)
+                self._supervise(client)
                 self._stop.wait(self.config.table_poll_s)
             log.info("node %s stopping", self.config.server_id)
 
@@ -125,15 +142,19 @@ class StorageNode:
     def _on_file(self, file: MetadataFile) -> None:
         if self._stop.is_set():
             return
+        servers = {p.partition_id: tuple(s.placement_id for s in p.servers) for p in file.partitions}
         for d in discover(file, self.config.server_id):
             if d.state is not ReplicaState.LIVE or d.placement_id is None:
                 continue  # LOAD / UNLOAD replicas: issue 5
+            peers = tuple(p for p in servers.get(d.partition_id, ()) if p != d.placement_id)
             with self._lock:
                 if d.partition_id in self._held:
+                    self._held[d.partition_id].peers = peers
                     continue
                 replica = PartitionReplica(file.table, d.partition_id, d.placement_id, self.config.data_dir)
-                held = HeldPartition(file.table, d.partition_id, d.placement_id, d.key_range, replica)
+                held = HeldPartition(file.table, d.partition_id, d.placement_id, d.key_range, replica, peers=peers)
                 self._held[d.partition_id] = held
+            self._start_follower(held)
             self._campaign(held)
 
     def _campaign(self, held: HeldPartition) -> None:
@@ -142,8 +163,10 @@ class StorageNode:
         def on_change(state: LeaderState, leadership: Leadership | None) -> None:
             if state is LeaderState.LEADER:
                 self._start_leader(held)
-            elif state is LeaderState.LOST and held.leader is not None:
-                held.leader.request_stop()  # it also stops by itself at its next batch (check_writable)
+            elif state is LeaderState.LOST:
+                if held.leader is not None:
+                    held.leader.request_stop()  # it also stops by itself at its next batch (check_writable)
+                threading.Thread(target=self._after_lost, args=(held,), daemon=True).start()
 
         election = PartitionElection(
             self._client.zk,
@@ -154,9 +177,28 @@ class StorageNode:
             layout=self._client.layout,
             security=self.metadata_config.security,
             on_change=on_change,
+            prefer=self._preference(held.partition_id),
         )
         held.election = election
         election.start()
+
+    def _preference(self, partition_id: str) -> Callable[[Sequence[Candidate]], int | None]:
+        """TokuMX failover: prefer the candidate with the highest Ack on the old leader's segments channel."""
+        assert self._client is not None
+        client, topics, bs = self._client, TopicNames(self.config.topic_prefix), self.config.bootstrap_servers
+
+        def prefer(line: Sequence[Candidate]) -> int | None:
+            old = read_epoch(client.zk, client.layout, partition_id).placement_id
+            others = [c.placement_id for c in line if c.placement_id != old]
+            if old is None or len(others) < 2:
+                return None
+            groups = tuple(topics.replica_group(partition_id, p) for p in others)
+            acks = channel_indexes(bs, topics.segments(partition_id, old), groups, timeout_s=5).acks
+            positions = [-1 if a is None else a for _, a in acks]
+            best = max(positions)
+            return None if best < 0 else others[positions.index(best)]
+
+        return prefer
 
     def _start_leader(self, held: HeldPartition) -> None:
         if self._stop.is_set():
@@ -164,6 +206,10 @@ class StorageNode:
         with held.lock:
             if held.leader is not None and not held.leader.stopped.is_set():
                 return
+            if held.follower is not None:  # the follower role ends before the leader role starts
+                held.follower.stop()
+                held.follower = None
+            held.replica.overlay = None  # a leader reads its memtable; adoption covers the overlay's rows
             if held.leader is not None:  # a previous term: its replica state is rebuilt by recovery
                 held.leader.stop()
                 held.replica.close()
@@ -175,14 +221,110 @@ class StorageNode:
                 self.config.leader_config(),
                 lambda: election.check_writable().epoch,
                 key_range=held.key_range,
+                peers=lambda: held.peers,
             )
             held.leader = leader.start()
+            if held.intake is not None:  # compaction majors are committed by the leader, fenced by its epoch
+                held.intake.stop()
+            held.intake = CompactionIntake(held.replica, lambda: election.check_writable().epoch,
+                                           bootstrap_servers=self.config.bootstrap_servers,
+                                           topics=TopicNames(self.config.topic_prefix)).start()  # fmt: skip
             log.info("node %s leads %s", self.config.server_id, held.replica.name)
+
+    def _start_follower(self, held: HeldPartition) -> None:
+        """Follow the partition's current leader (a no-op while this replica leads)."""
+        if self._stop.is_set():
+            return
+        assert self._client is not None
+        client = self._client
+        with held.lock:
+            if held.follower is not None and not held.follower.stopped.is_set():
+                return
+            if held.leader is not None and not held.leader.stopped.is_set():
+                return
+            pid, own = held.partition_id, held.placement_id
+
+            def leader() -> int | None:
+                rec = read_epoch(client.zk, client.layout, pid)
+                return None if rec.placement_id in (None, own) else rec.placement_id
+
+            config = FollowerConfig(self.config.bootstrap_servers, TopicNames(self.config.topic_prefix))
+            held.follower = PartitionFollower(held.replica, config, leader, budget=self.budget).start()
+
+    def _after_lost(self, held: HeldPartition) -> None:
+        """After losing leadership: wait for the leader role to end, follow, and campaign again."""
+        leader = held.leader
+        if leader is not None:
+            leader.stopped.wait(60)
+        if self._stop.is_set():
+            return
+        self._start_follower(held)
+        self._recampaign(held)
+
+    def _recampaign(self, held: HeldPartition) -> None:
+        election = held.election
+        if election is None or election.state is not LeaderState.LOST or self._stop.is_set():
+            return
+        try:
+            election.start()
+        except Exception as exc:  # e.g. the session just expired: _supervise tries again
+            log.warning("%s: cannot campaign again yet: %s", held.replica.name, exc)
+
+    def _supervise(self, client: MetadataClient) -> None:
+        """Keep every held partition in a role after faults (session loss, fencing, a failed thread).
+
+        - re-register this node's Flight location if a new ZooKeeper session dropped it;
+        - a leader role that ended (fenced, failed) while the election still says LEADER -> resign;
+        - not leading -> a running follower; election LOST -> campaign again.
+        """
+        try:
+            if client.zk.exists(node_path(client.layout, self.config.server_id)) is None and self.location:
+                register_node(client.zk, client.layout, self.config.server_id, self.location,
+                              self.metadata_config.security)  # fmt: skip
+                log.info("node %s registered again at %s", self.config.server_id, self.location)
+        except Exception as exc:
+            log.warning("cannot re-register node %s: %s", self.config.server_id, exc)
+        for held in self.partitions().values():
+            election = held.election
+            leading = held.leader is not None and not held.leader.stopped.is_set()
+            ended = held.leader is not None and held.leader.stopped.is_set()
+            lead = election.leadership if election is not None else None
+            same_term = ended and lead is not None and held.leader is not None and held.leader.term == lead.epoch
+            if same_term and election is not None and election.state is LeaderState.LEADER:
+                log.warning("%s: the leader role ended (%s); resigning", held.replica.name,
+                            held.leader.state.value if held.leader else "none")  # fmt: skip
+                with contextlib.suppress(Exception):
+                    election.resign()
+                continue
+            if not leading:
+                self._start_follower(held)
+                self._recampaign(held)
+
+    def describe(self, table: str) -> list[dict[str, object]]:
+        """``describe replica`` for every replica of ``table`` on this node (``shoal verify``)."""
+        out = []
+        for held in self.partitions().values():
+            if held.table.name != table:
+                continue
+            role = "leader" if held.leader is not None and not held.leader.stopped.is_set() else "follower"
+            info = describe_replica(held.replica)
+            info.update(server_id=self.config.server_id, role=role)
+            if held.follower is not None:
+                info["follower"] = asdict(held.follower.stats)
+                info["following_placement_id"] = held.follower.leader_placement_id
+            if held.leader is not None and held.leader.publisher is not None:
+                info["published"] = asdict(held.leader.publisher.stats)
+            out.append(info)
+        return out
 
     def _release_all(self) -> None:
         for w in list(self._watchers.values()):
             w.stop()
         for held in self.partitions().values():
+            if held.follower is not None:
+                held.follower.stop()
+            if held.intake is not None:
+                held.intake.stop()
             if held.leader is not None:
                 held.leader.stop()
             if held.election is not None:

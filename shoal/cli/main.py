@@ -10,7 +10,9 @@ from shoal.cli.demo import demo_command
 from shoal.cli.monitor import monitor_command
 from shoal.cli.node import node_command, scan_command
 from shoal.cli.offsets import offsets_command
+from shoal.cli.spark import spark_group
 from shoal.cli.table import table_group
+from shoal.cli.verify import verify_command
 from shoal.cli.write import write_command
 
 
@@ -30,9 +32,11 @@ for command in (up_command, status_command, down_command, jars_command, demo_com
     cli.add_command(command)
 
 cli.add_command(table_group)
+cli.add_command(spark_group)
 cli.add_command(write_command)
 cli.add_command(offsets_command)
 cli.add_command(monitor_command)
+cli.add_command(verify_command)
 
 
 def main() -> None:

@@ -1,4 +1,4 @@
-"""Partition replicas on a node and their roles (leader now; followers in issue 5)."""
+"""Partition replicas on a node and their roles: leader (leader.py) and follower (follower.py, issue 5)."""
 
 from storage_node.partition.leader import FencedError, LeaderRoleState, PartitionLeader, versioned_rows
 from storage_node.partition.replica import KeyFilter, PartitionReplica, replica_dir

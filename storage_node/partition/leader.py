@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import enum
 import logging
+import queue
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -43,6 +44,9 @@ from shoal.wire.records import GENESIS_HASH, Gtid, IngestOffset, WalRecord, veri
 from storage_node.config import LeaderConfig
 from storage_node.partition.replica import PartitionReplica
 from storage_node.partition.validate import IngestValidator, Rejected
+from storage_node.replication.adopt import adopt_channels
+from storage_node.replication.merge_in import MergeJob, PeerSegmentReceiver, drain_merges
+from storage_node.replication.publish import SegmentPublisher
 from storage_node.segments.versioned import stamp
 from storage_node.wal import read_channel, read_record_at
 
@@ -78,6 +82,8 @@ class LeaderStats:
     wal_records: int = 0
     rows: int = 0
     deadlettered: int = 0
+    adopted_segments: int = 0
+    merged_segments: int = 0
     segments: int = 0
 
 
@@ -99,9 +105,12 @@ class PartitionLeader:
         epoch: Callable[[], int],
         *,
         key_range: KeyRange | None = None,
+        peers: Callable[[], Sequence[int]] | None = None,
     ) -> None:
+        """``peers``: the partition's other placement ids (for Tail); None = never truncate."""
         self.replica = replica
         self.config = config
+        self.peers = peers
         self._epoch = epoch
         topics = config.topics
         self.partition_id = replica.partition_id
@@ -120,6 +129,9 @@ class PartitionLeader:
         self._thread: threading.Thread | None = None
         self._producer: Producer | None = None
         self._consumer: Consumer | None = None
+        self.publisher: SegmentPublisher | None = None
+        self.merger: PeerSegmentReceiver | None = None
+        self._merges: queue.Queue[MergeJob] = queue.Queue()
         self._last_hash: bytes = GENESIS_HASH
         self._last_gtid: Gtid | None = None
         self._epoch_now: int | None = None
@@ -155,6 +167,10 @@ class PartitionLeader:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(30)
+        if self.publisher is not None:
+            self.publisher.stop()
+        if self.merger is not None:
+            self.merger.stop()
 
     _crash = False
 
@@ -184,6 +200,10 @@ class PartitionLeader:
             self.stopped.set()
 
     def _close(self) -> None:
+        if self.merger is not None:
+            self.merger.stop()
+        if self.publisher is not None:
+            self.publisher.stop()
         if self._consumer is not None:
             with contextlib.suppress(KafkaException):
                 self._consumer.close()
@@ -225,6 +245,36 @@ class PartitionLeader:
             raise KafkaOperationError(f"cannot claim WAL channel {self.wal_topic}: {exc}") from exc
         self._producer = producer
         self._recover()
+        if self.peers is not None:
+            adopted = adopt_channels(
+                self.replica,
+                bootstrap_servers=self.config.bootstrap_servers,
+                topics=self.config.topics,
+                peers=list(self.peers()),
+                epoch=self._current_epoch(),
+                schema=self.validator.schema,
+                kafka_config=dict(self.config.kafka_config),
+            )
+            self.stats.adopted_segments += len(adopted)
+        self.publisher = SegmentPublisher(
+            self.replica,
+            bootstrap_servers=self.config.bootstrap_servers,
+            topics=self.config.topics,
+            kafka_config=dict(self.config.kafka_config),
+            topic_replication_factor=rf,
+            peers=self.peers,
+            still_leading=self._still_leading,
+        ).start()
+        if self.peers is not None:
+            self.merger = PeerSegmentReceiver(
+                self.replica,
+                bootstrap_servers=self.config.bootstrap_servers,
+                topics=self.config.topics,
+                peers=self.peers,
+                submit=self._merges.put,
+                kafka_config=dict(self.config.kafka_config),
+                topic_replication_factor=rf,
+            ).start()
         consumer = Consumer(
             {
                 **self._client_config(),
@@ -278,9 +328,26 @@ class PartitionLeader:
                 log.warning("%s: ingest consumer: %s", self.replica.name, err)
         if data:
             self._process(data)
+        if not self._merges.empty() and drain_merges(self._merges, self.replica, self._current_epoch()):
+            self.stats.merged_segments += 1
+            if self.publisher is not None:
+                self.publisher.wake()
         mem = self.replica.memtable
         if self.config.flush.due(mem.rows, mem.nbytes, mem.age_s()) and self.replica.flush(self._current_epoch()):
             self.stats.segments += 1
+            if self.publisher is not None:
+                self.publisher.wake()
+
+    def _still_leading(self) -> int:
+        """The current epoch, or raise if this role is ending or the election says it no longer leads."""
+        if self._stop.is_set() or self.state is not LeaderRoleState.LEADING:
+            raise _NotLeader(f"{self.replica.name}: the leader role is {self.state.value}")
+        return self._epoch()
+
+    @property
+    def term(self) -> int | None:
+        """The leader epoch this role last wrote with (None before its first batch)."""
+        return self._epoch_now
 
     def _current_epoch(self) -> int:
         try:

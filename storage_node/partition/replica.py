@@ -21,6 +21,7 @@ import pyarrow.compute as pc
 from metadata.table import TableDefinition
 from shoal.ids import new_segment_id, validate_partition_id, validate_placement_id
 from storage_node.memtable import Memtable
+from storage_node.replication.overlay import WalOverlay
 from storage_node.segments import (
     SegmentChain,
     SegmentEntry,
@@ -32,6 +33,7 @@ from storage_node.segments import (
     segment_list_path,
     write_segment,
 )
+from storage_node.segments.parquet_io import delete_segment_file
 from storage_node.segments.recovery import reconcile
 from storage_node.segments.versioned import DELETED_COLUMN, SYSTEM_COLUMNS
 
@@ -95,6 +97,8 @@ class PartitionReplica:
             log.error("%s: segment files missing for %s (must be re-fetched)", self.name, rec.missing_files)
         self.memtable = Memtable(start_offset=self.covered_end())
         self._frozen: list[Memtable] = []
+        self.overlay: WalOverlay | None = None
+        """On a follower: the leader's WAL records beyond what the chain covers (fresh reads)."""
 
     @property
     def name(self) -> str:
@@ -190,6 +194,79 @@ class PartitionReplica:
         with self._lock:
             return self._list.commit_compaction(record, leader_epoch=leader_epoch)
 
+    def write_adopted(
+        self, tables: list[pa.Table], covered: WalRange | tuple[WalRange, ...], epoch: int
+    ) -> SegmentRecord:
+        """Write versioned rows of another placement's WAL channel as a segment on root (failover adoption).
+
+        The rows keep their GTIDs (merge = re-insert keeping GTIDs); the entry covers ``covered``.
+        """
+        rows = lww_merge(tables, self.key_columns) if any(t.num_rows for t in tables) else self._empty_versioned()
+        sid = new_segment_id()
+        written = write_segment(self.directory, sid, rows, key_columns=self.key_columns)
+        with self._lock:
+            root = self._list.chain.root
+            entry = SegmentEntry(
+                segment_id=sid,
+                base_segment_id=root,
+                placement_id=self.placement_id,
+                epoch=epoch,
+                is_major=root is None,
+                covered=covered if isinstance(covered, tuple) else (covered,),
+            )
+            record = SegmentRecord(
+                entry=entry, sha256=written.sha256, row_count=written.row_count, size_bytes=written.size_bytes
+            )
+            self._list.fast_forward(record)
+        return record
+
+    def merge_detached(self, record: SegmentRecord, epoch: int) -> SegmentRecord:
+        """Source 3.5 "accept and merge": a received segment the chain does not reference.
+
+        Its file (already durable in :attr:`directory`) is listed detached, its rows are re-inserted
+        keeping their GTIDs as a new segment on root (covering its WAL ranges), and only then are its
+        entry and file deleted; a crash in between merges it again (idempotent).
+        """
+        with self._lock:
+            self._list.add_detached(record)
+        rows = read_segment(self.directory, record.segment_id).replace_schema_metadata(None)
+        merged = self.write_adopted([rows], tuple(record.entry.covered), epoch)
+        with self._lock:
+            self._list.remove([record.segment_id])
+        delete_segment_file(self.directory, record.segment_id)
+        return merged
+
+    def detached(self) -> list[SegmentRecord]:
+        """Records in the list that the chain does not reference (e.g. left by a rewind)."""
+        with self._lock:
+            chain = self._list.chain
+            return [r for r in self._list.records() if not chain.is_referenced(r.segment_id)]
+
+    def rewind(self, segment_id: str | None) -> SegmentChain:
+        """Move root back to ``segment_id`` (see SegmentChain.rewind); the overlay is emptied."""
+        with self._lock:
+            chain = self._list.rewind(segment_id)
+            if self.overlay is not None:
+                self.overlay.clear()
+            return chain
+
+    def record(self, segment_id: str) -> SegmentRecord | None:
+        """The segment-list record of ``segment_id`` (None if it is not in the list)."""
+        with self._lock:
+            return self._list.record(segment_id)
+
+    def apply_received(self, record: SegmentRecord, *, add: bool) -> SegmentChain:
+        """Fast-forward (``add=False``) or fast-forward-add a received segment whose file is durable.
+
+        Source 3.5 receive procedure: only the segment-list entry changes, whatever the file's size.
+        Overlay rows (WAL records tailed from the leader) that the new chain covers leave the overlay.
+        """
+        with self._lock:
+            chain = self._list.fast_forward_add(record) if add else self._list.fast_forward(record)
+            if self.overlay is not None:
+                self.overlay.drop_covered(chain.coverage())
+            return chain
+
     def _empty_versioned(self) -> pa.Table:
         from storage_node.segments.versioned import stamp
 
@@ -203,6 +280,8 @@ class PartitionReplica:
         with self._lock:
             entries = self._list.chain.since_latest_major()
             tables = [t for m in [*self._frozen, self.memtable] for t in m.tables]
+            if self.overlay is not None:
+                tables += self.overlay.tables()
         parts = [read_segment(self.directory, e.segment_id) for e in entries]
         parts = [p.replace_schema_metadata(None) for p in parts] + tables
         schema = self.table.arrow_schema()

@@ -295,6 +295,18 @@ class SegmentChain:
         """
         return SegmentChain(self.root, self._adding(entry))
 
+    def rewind(self, segment_id: str | None) -> SegmentChain:
+        """Move root back to ``segment_id``, an entry on the chain (None: to an empty chain).
+
+        Used by a follower whose chain diverged from a new leader's (it holds segments of an old
+        leader that the new one never received, but whose rows the new leader adopted from the old
+        leader's WAL channel): the entries above ``segment_id`` stay in the list, unreferenced, for
+        the replication procedures (source 3.5: push / merge, then delete).
+        """
+        if segment_id is not None and segment_id not in {s.segment_id for s in self.walk()}:
+            raise ChainError(f"cannot rewind to segment {segment_id}: it is not on the chain from root {self.root}")
+        return SegmentChain(segment_id, dict(self.entries))
+
     def without(self, segment_ids: Iterable[str]) -> SegmentChain:
         """Remove entries (their files were deleted). The root cannot be removed."""
         drop = set(segment_ids)

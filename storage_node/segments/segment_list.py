@@ -307,6 +307,10 @@ class SegmentList:
         """Add a compacted major as root if root did not move and the epoch is current."""
         return self._change(lambda c: commit_compaction(c, record.entry, leader_epoch=leader_epoch), record)
 
+    def rewind(self, segment_id: str | None) -> SegmentChain:
+        """Move root back to an entry on the chain, atomically (chain.SegmentChain.rewind)."""
+        return self._change(lambda c: c.rewind(segment_id), None)
+
     def remove(self, segment_ids: Iterable[str]) -> SegmentChain:
         """Remove entries (before their files are unlinked). Unknown ids are ignored; root is refused."""
         ids = list(segment_ids)

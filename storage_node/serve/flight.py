@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -25,6 +25,9 @@ log = logging.getLogger(__name__)
 
 Resolver = Callable[[str, str | None], Sequence[PartitionReplica]]
 """(table, partition_id or None) -> the replicas to scan."""
+Describer = Callable[[str], list[dict[str, Any]]]
+"""table -> one JSON-able description per replica of it on this node."""
+DESCRIBE_ACTION = "describe_replicas"
 
 
 def _key(value: object, what: str) -> int | str | None:
@@ -71,9 +74,28 @@ class ScanRequest:
 class ScanServer(flight.FlightServerBase):
     """Serves :class:`ScanRequest` tickets from the replicas ``resolve`` returns."""
 
-    def __init__(self, location: str, resolve: Resolver, **kwargs: Any) -> None:
+    def __init__(self, location: str, resolve: Resolver, *, describe: Describer | None = None, **kwargs: Any) -> None:
         super().__init__(location, **kwargs)
         self._resolve = resolve
+        self._describe = describe
+
+    def list_actions(self, context: Any) -> list[tuple[str, str]]:
+        return [(DESCRIBE_ACTION, "JSON list describing every replica of a table on this node: body {table}")]
+
+    def do_action(self, context: Any, action: flight.Action) -> Iterator[flight.Result]:
+        if action.type != DESCRIBE_ACTION or self._describe is None:
+            raise flight.FlightServerError(f"unknown action {action.type!r:.80}")
+        try:
+            body = json.loads(action.body.to_pybytes().decode("utf-8"))
+            if not isinstance(body, dict) or set(body) != {"table"}:
+                raise WireFormatError('describe body must be {"table": NAME}')
+            table = validate_table_name(body["table"])
+            out = self._describe(table)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise flight.FlightServerError(f"malformed describe request: {exc}") from exc
+        except ShoalError as exc:
+            raise flight.FlightServerError(f"{type(exc).__name__}: {exc}") from exc
+        yield flight.Result(json.dumps(out).encode())
 
     def do_get(self, context: Any, ticket: flight.Ticket) -> flight.RecordBatchStream:
         try:
@@ -97,5 +119,20 @@ def scan_remote(location: str, request: ScanRequest, *, timeout_s: float = 60.0)
         return client.do_get(flight.Ticket(request.to_ticket()), options).read_all()
     except flight.FlightError as exc:
         raise ShoalError(f"scan on {location} failed: {exc}") from exc
+    finally:
+        client.close()
+
+
+def describe_remote(location: str, table: str, *, timeout_s: float = 60.0) -> list[dict[str, Any]]:
+    """``describe replica`` for every replica of ``table`` on the node at ``location``."""
+    client = flight.FlightClient(location)
+    try:
+        options = flight.FlightCallOptions(timeout=timeout_s)
+        body = json.dumps({"table": validate_table_name(table)}).encode()
+        results = list(client.do_action(flight.Action(DESCRIBE_ACTION, body), options))
+        out: list[dict[str, Any]] = json.loads(results[0].body.to_pybytes()) if results else []
+        return out
+    except flight.FlightError as exc:
+        raise ShoalError(f"describe on {location} failed: {exc}") from exc
     finally:
         client.close()

@@ -1,0 +1,125 @@
+"""Compaction benchmark: MB/s of the Spark compaction vs plain pyarrow read + dedup + write of the same segments.
+
+A storage node leads one partition; rounds of overlapping upserts make one major and several minors,
+which the leader publishes on its segments channel. Measured in the same run over the same
+segments: the compaction service computing the major (Spark reads the chunks from Kafka, reassembles
+and checks them, keeps the newest version per key, writes the Parquet major), and the baseline, a
+single process reading the segment files with pyarrow, ``lww_merge`` and ``write_segment``. MB = the
+input segments' bytes. Issue 6 (benchmark); DESIGN.md sections 5 and 9.
+
+    python -m bench.compaction --rounds 6 --rows-per-round 50000
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from bench import common
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = common.parser(__doc__.splitlines()[0], cluster=True)
+    p.add_argument("--rounds", type=common.positive_int, default=5, help="write rounds (one segment each)")
+    p.add_argument("--rows-per-round", type=common.positive_int, default=20_000, help="rows per round")
+    p.add_argument("--value-bytes", type=common.positive_int, default=64, help="bytes of the string column per row")
+    p.add_argument("--master", default="local[2]", help="Spark master")
+    args = p.parse_args(argv)
+    say = common.progress_printer(args.output)
+
+    from metadata.client import MetadataClient, MetadataConfig
+    from metadata.table import Column, ColumnType, TableDefinition
+    from producer import Producer, ProducerConfig
+    from spark_jobs.compaction.policy import CompactionPolicy
+    from spark_jobs.compaction.service import CompactionConfig, CompactionService
+    from spark_jobs.session import SparkConfig, build_session
+    from storage_node.config import FlushPolicy, NodeConfig
+    from storage_node.node import StorageNode
+    from storage_node.segments import lww_merge, read_segment, write_segment
+
+    cache = Path(os.environ.get("SHOAL_CACHE_DIR") or Path.home() / ".cache" / "shoal")
+    work = Path(tempfile.mkdtemp(prefix="shoal-bench-compaction-"))
+    prefix = f"benchc{int(time.time())}"
+    table = TableDefinition("bench_compact", (Column("k", ColumnType.UINT64, False), Column("v", ColumnType.STRING)),
+                            ("k",), "k", 1)  # fmt: skip
+    try:
+        with common.cluster(args, say) as ep:
+            meta = MetadataConfig(zk_hosts=ep.zk_connect, bootstrap_servers=ep.bootstrap_servers, topic_prefix=prefix)
+            with MetadataClient(meta) as client:
+                client.coordinator.create_table(table, ["bench-1"])
+            node_config = NodeConfig("bench-1", work / "node", ep.zk_connect, ep.bootstrap_servers, prefix,
+                                     flush=FlushPolicy(max_age_s=1.0), table_poll_s=0.2)  # fmt: skip
+            node = StorageNode(node_config, metadata=meta)
+            threading.Thread(target=node.run, daemon=True).start()
+            spark = None
+            try:
+                common.wait_for(lambda: any(h.leader is not None and h.leader.ready.is_set()
+                                            for h in node.partitions().values()), 90, "the leader")  # fmt: skip
+                held = next(iter(node.partitions().values()))
+                say(f"writing {args.rounds} rounds of {args.rows_per_round} rows")
+                with Producer(ProducerConfig(ep.bootstrap_servers, ep.zk_connect, prefix)) as producer:
+                    for r in range(args.rounds):
+                        before = len(held.replica.chain.since_latest_major())
+                        start = r * args.rows_per_round // 2  # half of each round overwrites the previous one
+                        producer.write(table.name, [{"k": k, "v": f"{r}" * args.value_bytes}
+                                                    for k in range(start, start + args.rows_per_round)])  # fmt: skip
+                        producer.sync(120)
+                        common.wait_for(lambda b=before: len(held.replica.chain.since_latest_major()) > b, 120,
+                                        "a segment flush")  # fmt: skip
+                spark = build_session(SparkConfig(cache_dir=cache, master=args.master, app_name="bench-compaction"))
+                config = CompactionConfig(meta, CompactionPolicy(min_minors=1), table=table.name, work_dir=work / "out")
+                with CompactionService(spark, config) as service:
+                    entries = held.replica.chain.since_latest_major()
+                    common.wait_for(lambda: _published(service, held.partition_id, len(entries)), 120, "publishing")
+                    mb = sum(held.replica.chain.get(e.segment_id) is not None and
+                             (held.replica.directory / f"{e.segment_id}.parquet").stat().st_size
+                             for e in entries) / 1e6  # fmt: skip
+                    say("Spark compaction (compute + write the major)")
+                    with common.timer() as spark_s:
+                        prepared = service.prepare(held.partition_id, force=True)
+                    assert prepared is not None
+                    out_rows = prepared.manifest.row_count
+                    say("pyarrow read + lww_merge + write")
+                    with common.timer() as arrow_s:
+                        merged = lww_merge([read_segment(held.replica.directory, e.segment_id) for e in entries],
+                                           list(table.primary_key))  # fmt: skip
+                        write_segment(work, "0" * 32, merged, key_columns=list(table.primary_key))
+                    assert merged.num_rows == out_rows, (merged.num_rows, out_rows)
+            finally:
+                if spark is not None:
+                    spark.stop()
+                node.stop()
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    rows = [
+        {"compaction": "Spark service (Kafka chunks -> major)", "segments": len(entries), "input MB": mb,
+         "output rows": out_rows, "seconds": spark_s(), "MB/s": mb / spark_s()},
+        {"compaction": "pyarrow read + dedup + write", "segments": len(entries), "input MB": mb,
+         "output rows": out_rows, "seconds": arrow_s(), "MB/s": mb / arrow_s()},
+    ]  # fmt: skip
+    ratio = arrow_s() / spark_s()
+    settings = {"rounds": args.rounds, "rows_per_round": args.rows_per_round, "value_bytes": args.value_bytes,
+                "master": args.master,
+                "cluster": "throwaway local (1 broker)" if ep.started_here else ep.bootstrap_servers}  # fmt: skip
+    notes = [f"Spark / pyarrow MB/s ratio: {ratio:.2f}",
+             "Spark's time includes reading every chunk back from Kafka and checking each segment's sha256; "
+             "the baseline reads the leader's local files"]  # fmt: skip
+    common.report("compaction: Spark service vs plain pyarrow", ["compaction", "segments", "input MB", "output rows",
+                  "seconds", "MB/s"], rows, {**settings, "ratio": round(ratio, 3)}, args.output, notes)  # fmt: skip
+
+
+def _published(service: object, partition_id: str, count: int) -> bool:
+    from spark_jobs.compaction.service import CompactionService
+
+    assert isinstance(service, CompactionService)
+    service.refresh()
+    found = service._leader_view(partition_id)
+    return found is not None and len(found[0].chain.since_latest_major()) >= count
+
+
+if __name__ == "__main__":
+    main()

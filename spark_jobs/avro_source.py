@@ -1,0 +1,98 @@
+"""Decoding Avro-encoded source records for the ingest job (executor side, ``mapInArrow``).
+
+Records are schemaless Avro binary (the writer schema comes from ``--avro-schema FILE``; the
+default is the table's own Avro schema, ``TableDefinition.avro_schema``). Decoding is one
+fastavro call per record (Avro has no columnar decoder); the columns are then built as Arrow
+arrays in one call each. A record that does not decode, is not a record, or holds a value that
+does not fit its column gets a reason in ``_shoal_error`` instead of failing the batch.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import io
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pyarrow as pa
+
+from metadata.table import ColumnType, TableDefinition
+from spark_jobs.deadletter import ERROR_COLUMN, META_COLUMNS, VALUE_COLUMN
+from spark_jobs.errors import IngestError
+from spark_jobs.schema_map import spark_arrow_type
+
+
+def parse_schema(text: str) -> Any:
+    import fastavro
+
+    try:
+        return fastavro.parse_schema(json.loads(text))
+    except (ValueError, TypeError, KeyError, fastavro.schema.SchemaParseException) as exc:
+        raise IngestError(f"the Avro schema is not valid: {exc}") from exc
+
+
+def _convert(value: Any, ctype: ColumnType) -> Any:
+    if value is None:
+        return None
+    if ctype in (ColumnType.UINT64, ColumnType.INT64, ColumnType.INT32) and isinstance(value, bytes | bytearray):
+        return int.from_bytes(value, "big")  # the table's Avro form of uint64: 8 big-endian bytes
+    if ctype is ColumnType.TIMESTAMP_MS and isinstance(value, int):
+        return dt.datetime.fromtimestamp(value / 1000, dt.UTC)
+    return value
+
+
+def decode_batches(
+    batches: Iterator[pa.RecordBatch], schema_text: str, table: TableDefinition
+) -> Iterator[pa.RecordBatch]:
+    """(value, topic, partition, offset) batches -> table columns + error, raw value and source position."""
+    from fastavro import schemaless_reader
+
+    schema = parse_schema(schema_text)
+    columns = list(table.columns)
+    for batch in batches:
+        values = batch.column("value").to_pylist()
+        cols: dict[str, list[Any]] = {c.name: [] for c in columns}
+        errors: list[str | None] = []
+        for raw in values:
+            error = None
+            record: Any = None
+            if raw is None:
+                error = "empty (null) Kafka record value"
+            else:
+                try:
+                    record = schemaless_reader(io.BytesIO(raw), schema, None)
+                    if not isinstance(record, dict):
+                        error = f"Avro value is a {type(record).__name__}, not a record"
+                except Exception as exc:  # fastavro raises many types on garbage
+                    error = f"Avro decoding failed: {type(exc).__name__}: {exc}"
+            errors.append(error)
+            for c in columns:
+                cols[c.name].append(_convert(record.get(c.name), c.type) if error is None else None)
+        arrays = []
+        for c in columns:
+            arrays.append(_column(cols[c.name], c.name, c.type, errors))
+        names = [c.name for c in columns]
+        yield pa.RecordBatch.from_arrays(
+            [*arrays, pa.array(errors, pa.string()), batch.column("value"),
+             *(batch.column(n) for n in ("topic", "partition", "offset"))],
+            names=[*names, ERROR_COLUMN, VALUE_COLUMN, *META_COLUMNS],
+        )  # fmt: skip
+
+
+def _column(values: list[Any], name: str, ctype: ColumnType, errors: list[str | None]) -> pa.Array:
+    target = spark_arrow_type(ctype)
+    try:
+        return pa.array(values, target)
+    except (pa.ArrowException, TypeError, ValueError, OverflowError):
+        pass
+    fixed = []
+    for i, v in enumerate(values):  # slow path, only for a batch holding a bad value
+        try:
+            pa.array([v], target)
+            fixed.append(v)
+        except (pa.ArrowException, TypeError, ValueError, OverflowError) as exc:
+            if errors[i] is None:
+                errors[i] = f"column {name!r}: {v!r:.60} does not fit {ctype.value}: {exc}"
+            fixed.append(None)
+    return pa.array(fixed, target)

@@ -1,0 +1,109 @@
+"""The sink's record of committed micro-batches, per streaming query, in ZooKeeper.
+
+``<zk_root>/spark/sinks/<query_id>`` holds ``{"batch_id": N, "table": T}``: the newest batch the
+driver committed for that query (the query id is Spark's, stable across restarts from the same
+checkpoint). The driver's ``commit(messages, batchId)`` raises it by compare-and-swap on the
+znode version; executors read it and skip a batch at or below it, so a batch that Spark replays
+after a crash (its commit-log entry lost) changes nothing: Paimon's open issue #9666 avoided.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from typing import Any
+
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+
+from metadata.client import MetadataConfig
+from metadata.zk_client import ensure_path, make_client, zk_errors
+from metadata.zk_layout import ZkLayout
+from spark_jobs.errors import SinkCommitError
+
+log = logging.getLogger(__name__)
+
+_QUERY_ID = re.compile(r"^[0-9a-fA-F-]{1,64}$")
+
+
+def validate_query_id(query_id: object) -> str:
+    if not isinstance(query_id, str) or not _QUERY_ID.match(query_id):
+        raise SinkCommitError(f"streaming query id must be a UUID, got {query_id!r:.80}")
+    return query_id
+
+
+class BatchCommitLog:
+    """Committed batch ids per query. Lazy ZooKeeper client; ``close()`` / context manager."""
+
+    def __init__(self, config: MetadataConfig, *, zk: Any = None) -> None:
+        self.config = config
+        self.layout = ZkLayout(config.zk_root)
+        self._zk = zk
+        self._own = zk is None
+
+    @property
+    def zk(self) -> Any:
+        if self._zk is None:
+            self._zk = make_client(self.config.zk_hosts, self.config.security, timeout=self.config.zk_timeout_s)
+        return self._zk
+
+    def path(self, query_id: str) -> str:
+        return f"{self.layout.root}/spark/sinks/{validate_query_id(query_id)}"
+
+    def committed(self, query_id: str) -> int | None:
+        """The newest committed batch id of the query, or None if it never committed."""
+        path = self.path(query_id)
+        with zk_errors(f"read sink commit {path}"):
+            try:
+                data, _ = self.zk.get(path)
+            except NoNodeError:
+                return None
+        return self._decode(path, data)
+
+    @staticmethod
+    def _decode(path: str, data: bytes) -> int:
+        try:
+            value = json.loads(data.decode())["batch_id"]
+        except (ValueError, KeyError, TypeError, UnicodeDecodeError) as exc:
+            raise SinkCommitError(f"{path} is malformed: {exc}") from exc
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise SinkCommitError(f"{path}: bad batch id {value!r:.40}")
+        return value
+
+    def record(self, query_id: str, batch_id: int, *, table: str) -> bool:
+        """Raise the query's committed batch id to ``batch_id`` (CAS); False if it already was >= it."""
+        if isinstance(batch_id, bool) or not isinstance(batch_id, int) or batch_id < 0:
+            raise SinkCommitError(f"batch id must be an int >= 0, got {batch_id!r:.40}")
+        path = self.path(query_id)
+        data = json.dumps({"batch_id": batch_id, "table": table}).encode()
+        with zk_errors(f"record sink commit {path}"):
+            ensure_path(self.zk, path.rsplit("/", 1)[0], self.config.security)
+            for _attempt in range(50):
+                try:
+                    current, stat = self.zk.get(path)
+                except NoNodeError:
+                    try:
+                        self.zk.create(path, data, acl=self.config.security.acls())
+                        return True
+                    except NodeExistsError:
+                        continue
+                if self._decode(path, current) >= batch_id:
+                    return False
+                try:
+                    self.zk.set(path, data, version=stat.version)
+                    return True
+                except BadVersionError:
+                    continue
+        raise SinkCommitError(f"{path}: could not record batch {batch_id} (too many concurrent updates)")
+
+    def close(self) -> None:
+        if self._zk is not None and self._own:
+            self._zk.stop()
+            self._zk.close()
+        self._zk = None
+
+    def __enter__(self) -> BatchCommitLog:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,222 @@
+"""Computing a major segment with Spark: segment chunks from Kafka -> rows -> newest version per key.
+
+Inputs are the segments the major folds (:func:`storage_node.segments.segments_to_compact`: the
+latest major and the minors after it), read from the leader's segments channel, where each
+manifest is followed by its chunks. Steps:
+
+1. Spark reads the channel's offset range holding those chunks (Kafka source, ``read_committed``)
+   and decodes each chunk (``mapInArrow``);
+2. chunks are grouped per segment and ordered by index; each segment is reassembled on an
+   executor, its size and sha256 checked against the manifest, and its Parquet rows emitted
+   (Spark types: uint64 as bigint, timestamps as microseconds);
+3. Spark keeps, per primary key, the version with the highest GTID ``(_shoal_epoch, _shoal_seq)``,
+   a tombstone first on a tied GTID, as ``storage_node.segments.merge`` does (a hash aggregate
+   with ``max_by``, no sort); tombstones are dropped only in a full compaction;
+4. the result comes back as Arrow and is written with ``write_segment`` (sorted by key, page
+   checksums, the same Parquet layout as a flushed segment).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from metadata.table import ColumnType, TableDefinition
+from shoal.wire.records import SegmentChunk
+from shoal.wire.records import SegmentManifest as WireManifest
+from spark_jobs.errors import CompactionJobError
+from spark_jobs.schema_map import spark_arrow_type, spark_ddl_nullable
+from storage_node.segments.versioned import DELETED_COLUMN, EPOCH_COLUMN, SEQ_COLUMN
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+KIND_HEADER = "shoal.kind"
+SYSTEM_DDL = f"`{EPOCH_COLUMN}` bigint, `{SEQ_COLUMN}` bigint, `{DELETED_COLUMN}` boolean"
+
+
+@dataclass(frozen=True)
+class SegmentSource:
+    """Where one input segment is: its manifest's offset on ``topic``, and what its file must be."""
+
+    segment_id: str
+    topic: str
+    manifest_offset: int
+    chunk_count: int
+    size_bytes: int
+    sha256: str
+
+    @classmethod
+    def of(cls, topic: str, offset: int, m: WireManifest) -> SegmentSource:
+        return cls(m.segment_id, topic, offset, m.chunk_count, m.size_bytes, m.checksum)
+
+
+def versioned_schema(table: TableDefinition) -> pa.Schema:
+    """The Arrow schema of a stored segment: the table's columns, then the GTID system columns."""
+    base = table.arrow_schema()
+    fields = [
+        *base,
+        pa.field(EPOCH_COLUMN, pa.int64(), nullable=False),
+        pa.field(SEQ_COLUMN, pa.int64(), nullable=False),
+        pa.field(DELETED_COLUMN, pa.bool_(), nullable=False),
+    ]
+    return pa.schema(fields, metadata=base.metadata)
+
+
+def _to_spark_types(t: pa.Table, table: TableDefinition) -> pa.Table:
+    """A stored segment's rows in the Arrow types of the Spark schema (uint64 -> int64, checked)."""
+    arrays = []
+    names = []
+    for c in table.columns:
+        col = t.column(c.name)
+        target = spark_arrow_type(c.type)
+        arrays.append(col if col.type == target else pc.cast(col, target))
+        names.append(c.name)
+    for name in (EPOCH_COLUMN, SEQ_COLUMN, DELETED_COLUMN):
+        arrays.append(t.column(name))
+        names.append(name)
+    return pa.Table.from_arrays(arrays, names=names)
+
+
+def decode_chunks(batches: Iterable[pa.RecordBatch], wanted: frozenset[str]) -> Iterator[pa.RecordBatch]:
+    """Kafka chunk records -> (segment_id, index, data) rows of the wanted segments."""
+    for batch in batches:
+        sids: list[str] = []
+        idx: list[int] = []
+        data: list[bytes] = []
+        for value in batch.column("value").to_pylist():
+            chunk = SegmentChunk.from_bytes(value)
+            if chunk.segment_id in wanted:
+                sids.append(chunk.segment_id)
+                idx.append(chunk.index)
+                data.append(chunk.data)
+        arrays = [pa.array(sids, pa.string()), pa.array(idx, pa.int32()), pa.array(data, pa.binary())]
+        yield pa.RecordBatch.from_arrays(arrays, names=["segment_id", "idx", "data"])
+
+
+def reassemble(
+    batches: Iterable[pa.RecordBatch], sources: Mapping[str, SegmentSource], table: TableDefinition
+) -> Iterator[pa.RecordBatch]:
+    """Rows sorted by (segment_id, idx) -> each segment's file checked and read, as versioned rows."""
+    current: str | None = None
+    parts: list[bytes] = []
+    next_index = 0
+
+    def finish(sid: str) -> Iterator[pa.RecordBatch]:
+        src = sources[sid]
+        blob = b"".join(parts)
+        if next_index != src.chunk_count:
+            raise CompactionJobError(f"segment {sid}: {next_index} of {src.chunk_count} chunks on {src.topic}")
+        if len(blob) != src.size_bytes or hashlib.sha256(blob).hexdigest() != src.sha256:
+            raise CompactionJobError(f"segment {sid}: reassembled bytes do not match the manifest's size/sha256")
+        rows = pq.read_table(io.BytesIO(blob))
+        return iter(_to_spark_types(rows, table).to_batches())
+
+    for batch in batches:
+        sids = batch.column("segment_id").to_pylist()
+        idxs = batch.column("idx").to_pylist()
+        datas = batch.column("data").to_pylist()
+        for sid, index, data in zip(sids, idxs, datas, strict=True):  # one row per chunk, not per table row
+            if sid != current:
+                if current is not None:
+                    yield from finish(current)
+                current, parts, next_index = sid, [], 0
+            if index < next_index:
+                continue  # the same chunk twice (a re-published segment): keep the first
+            if index != next_index:
+                raise CompactionJobError(f"segment {sid}: chunk {next_index} is missing (got {index})")
+            parts.append(data)
+            next_index += 1
+    if current is not None:
+        yield from finish(current)
+
+
+def _kafka_range(spark: SparkSession, bootstrap: str, sources: list[SegmentSource]) -> DataFrame:
+    from pyspark.sql import functions as F
+
+    topic = sources[0].topic
+    if any(s.topic != topic for s in sources):
+        raise CompactionJobError("the segments of one compaction must come from one channel")
+    from shoal.kafka_admin import log_start_and_end
+
+    start = min(s.manifest_offset for s in sources)
+    end = max(s.manifest_offset + s.chunk_count for s in sources) + 2  # + the transaction marker
+    log_start, log_end = log_start_and_end(bootstrap, topic)
+    if start < log_start:
+        raise CompactionJobError(f"{topic} was truncated to {log_start}, above segment data at {start}")
+    end = min(end, log_end)
+    return (
+        spark.read.format("kafka")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("kafka.isolation.level", "read_committed")
+        .option("assign", json.dumps({topic: [0]}))
+        .option("startingOffsets", json.dumps({topic: {"0": start}}))
+        .option("endingOffsets", json.dumps({topic: {"0": end}}))
+        .option("includeHeaders", "true")
+        .option("failOnDataLoss", "false")
+        .load()
+        .where(F.exists("headers", lambda h: (h["key"] == KIND_HEADER) & (h["value"].cast("string") == "chunk")))
+        .select("value")
+    )
+
+
+def compute_major(
+    spark: SparkSession,
+    bootstrap: str,
+    sources: list[SegmentSource],
+    table: TableDefinition,
+    *,
+    drop_tombstones: bool,
+) -> pa.Table:
+    """The folded rows, newest version per key, in the stored segment schema (not yet sorted/written)."""
+    from pyspark.sql import functions as F
+
+    if not sources:
+        raise CompactionJobError("nothing to compact")
+    by_id = {s.segment_id: s for s in sources}
+    wanted = frozenset(by_id)
+    chunks = _kafka_range(spark, bootstrap, sources).mapInArrow(
+        lambda it: decode_chunks(it, wanted), "segment_id string, idx int, data binary"
+    )
+    ordered = chunks.repartition(min(len(sources), 8), "segment_id").sortWithinPartitions("segment_id", "idx")
+    rows = ordered.mapInArrow(lambda it: reassemble(it, by_id, table), f"{spark_ddl_nullable(table)}, {SYSTEM_DDL}")
+    # per key, the version with the greatest (epoch, seq, deleted): a hash aggregate, no sort of the rows
+    gtid = F.struct(F.col(EPOCH_COLUMN), F.col(SEQ_COLUMN), F.col(DELETED_COLUMN))
+    values = [c for c in rows.columns if c not in table.primary_key]
+    newest = F.max_by(F.struct(*[F.col(c) for c in values]), gtid).alias("_newest")
+    result = rows.groupBy(*table.primary_key).agg(newest).select(*table.primary_key, "_newest.*")
+    if drop_tombstones:
+        result = result.where(~F.col(DELETED_COLUMN))
+    return from_spark(result.toArrow(), table)
+
+
+def from_spark(t: pa.Table, table: TableDefinition) -> pa.Table:
+    """Spark's Arrow result back in the stored segment schema (bigint -> uint64, us -> ms)."""
+    schema = versioned_schema(table)
+    arrays = []
+    for f in schema:
+        col = t.column(f.name)
+        if col.type != f.type:
+            ctype = table.column(f.name).type if f.name in {c.name for c in table.columns} else None
+            try:
+                col = pc.cast(col, f.type, safe=ctype is not ColumnType.TIMESTAMP_MS)
+            except pa.ArrowInvalid as exc:
+                raise CompactionJobError(f"column {f.name}: {exc}") from exc
+        arrays.append(col)
+    return pa.Table.from_arrays(arrays, schema=schema)
+
+
+def write_major(directory: Path, segment_id: str, rows: pa.Table, table: TableDefinition) -> Any:
+    """Write the major with the stored-segment layout; returns ``WrittenSegment``."""
+    from storage_node.segments import write_segment
+
+    return write_segment(directory, segment_id, rows, key_columns=list(table.primary_key))

@@ -1,0 +1,114 @@
+"""Malformed source records of the ingest job: to the deadletter topic with a reason, counted.
+
+Runs on executors inside the ingest job's ``mapInArrow`` step. The reason of every row is computed
+columnar (pyarrow compute): a parse error from the decoder, a null primary-key / not-null column,
+a negative value for a uint64 column. Only the bad rows are visited one by one, to produce them
+to ``<prefix>.deadletter`` with the same headers the leaders use (``shoal.reason``,
+``shoal.detail``, ``shoal.source.topic`` / ``.partition`` / ``.offset``, ``shoal.table``). The
+good rows go on to the sink. Replays may deadletter a record twice (at-least-once); never zero times.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from metadata.table import ColumnType, TableDefinition
+
+log = logging.getLogger(__name__)
+
+ERROR_COLUMN = "_shoal_error"
+VALUE_COLUMN = "_shoal_value"
+META_COLUMNS = ("_shoal_topic", "_shoal_partition", "_shoal_offset")
+REASON = "spark-ingest"
+
+
+@dataclass(frozen=True)
+class DeadletterTarget:
+    bootstrap_servers: str
+    topic: str
+    table: str
+
+
+def reasons(batch: pa.RecordBatch, table: TableDefinition) -> pa.Array:
+    """Per row: why it cannot be written (string), or null when it can."""
+    out = batch.column(ERROR_COLUMN)
+    if out.type != pa.string():
+        out = pc.cast(out, pa.string())
+    for col in table.columns:
+        values = batch.column(col.name)
+        if not col.nullable:
+            out = pc.if_else(pc.and_(pc.is_null(out), pc.is_null(values)), pa.scalar(f"column {col.name!r} is null "
+                             "(a primary key / not-null column)"), out)  # fmt: skip
+        if col.type is ColumnType.UINT64 and pa.types.is_integer(values.type):
+            negative = pc.fill_null(pc.less(values, pa.scalar(0, values.type)), False)
+            why = pa.scalar(f"column {col.name!r} is negative but the table type is uint64")
+            out = pc.if_else(pc.and_(pc.is_null(out), negative), why, out)
+    return out
+
+
+def split_and_deadletter(
+    batches: Iterator[pa.RecordBatch], table: TableDefinition, target: DeadletterTarget, counter: Any = None
+) -> Iterator[pa.RecordBatch]:
+    """Yield the writable rows (table columns only); produce the others to deadletter first."""
+    producer = None
+    names = [c.name for c in table.columns]
+    try:
+        for batch in batches:
+            why = reasons(batch, table)
+            bad = pc.is_valid(why)
+            n_bad = pc.sum(bad).as_py() or 0
+            if n_bad:
+                if producer is None:
+                    producer = _producer(target)
+                rejected = pa.Table.from_batches([batch]).filter(bad)
+                _produce(producer, target, rejected, why.filter(bad))
+                if counter is not None:
+                    counter.add(n_bad)
+                log.warning("spark ingest: %d malformed source records of %s -> %s", n_bad, target.table, target.topic)
+            good = batch.filter(pc.invert(bad)) if n_bad else batch
+            yield pa.RecordBatch.from_arrays([good.column(n) for n in names], names=names)
+        if producer is not None:
+            remaining = producer.flush(60)
+            if remaining:
+                raise RuntimeError(f"{remaining} deadletter records not delivered to {target.topic}")
+    finally:
+        producer = None
+
+
+def _producer(target: DeadletterTarget) -> Any:
+    from confluent_kafka import Producer
+
+    from shoal.kafka_admin import admin_client, create_topic
+
+    create_topic(admin_client(target.bootstrap_servers), target.topic)
+    return Producer({"bootstrap.servers": target.bootstrap_servers, "enable.idempotence": True, "acks": "all"})
+
+
+def _produce(producer: Any, target: DeadletterTarget, rejected: pa.Table, why: pa.Array) -> None:
+    values = rejected.column(VALUE_COLUMN).to_pylist()
+    topics = rejected.column(META_COLUMNS[0]).to_pylist()
+    partitions = rejected.column(META_COLUMNS[1]).to_pylist()
+    offsets = rejected.column(META_COLUMNS[2]).to_pylist()
+    for value, reason, topic, partition, offset in zip(values, why.to_pylist(), topics, partitions, offsets,
+                                                       strict=True):  # fmt: skip
+        headers = [
+            ("shoal.reason", REASON.encode()),
+            ("shoal.detail", str(reason)[:2000].encode("utf-8", "replace")),
+            ("shoal.source.topic", str(topic).encode()),
+            ("shoal.source.partition", str(partition).encode()),
+            ("shoal.source.offset", str(offset).encode()),
+            ("shoal.table", target.table.encode()),
+        ]
+        while True:
+            try:
+                producer.produce(target.topic, value=value, headers=headers)
+                break
+            except BufferError:
+                producer.poll(0.5)
+        producer.poll(0)

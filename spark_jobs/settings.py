@@ -1,0 +1,171 @@
+"""The options of ``format("shoal")``: which table, where the cluster is, how a write waits.
+
+Connection settings are options (``zk``, ``bootstrapServers``, ``topicPrefix``, ``zkRoot``,
+``zkUser``, ``zkPassword``); what they leave open comes from the SHOAL_* environment, then from
+the cluster file of ``shoal up`` (SHOAL_CLUSTER_FILE, else ``$SHOAL_DATA_DIR/cluster.json``).
+:func:`resolve_connection` runs on the driver only (inside ``DataSource.writer``/``reader``, the
+Spark entry point): executors receive the resolved, frozen :class:`MetadataConfig`.
+Spark hands options over with lower-cased keys; lookups here are case-insensitive.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from metadata.client import MetadataConfig
+from shoal.errors import ClusterFileError, ConfigError, ShoalError
+from shoal.ids import validate_server_id, validate_table_name
+from spark_jobs.errors import SinkOptionError
+
+CONNECTION_OPTIONS = {
+    "zk": "zk_hosts",
+    "bootstrapservers": "bootstrap_servers",
+    "topicprefix": "topic_prefix",
+    "zkroot": "zk_root",
+}
+_ENV = {
+    "zk_hosts": "SHOAL_ZK_CONNECT",
+    "bootstrap_servers": "SHOAL_BOOTSTRAP_SERVERS",
+    "topic_prefix": "SHOAL_TOPIC_PREFIX",
+    "zk_root": "SHOAL_ZK_ROOT",
+}
+
+
+def _lower(options: Mapping[str, Any]) -> dict[str, str]:
+    return {str(k).lower(): str(v) for k, v in options.items() if v is not None}
+
+
+def _cluster_file(env: Mapping[str, str]) -> Path:
+    if env.get("SHOAL_CLUSTER_FILE"):
+        return Path(env["SHOAL_CLUSTER_FILE"]).expanduser()
+    data = Path(env.get("SHOAL_DATA_DIR") or Path.home() / ".shoal" / "local").expanduser()
+    return data / "cluster.json"
+
+
+def resolve_connection(options: Mapping[str, Any], env: Mapping[str, str] | None = None) -> MetadataConfig:
+    """Options > environment > cluster file > built-in defaults, as a validated MetadataConfig."""
+    env = os.environ if env is None else env
+    opts = _lower(options)
+    values: dict[str, Any] = {}
+    for option, name in CONNECTION_OPTIONS.items():
+        if opts.get(option):
+            values[name] = opts[option]
+        elif env.get(_ENV[name]):
+            values[name] = env[_ENV[name]]
+    if not values.get("zk_hosts") or not values.get("bootstrap_servers"):
+        from shoal.runtime import cluster_file
+
+        try:
+            info = cluster_file.read(_cluster_file(env))
+        except ClusterFileError:
+            info = None
+        if info is not None:
+            values.setdefault("zk_hosts", info.zk_connect)
+            values.setdefault("bootstrap_servers", info.bootstrap_servers)
+            values.setdefault("topic_prefix", info.topic_prefix)
+    if opts.get("zkuser") or opts.get("zkpassword"):
+        from metadata.security import ZkSecurity
+
+        values["security"] = ZkSecurity(opts.get("zkuser"), opts.get("zkpassword"))
+    try:
+        return MetadataConfig.from_env(env, **values)
+    except ConfigError as exc:
+        raise SinkOptionError(f"format('shoal'): bad connection setting: {exc}") from exc
+
+
+def _bool(opts: Mapping[str, str], name: str, default: bool) -> bool:
+    raw = opts.get(name.lower())
+    if raw is None:
+        return default
+    if raw.strip().lower() in ("true", "1", "yes"):
+        return True
+    if raw.strip().lower() in ("false", "0", "no"):
+        return False
+    raise SinkOptionError(f"option {name!r} must be true or false, got {raw!r:.40}")
+
+
+def _float(opts: Mapping[str, str], name: str, default: float) -> float:
+    raw = opts.get(name.lower())
+    if raw is None:
+        return default
+    try:
+        value = float(raw)
+    except ValueError as exc:
+        raise SinkOptionError(f"option {name!r} must be a number, got {raw!r:.40}") from exc
+    if value <= 0:
+        raise SinkOptionError(f"option {name!r} must be > 0, got {value}")
+    return value
+
+
+@dataclass(frozen=True)
+class SinkSettings:
+    """What the sink needs on every executor: the table, the cluster, and how long to wait.
+
+    ``sync``: a task returns only once the partition leaders accepted its rows
+    (``Producer.sync``), so a committed batch is readable; ``sync_timeout_s`` bounds that wait.
+    """
+
+    table: str
+    connection: MetadataConfig
+    sync: bool = True
+    sync_timeout_s: float = 120.0
+
+    def __post_init__(self) -> None:
+        validate_table_name(self.table)
+        if self.sync_timeout_s <= 0:
+            raise ConfigError(f"sync_timeout_s must be > 0, got {self.sync_timeout_s}")
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, Any], env: Mapping[str, str] | None = None) -> SinkSettings:
+        opts = _lower(options)
+        table = opts.get("table")
+        if not table:
+            raise SinkOptionError("format('shoal') needs .option('table', NAME)")
+        try:
+            return cls(
+                table=table,
+                connection=resolve_connection(opts, env),
+                sync=_bool(opts, "sync", True),
+                sync_timeout_s=_float(opts, "syncTimeout", 120.0),
+            )
+        except ShoalError as exc:
+            if isinstance(exc, SinkOptionError):
+                raise
+            raise SinkOptionError(f"format('shoal'): {exc}") from exc
+
+
+@dataclass(frozen=True)
+class ReaderSettings:
+    """``table``; ``node``: read every partition from this node's replica instead of the leader's."""
+
+    table: str
+    connection: MetadataConfig
+    node: str | None = None
+    timeout_s: float = 120.0
+
+    def __post_init__(self) -> None:
+        validate_table_name(self.table)
+        if self.node is not None:
+            validate_server_id(self.node)
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, Any], env: Mapping[str, str] | None = None) -> ReaderSettings:
+        opts = _lower(options)
+        table = opts.get("table")
+        if not table:
+            raise SinkOptionError("spark.read.format('shoal') needs .option('table', NAME)")
+        try:
+            return cls(
+                table=table,
+                connection=resolve_connection(opts, env),
+                node=opts.get("node") or None,
+                timeout_s=_float(opts, "timeout", 120.0),
+            )
+        except ShoalError as exc:
+            if isinstance(exc, SinkOptionError):
+                raise
+            raise SinkOptionError(f"format('shoal'): {exc}") from exc

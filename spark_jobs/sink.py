@@ -1,0 +1,185 @@
+"""The shoal sink: ``df.writeStream.format("shoal")`` and ``df.write.format("shoal")``.
+
+DESIGN.md section 9 (Sink). Executors (``write``) turn each Arrow record batch Spark hands them into
+``Producer.write`` calls (validation, routing by key, Arrow IPC to the ingest topics, idempotent
+with acks=all), flush, and by default ``sync()`` until the partition leaders accepted the rows.
+The driver's ``commit(messages, batchId)`` records the batch id per streaming query in ZooKeeper
+(:mod:`spark_jobs.commit_log`); ``write`` reads it first and skips a batch at or below it. So:
+
+* a batch killed mid-way (no commit) is written again when Spark replays it: rows are keyed
+  upserts, so rows written twice with the same values leave the table as if written once;
+* a batch that was committed but whose Spark commit-log entry is lost is replayed by Spark and
+  skipped by the sink: it cannot undo newer writes to the same keys (Paimon #9666).
+
+A batch write (``df.write``) has no batch id: it is an idempotent upsert of the DataFrame's rows.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+from pyspark.sql.datasource import (
+    DataSourceArrowWriter,
+    DataSourceStreamWriter,
+    WriterCommitMessage,
+)
+
+from metadata.client import MetadataClient, MetadataConfig
+from metadata.metadata_file import MetadataFile
+from spark_jobs.commit_log import BatchCommitLog
+from spark_jobs.errors import SinkCommitError
+from spark_jobs.settings import SinkSettings
+
+if TYPE_CHECKING:
+    from producer import ProducerConfig
+
+log = logging.getLogger(__name__)
+
+QUERY_ID_PROPERTY = "sql.streaming.queryId"
+BATCH_ID_PROPERTY = "streaming.sql.batchId"
+
+
+@dataclass
+class ShoalCommitMessage(WriterCommitMessage):
+    """What one write task did: rows and Kafka messages sent, or that it skipped a committed batch."""
+
+    query_id: str | None
+    batch_id: int | None
+    rows: int
+    messages: int
+    skipped: bool = False
+
+
+class _MapLoader:
+    """The partition map the driver planned with, then (after a routing failure) the current one."""
+
+    def __init__(self, file: MetadataFile, connection: MetadataConfig) -> None:
+        self.file = file
+        self.connection = connection
+        self.used = False
+
+    def __call__(self, table: str) -> MetadataFile:
+        if not self.used:
+            self.used = True
+            return self.file
+        with MetadataClient(self.connection) as client:
+            return client.coordinator.current(table)
+
+
+def producer_config(settings: SinkSettings) -> ProducerConfig:
+    from producer import ProducerConfig
+
+    c = settings.connection
+    return ProducerConfig(
+        bootstrap_servers=c.bootstrap_servers,
+        zk_hosts=c.zk_hosts,
+        topic_prefix=c.topic_prefix,
+        zk_root=c.zk_root,
+        zk_timeout_s=c.zk_timeout_s,
+        security=c.security,
+        watch_metadata=False,
+    )
+
+
+def write_batches(settings: SinkSettings, file: MetadataFile, batches: Iterator[pa.RecordBatch]) -> tuple[int, int]:
+    """Produce every row of ``batches`` to ``settings.table``; (rows, Kafka messages). Columnar."""
+    from producer import Producer
+
+    producer: Producer | None = None
+    rows = messages = 0
+    try:
+        for batch in batches:
+            if batch.num_rows == 0:
+                continue
+            if producer is None:
+                producer = Producer(producer_config(settings), map_loader=_MapLoader(file, settings.connection))
+            result = producer.write(settings.table, pa.Table.from_batches([batch]))
+            rows += result.rows
+            messages += result.batches
+        if producer is not None:
+            producer.flush()
+            if settings.sync:
+                producer.sync(settings.sync_timeout_s)
+    finally:
+        if producer is not None:
+            producer.close()
+    return rows, messages
+
+
+def _task_batch() -> tuple[str | None, int | None]:
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    if ctx is None:
+        return None, None
+    query_id = ctx.getLocalProperty(QUERY_ID_PROPERTY)
+    batch = ctx.getLocalProperty(BATCH_ID_PROPERTY)
+    return query_id or None, int(batch) if batch else None
+
+
+class ShoalStreamWriter(DataSourceStreamWriter, DataSourceArrowWriter):
+    """Streaming writer: Arrow batches in (``DataSourceArrowWriter``), batch ids fenced in ZooKeeper."""
+
+    def __init__(self, settings: SinkSettings, file: MetadataFile) -> None:
+        self.settings = settings
+        self.file = file
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> ShoalCommitMessage:
+        query_id, batch_id = _task_batch()
+        if query_id is not None and batch_id is not None:
+            with BatchCommitLog(self.settings.connection) as commits:
+                committed = commits.committed(query_id)
+            if committed is not None and batch_id <= committed:
+                for _ in iterator:  # Spark replays a batch the sink already committed: write nothing
+                    pass
+                log.warning("query %s batch %d already committed (<= %d): skipped", query_id, batch_id, committed)
+                return ShoalCommitMessage(query_id, batch_id, 0, 0, skipped=True)
+        rows, messages = write_batches(self.settings, self.file, iterator)
+        return ShoalCommitMessage(query_id, batch_id, rows, messages)
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # type: ignore[override]
+        ours = [m for m in messages if isinstance(m, ShoalCommitMessage)]
+        query_ids = {m.query_id for m in ours if m.query_id}
+        if not query_ids:
+            log.info("batch %d of table %s: no write task reported a query id; nothing to record", batchId,
+                     self.settings.table)  # fmt: skip
+            return
+        if len(query_ids) > 1:
+            raise SinkCommitError(f"batch {batchId}: write tasks report several query ids {sorted(query_ids)}")
+        query_id = query_ids.pop()
+        with BatchCommitLog(self.settings.connection) as commits:
+            recorded = commits.record(query_id, batchId, table=self.settings.table)
+        rows = sum(m.rows for m in ours)
+        skipped = all(m.skipped for m in ours)
+        log.info("query %s batch %d to %s: %d rows%s%s", query_id, batchId, self.settings.table, rows,
+                 " (replay skipped)" if skipped else "", "" if recorded else " (already recorded)")  # fmt: skip
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # type: ignore[override]
+        rows = sum(m.rows for m in messages if isinstance(m, ShoalCommitMessage))
+        log.warning("batch %d to %s aborted after %d rows were produced; Spark will replay it (upserts are "
+                    "idempotent)", batchId, self.settings.table, rows)  # fmt: skip
+
+
+class ShoalBatchWriter(DataSourceArrowWriter):
+    """``df.write.format("shoal")``: an upsert of every row (append mode)."""
+
+    def __init__(self, settings: SinkSettings, file: MetadataFile) -> None:
+        self.settings = settings
+        self.file = file
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> ShoalCommitMessage:
+        rows, messages = write_batches(self.settings, self.file, iterator)
+        return ShoalCommitMessage(None, None, rows, messages)
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        rows = sum(m.rows for m in messages if isinstance(m, ShoalCommitMessage))
+        log.info("wrote %d rows to %s", rows, self.settings.table)
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        rows = sum(m.rows for m in messages if isinstance(m, ShoalCommitMessage))
+        log.warning("write to %s aborted after %d rows were produced (upserts: rerun to complete)", self.settings.table,
+                    rows)  # fmt: skip

@@ -1,0 +1,482 @@
+"""The follower role of a partition replica (DESIGN.md section 6; EventQL seed 000 section 3.5).
+
+A replica that does not lead consumes the current leader's segments channel with the consumer
+group ``TopicNames.replica_group(partition_id, own placement)`` and, per manifest, applies the
+receive procedure (:func:`storage_node.replication.receive.apply_segment`):
+
+- SEGMENT_EXISTS: skip the chunks, ack;
+- FAST_FORWARD / FAST_FORWARD_ADD: stream the chunks to disk (never parsed), verify size and
+  sha256, fsync, add the entry and move the root, THEN ack;
+- OUT_OF_ORDER: no ack; seek back to the latest major manifest (``latest_major_offset``) and
+  replay from there;
+- INVALID (corrupt chunk or file, foreign or malformed manifest): reported (log + counter), no ack;
+  the segment is fetched again by seeking back to its manifest (a few times, then skipped);
+- OVERLOADED: pause the consumer for a while, then fetch the same manifest again.
+
+An ack is ``commit`` of the offset just past the segment's last chunk, synchronously, so a
+replica's committed offset on a channel is exactly the set of segments durable on it (the source's
+``acked_servers``). The leader is read from the election's epoch znode (its placement id); when it
+changes, the follower switches to the new leader's channel, from that group's committed offset.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, TopicPartition
+
+from shoal.errors import KafkaOperationError, ShoalError
+from shoal.kafka_admin import admin_client, create_topic
+from shoal.topics import TopicNames
+from shoal.wire.ingest import ingest_schema
+from shoal.wire.records import SegmentChunk, WalRecord, verify_chain
+from shoal.wire.records import SegmentManifest as WireManifest
+from storage_node.partition.leader import versioned_rows
+from storage_node.partition.replica import PartitionReplica
+from storage_node.replication.overlay import WalOverlay
+from storage_node.replication.publish import SEGMENTS_TOPIC_CONFIG, push_segments
+from storage_node.replication.receive import ApplyResult, InFlightBudget, ReceiveStats, apply_segment
+from storage_node.replication.wire import KIND_CHUNK, KIND_MANIFEST, from_wire, message_kind
+from storage_node.segments import ReceiveOutcome, file_sha256, write_segment_bytes
+from storage_node.segments.errors import (
+    ChecksumMismatchError,
+    CorruptSegmentError,
+    InvalidSegmentEntryError,
+    SegmentFileError,
+)
+from storage_node.segments.parquet_io import segment_path
+
+log = logging.getLogger(__name__)
+
+LeaderLookup = Callable[[], int | None]
+"""The current leader's placement id (None while there is none, or when it is this replica)."""
+
+
+@dataclass(frozen=True)
+class FollowerConfig:
+    bootstrap_servers: str
+    topics: TopicNames = field(default_factory=TopicNames)
+    kafka_config: tuple[tuple[str, str], ...] = ()
+    leader_check_s: float = 1.0
+    poll_timeout_s: float = 0.5
+    chunk_timeout_s: float = 30.0
+    max_refetches: int = 3
+    """INVALID segments are fetched again this many times before being skipped (and reported)."""
+    overload_pause_s: float = 1.0
+    out_of_order_pause_s: float = 2.0
+    topic_replication_factor: int = -1
+    tail_wal: bool = True
+    """Tail the leader's WAL channel into an in-memory overlay (fresh reads on this follower)."""
+
+
+class _ChunkError(Exception):
+    """The chunks after a manifest are missing, out of order or do not belong to it."""
+
+
+class PartitionFollower:
+    """Consumes the leader's segments channel into a replica, on its own thread."""
+
+    def __init__(
+        self,
+        replica: PartitionReplica,
+        config: FollowerConfig,
+        leader: LeaderLookup,
+        *,
+        budget: InFlightBudget | None = None,
+    ) -> None:
+        self.replica = replica
+        self.config = config
+        self._leader = leader
+        self.budget = budget or InFlightBudget()
+        self.stats = ReceiveStats()
+        self.group_id = config.topics.replica_group(replica.partition_id, replica.placement_id)
+        self.leader_placement_id: int | None = None
+        self.topic: str | None = None
+        self.error: BaseException | None = None
+        self.stopped = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._consumer: Consumer | None = None
+        self._wal: Consumer | None = None
+        self._wal_topic: str | None = None
+        self._wal_prev_hash: bytes | None = None
+        self._wal_acked = -1
+        self._next_leader_check = 0.0
+        self._refetches: dict[str, int] = {}
+        self._repair: set[str] = set()
+        self._acked = -1
+        self._out_of_order: dict[str, int] = {}
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def start(self) -> PartitionFollower:
+        self._thread = threading.Thread(target=self._main, daemon=True, name=f"follow-{self.replica.partition_id[:8]}")
+        self._thread.start()
+        return self
+
+    def stop(self, timeout: float = 30.0) -> None:
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout)
+
+    def _main(self) -> None:
+        try:
+            self._repair = scrub(self.replica)
+            if self._repair:
+                log.error("%s: %d segment files are missing or corrupt; fetching them again: %s",
+                          self.replica.name, len(self._repair), sorted(self._repair))  # fmt: skip
+            while not self._stop.is_set():
+                self._step()
+        except BaseException as exc:
+            log.exception("%s: follower failed", self.replica.name)
+            self.error = exc
+        finally:
+            self._close_consumer()
+            self.stopped.set()
+
+    def _step(self) -> None:
+        """One round; a Kafka or disk error is logged and the round retried (from the same manifest)."""
+        offset: int | None = None
+        try:
+            self._check_leader()
+            if self._consumer is None:
+                self._stop.wait(self.config.poll_timeout_s)
+                return
+            msg = self._poll(self.config.poll_timeout_s if self._wal is None else 0.1)
+            if msg is not None:
+                offset = int(msg.offset() or 0)
+                self._handle(msg)
+            self._tail_wal()
+        except (ShoalError, KafkaException, OSError, _ChunkError) as exc:
+            self.stats.errors += 1
+            log.warning("%s: follower step failed, retrying: %s", self.replica.name, exc)
+            self._stop.wait(1.0)
+            if self._consumer is None:
+                self.leader_placement_id = None  # follow again at the next leader check
+                self._next_leader_check = 0.0
+            elif offset is not None:
+                with contextlib.suppress(KafkaException):
+                    self._seek(offset)
+
+    # -- leader tracking ---------------------------------------------------------------------
+
+    def _check_leader(self) -> None:
+        now = time.monotonic()
+        if now < self._next_leader_check:
+            return
+        self._next_leader_check = now + self.config.leader_check_s
+        try:
+            leader = self._leader()
+        except ShoalError as exc:
+            log.warning("%s: cannot read the leader: %s", self.replica.name, exc)
+            return
+        if leader == self.replica.placement_id:
+            leader = None
+        if leader == self.leader_placement_id:
+            return
+        self._close_consumer()
+        self.leader_placement_id = leader
+        if leader is not None:
+            try:
+                self._follow(leader)
+            except BaseException:
+                self._close_consumer()
+                self.leader_placement_id = None
+                raise
+
+    def _client_config(self) -> dict[str, Any]:
+        return {"bootstrap.servers": self.config.bootstrap_servers, **dict(self.config.kafka_config)}
+
+    def _follow(self, leader: int) -> None:
+        topic = self.config.topics.segments(self.replica.partition_id, leader)
+        admin = admin_client(self.config.bootstrap_servers, dict(self.config.kafka_config))
+        create_topic(
+            admin, topic, replication_factor=self.config.topic_replication_factor, config=SEGMENTS_TOPIC_CONFIG
+        )
+        consumer = Consumer(
+            {
+                **self._client_config(),
+                "group.id": self.group_id,
+                "isolation.level": "read_committed",
+                "enable.auto.commit": False,
+                "auto.offset.reset": "earliest",
+                "fetch.message.max.bytes": 4 * 1024 * 1024,
+            }
+        )
+        tp = TopicPartition(topic, 0)
+        try:
+            committed = int(consumer.committed([tp], timeout=30)[0].offset)
+        except KafkaException as exc:
+            consumer.close()
+            raise KafkaOperationError(f"cannot read the committed offset of {self.group_id} on {topic}: {exc}") from exc
+        self._acked = committed
+        start = committed if committed >= 0 and not self._repair else OFFSET_BEGINNING
+        consumer.assign([TopicPartition(topic, 0, start)])
+        self._consumer, self.topic = consumer, topic
+        if self.config.tail_wal:
+            self._open_wal(leader)
+        log.info("%s: following placement %d on %s from offset %s", self.replica.name, leader, topic, committed)
+
+    def _close_consumer(self) -> None:
+        for c in (self._consumer, self._wal):
+            if c is not None:
+                with contextlib.suppress(KafkaException, RuntimeError):
+                    c.close()
+        self._consumer, self.topic, self._wal, self._wal_topic = None, None, None, None
+        if self.replica.overlay is not None:
+            self.replica.overlay.clear()
+
+    # -- the leader's WAL channel: overlay (Consume index) and Ack index ---------------------------
+
+    def _leader_channel_end(self, leader: int) -> int:
+        """One past the last offset of the leader's WAL channel that this replica's segments cover."""
+        channel = (self.replica.partition_id, leader)
+        return max((r.end_offset for r in self.replica.chain.coverage() if r.channel == channel), default=0)
+
+    def _open_wal(self, leader: int) -> None:
+        """Tail the leader's WAL channel from what segments cover, into the replica's overlay."""
+        topic = self.config.topics.wal(self.replica.partition_id, leader)
+        consumer = Consumer(
+            {
+                **self._client_config(),
+                "group.id": self.config.topics.consume_group(self.replica.partition_id, self.replica.placement_id),
+                "isolation.level": "read_committed",
+                "enable.auto.commit": False,
+                "auto.offset.reset": "earliest",
+                "fetch.message.max.bytes": 64 * 1024 * 1024,
+            }
+        )
+        start = self._leader_channel_end(leader)
+        consumer.assign([TopicPartition(topic, 0, start)])
+        self._wal, self._wal_topic, self._wal_prev_hash = consumer, topic, None
+        self._wal_acked = -1
+        if self.replica.overlay is None:
+            self.replica.overlay = WalOverlay()
+        self.replica.overlay.clear()
+
+    def _tail_wal(self) -> None:
+        if self._wal is None or self.leader_placement_id is None:
+            return
+        msgs = self._wal.consume(200, 0.05)
+        channel = (self.replica.partition_id, self.leader_placement_id)
+        overlay = self.replica.overlay
+        data = [m for m in msgs if m.error() is None]
+        if data and overlay is not None:
+            coverage = self.replica.chain.coverage()
+            table = self.replica.table
+            schema = ingest_schema(table.arrow_schema(), table.primary_key)
+            for m in data:
+                try:
+                    record = WalRecord.from_bytes(m.value())
+                    verify_chain([record], prev_hash=self._wal_prev_hash)
+                    rows = versioned_rows(record.rows(schema), record.gtid)
+                except ShoalError as exc:
+                    self.stats.invalid += 1
+                    log.error("%s: WAL record at offset %s of %s is invalid: %s", self.replica.name, m.offset(),
+                              self._wal_topic, exc)  # fmt: skip
+                    continue
+                self._wal_prev_hash = record.hash
+                overlay.add(channel, int(m.offset() or 0), rows, coverage)
+                self.stats.wal_records_tailed += 1
+            with contextlib.suppress(KafkaException):
+                self._wal.commit(asynchronous=True)  # the Consume (Replica) index, for monitoring
+        self._ack_wal()
+
+    def _ack_wal(self) -> None:
+        """Ack index on the leader's WAL channel = what this replica's durable segments cover."""
+        if self._consumer is None or self._wal_topic is None or self.leader_placement_id is None:
+            return
+        end = self._leader_channel_end(self.leader_placement_id)
+        if end > self._wal_acked:
+            self._consumer.commit(offsets=[TopicPartition(self._wal_topic, 0, end)], asynchronous=False)
+            self._wal_acked = end
+
+    # -- consuming ---------------------------------------------------------------------------
+
+    def _poll(self, timeout: float) -> Message | None:
+        assert self._consumer is not None
+        msg = self._consumer.poll(timeout)
+        if msg is None:
+            return None
+        err = msg.error()
+        if err is not None:
+            if err.code() != KafkaError._PARTITION_EOF:
+                log.warning("%s: segments consumer: %s", self.replica.name, err)
+            return None
+        return msg
+
+    def _seek(self, offset: int) -> None:
+        assert self._consumer is not None and self.topic is not None
+        self._consumer.assign([TopicPartition(self.topic, 0, offset)])
+
+    def _ack(self, next_offset: int) -> None:
+        """Commit ``next_offset`` (only forwards: a replay from the latest major never lowers the Ack)."""
+        assert self._consumer is not None and self.topic is not None
+        if next_offset <= self._acked:
+            return
+        self._consumer.commit(offsets=[TopicPartition(self.topic, 0, next_offset)], asynchronous=False)
+        self._acked = next_offset
+        self.stats.acks += 1
+
+    def _handle(self, msg: Message) -> None:
+        kind = message_kind(msg.headers())
+        offset = int(msg.offset() or 0)
+        if kind == KIND_CHUNK:
+            return  # chunks of a segment skipped after a seek; nothing to do
+        if kind != KIND_MANIFEST:
+            self._report(offset, f"message without a known {kind!r} kind header")
+            return
+        assert self.leader_placement_id is not None
+        try:
+            wire = WireManifest.from_bytes(msg.value())
+            manifest = from_wire(wire, sender_placement_id=self.leader_placement_id, topics=self.config.topics)
+        except (ShoalError, InvalidSegmentEntryError) as exc:
+            self._report(offset, f"manifest does not decode: {exc}")
+            return
+        last = [offset]
+        chunks = self._chunks(wire, last)
+        if wire.segment_id in self._repair:
+            self._repair_file(wire, chunks, offset, last)
+            return
+        try:
+            result = apply_segment(
+                self.replica, manifest, chunks, leader_placement_id=self.leader_placement_id, budget=self.budget
+            )
+        except _ChunkError as exc:
+            result = ApplyResult(ReceiveOutcome.INVALID, f"segment {wire.segment_id}: {exc}")
+        self.stats.count(result)
+        sid = wire.segment_id
+        outcome = result.outcome
+        if outcome.acks:
+            if outcome is ReceiveOutcome.SEGMENT_EXISTS:
+                for _ in chunks:  # skip the chunks, then ack past them
+                    pass
+            self._ack(last[0] + 1)
+            self._refetches.pop(sid, None)
+            self._out_of_order.pop(sid, None)
+        elif outcome is ReceiveOutcome.INVALID:
+            n = self._refetches.get(sid, 0) + 1
+            self._refetches[sid] = n
+            log.error("%s: INVALID segment at offset %d (attempt %d): %s", self.replica.name, offset, n, result.reason)
+            if n <= self.config.max_refetches:
+                self.stats.refetches += 1
+                self._seek(offset)  # fetch it again
+        elif outcome is ReceiveOutcome.OVERLOADED:
+            log.info("%s: OVERLOADED, pausing: %s", self.replica.name, result.reason)
+            self._stop.wait(self.config.overload_pause_s)
+            self._seek(offset)
+        elif outcome is ReceiveOutcome.OUT_OF_ORDER:
+            n = self._out_of_order.get(sid, 0) + 1
+            self._out_of_order[sid] = n
+            target = wire.latest_major_offset
+            log.warning("%s: OUT_OF_ORDER at offset %d (%s); replaying from %s", self.replica.name, offset,
+                        result.reason, target)  # fmt: skip
+            if n > 1 and self._diverged(manifest.base_segment_id):
+                self._stop.wait(self.config.out_of_order_pause_s)
+                self._seek(offset)  # the same manifest again, now based on the (rewound) root
+                return
+            if n > 1:
+                self._stop.wait(self.config.out_of_order_pause_s)
+            self._seek(target if target is not None and target < offset else OFFSET_BEGINNING)
+
+    def _diverged(self, base: str | None) -> bool:
+        """After a replay from the latest major did not help: rewind root to ``base`` if it is on our chain.
+
+        That happens to an old leader that returns, or to a follower that received segments the new
+        leader never got: the new leader adopted the rows of those segments from the old leader's
+        WAL channel, so the local segments above ``base`` are left unreferenced and the leader's
+        chain is followed from ``base`` on.
+        """
+        chain = self.replica.chain
+        if base is None or base not in {s.segment_id for s in chain.walk()} or base == chain.root:
+            return False
+        above = []
+        for s in chain.walk():
+            if s.segment_id == base:
+                break
+            above.append(s.segment_id)
+        self.replica.rewind(base)
+        self.stats.rewinds += 1
+        try:  # PUSH what the leader lacks; it merges them (its rows were adopted already: defence in depth)
+            pushed = [r for r in self.replica.detached() if r.segment_id in above]
+            self.stats.pushed += push_segments(
+                self.replica,
+                pushed,
+                bootstrap_servers=self.config.bootstrap_servers,
+                topics=self.config.topics,
+                kafka_config=dict(self.config.kafka_config),
+            )
+        except ShoalError as exc:
+            log.warning("%s: pushing detached segments failed: %s", self.replica.name, exc)
+        log.warning("%s: chain diverged from the leader's; root rewound to %s, detached %s", self.replica.name, base,
+                    above)  # fmt: skip
+        return True
+
+    def _chunks(self, wire: WireManifest, last: list[int]) -> Iterator[bytes]:
+        """The manifest's chunks, in order, as they arrive (updates ``last[0]`` to each chunk's offset)."""
+        for index in range(wire.chunk_count):
+            deadline = time.monotonic() + self.config.chunk_timeout_s
+            msg = None
+            while msg is None:
+                if self._stop.is_set() or time.monotonic() > deadline:
+                    raise _ChunkError(f"chunk {index} of {wire.chunk_count} did not arrive")
+                msg = self._poll(self.config.poll_timeout_s)
+            if message_kind(msg.headers()) != KIND_CHUNK:
+                raise _ChunkError(f"expected chunk {index}, got another message at offset {msg.offset()}")
+            try:
+                chunk = SegmentChunk.from_bytes(msg.value())
+            except ShoalError as exc:
+                raise _ChunkError(f"chunk {index} does not decode: {exc}") from exc
+            if (chunk.segment_id, chunk.index, chunk.count) != (wire.segment_id, index, wire.chunk_count):
+                raise _ChunkError(f"chunk {chunk.segment_id}[{chunk.index}/{chunk.count}] where {index} was expected")
+            last[0] = int(msg.offset() or 0)
+            yield chunk.data
+
+    def _repair_file(self, wire: WireManifest, chunks: Iterator[bytes], offset: int, last: list[int]) -> None:
+        """Write a chain segment's missing or corrupt file again from the channel (verified, fsynced)."""
+        record = self.replica.record(wire.segment_id)
+        if record is None or record.sha256 != wire.checksum:
+            self._repair.discard(wire.segment_id)
+            return
+        try:
+            write_segment_bytes(
+                self.replica.directory, wire.segment_id, chunks, expected_sha256=record.sha256,
+                expected_size=record.size_bytes,
+            )  # fmt: skip
+        except (ChecksumMismatchError, CorruptSegmentError, _ChunkError) as exc:
+            self.stats.invalid += 1
+            self.stats.refetches += 1
+            log.error("%s: repairing segment %s failed, fetching again: %s", self.replica.name, wire.segment_id, exc)
+            self._stop.wait(self.config.overload_pause_s)
+            self._seek(offset)
+            return
+        self._repair.discard(wire.segment_id)
+        self.stats.repaired += 1
+        log.warning("%s: segment %s fetched again and repaired", self.replica.name, wire.segment_id)
+        self._ack(last[0] + 1)
+
+    def _report(self, offset: int, why: str) -> None:
+        self.stats.invalid += 1
+        log.error("%s: INVALID message at offset %d of %s: %s", self.replica.name, offset, self.topic, why)
+
+
+def scrub(replica: PartitionReplica) -> set[str]:
+    """Ids of the chain's segments (latest major to root) whose file is missing or fails its sha256."""
+    bad: set[str] = set()
+    for entry in replica.chain.since_latest_major():
+        record = replica.record(entry.segment_id)
+        if record is None:
+            continue
+        try:
+            ok = file_sha256(segment_path(replica.directory, entry.segment_id)) == record.sha256
+        except SegmentFileError:
+            ok = False
+        if not ok:
+            bad.add(entry.segment_id)
+    return bad

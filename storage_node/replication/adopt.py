@@ -1,0 +1,88 @@
+"""Failover, new leader side: adopt the other placements' WAL channels before serving.
+
+DESIGN.md section 7 ("A new leader first adopts orphan channels: for every other placement's WAL
+channel with records beyond what segments cover, it consumes them and merges"); TokuMX (seed 003):
+only committed data is replicated, GTIDs order everything; LinDB (seed 001): the channel is the
+unit of replication.
+
+For each other placement of the partition:
+
+1. fence the channel: ``init_transactions`` with the channel's ``transactional.id`` bumps its
+   producer epoch, so a paused or partitioned old leader (a zombie) can commit nothing more there,
+   and its open transaction is aborted. Its ingest offsets were committed in the same transactions,
+   so nothing it accepted can be missed or taken twice;
+2. read the channel (``read_committed``) from what this replica's segments cover of it to its end,
+   check the GTID hash chain;
+3. write those rows, keeping their GTIDs, as one segment based on root that covers those offsets
+   (merge = re-insert keeping GTIDs: idempotent and order-independent), so they are durable and
+   published to the followers like any other segment.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import pyarrow as pa
+from confluent_kafka import KafkaException, Producer
+
+from shoal.errors import KafkaOperationError
+from shoal.kafka_admin import admin_client
+from shoal.topics import TopicNames
+from shoal.wire.records import verify_chain
+from storage_node.partition.replica import PartitionReplica
+from storage_node.segments import SegmentRecord, WalRange
+from storage_node.wal import read_channel
+
+log = logging.getLogger(__name__)
+
+
+def fence_channel(bootstrap_servers: str, topic: str, kafka_config: Mapping[str, Any] | None = None) -> None:
+    """Fence every earlier producer of ``topic``'s transactional id (aborting its open transaction)."""
+    producer = Producer({"bootstrap.servers": bootstrap_servers, **dict(kafka_config or {}), "transactional.id": topic,
+                         "enable.idempotence": True, "acks": "all"})  # fmt: skip
+    try:
+        producer.init_transactions(30)
+    except KafkaException as exc:
+        raise KafkaOperationError(f"cannot fence WAL channel {topic}: {exc}") from exc
+    finally:
+        producer.flush(1)
+
+
+def adopt_channels(
+    replica: PartitionReplica,
+    *,
+    bootstrap_servers: str,
+    topics: TopicNames,
+    peers: Sequence[int],
+    epoch: int,
+    schema: pa.Schema,
+    kafka_config: Mapping[str, Any] | None = None,
+) -> list[SegmentRecord]:
+    """Adopt every other placement's WAL records beyond what the chain covers; returns the new segments."""
+    from storage_node.partition.leader import versioned_rows
+
+    existing = set(admin_client(bootstrap_servers, dict(kafka_config or {})).list_topics(timeout=30).topics)
+    out: list[SegmentRecord] = []
+    for placement in peers:
+        if placement == replica.placement_id:
+            continue
+        topic = topics.wal(replica.partition_id, placement)
+        if topic not in existing:
+            continue  # that placement never led
+        fence_channel(bootstrap_servers, topic, kafka_config)
+        channel = (replica.partition_id, placement)
+        start = max((r.end_offset for r in replica.chain.coverage() if r.channel == channel), default=0)
+        records = list(read_channel(bootstrap_servers, topic, start, extra=kafka_config))
+        if not records:
+            continue
+        verify_chain([r.record for r in records], prev_hash=None)
+        tables = [versioned_rows(r.record.rows(schema), r.record.gtid) for r in records]
+        covered = WalRange(replica.partition_id, placement, min(start, records[0].offset), records[-1].offset + 1)
+        record = replica.write_adopted(tables, covered, epoch)
+        out.append(record)
+        log.info("%s: adopted %d WAL records (%d rows) of placement %d, offsets [%d, %d)", replica.name,
+                 len(records), sum(t.num_rows for t in tables), placement, covered.start_offset,
+                 covered.end_offset)  # fmt: skip
+    return out

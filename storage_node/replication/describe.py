@@ -1,0 +1,47 @@
+"""``describe replica``: what one replica holds, for ``shoal verify`` (issue 5, item 6).
+
+For a replica: its chain (ids from the latest major to root, oldest first, and the root), the row
+count and a content hash of its rows. The rows are what a scan returns (segments + memtable/overlay,
+newest version per key by GTID, tombstones hidden) *with* their GTID columns, sorted by primary
+key, so the hash is independent of the order writes arrived in, of how they are split into
+segments, and of Arrow chunking; two replicas agree iff they hold the same versions of the same
+rows.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import pyarrow as pa
+
+from storage_node.partition.replica import PartitionReplica
+
+
+def content_hash(rows: pa.Table, key_columns: list[str]) -> str:
+    """sha256 of ``rows`` sorted by ``key_columns``, schema metadata dropped, as one Arrow IPC stream."""
+    ordered = rows.sort_by([(k, "ascending") for k in key_columns]).replace_schema_metadata(None)
+    ordered = ordered.combine_chunks()
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, ordered.schema) as writer:
+        for batch in ordered.to_batches():
+            writer.write_batch(batch)
+    return hashlib.sha256(sink.getvalue().to_pybytes()).hexdigest()
+
+
+def describe_replica(replica: PartitionReplica) -> dict[str, Any]:
+    chain = replica.chain
+    rows = replica.scan(include_system=True)
+    overlay = replica.overlay
+    return {
+        "table": replica.table.name,
+        "partition_id": replica.partition_id,
+        "placement_id": replica.placement_id,
+        "root": chain.root,
+        "chain": [e.segment_id for e in chain.since_latest_major()],
+        "segments": len(chain),
+        "row_count": rows.num_rows,
+        "content_hash": content_hash(rows, list(replica.key_columns)),
+        "overlay_records": 0 if overlay is None else overlay.records,
+        "memtable_rows": replica.memtable.rows,
+    }

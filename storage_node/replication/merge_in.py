@@ -1,0 +1,244 @@
+"""Leader side of "old leader pushes its unreplicated segments": receive and MERGE (source 3.5).
+
+DESIGN.md section 7: "An old leader that comes back pushes its unreplicated segments to the new
+leader through its own segments channel, and the new leader merges them." The leader consumes the
+segments channels of the partition's other placements (group ``replica_group(pid, own placement)``,
+so its committed offsets there are its acks of pushed segments) and decides per manifest with
+:func:`~storage_node.segments.decide_leader_receive`:
+
+- SEGMENT_EXISTS (referenced, or already here): skip, ack;
+- MERGE: stream the chunks to disk (verified, fsynced), then hand the record to the leader's own
+  thread, which lists it detached, re-inserts its rows keeping their GTIDs as a new segment on root
+  and deletes it (:meth:`PartitionReplica.merge_detached`); ack once that is durable;
+- INVALID: reported, not acked.
+
+Merges run on the leader's thread (between ingest batches) so they never race a flush for the root.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, TopicPartition
+
+from shoal.errors import ShoalError
+from shoal.kafka_admin import admin_client, create_topic
+from shoal.topics import TopicNames
+from shoal.wire.records import SegmentChunk
+from shoal.wire.records import SegmentManifest as WireManifest
+from storage_node.partition.replica import PartitionReplica
+from storage_node.replication.publish import SEGMENTS_TOPIC_CONFIG
+from storage_node.replication.receive import DEFAULT_MAX_IN_FLIGHT_BYTES
+from storage_node.replication.wire import KIND_CHUNK, KIND_MANIFEST, from_wire, message_kind
+from storage_node.segments import (
+    ReceiveOutcome,
+    SegmentRecord,
+    decide_leader_receive,
+    write_segment_bytes,
+)
+from storage_node.segments.errors import ChecksumMismatchError, CorruptSegmentError, InvalidSegmentEntryError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class MergeJob:
+    """A received, durable segment for the leader's thread to merge."""
+
+    record: SegmentRecord
+    done: threading.Event = field(default_factory=threading.Event)
+    error: BaseException | None = None
+
+
+@dataclass
+class MergeStats:
+    manifests: int = 0
+    merged: int = 0
+    exists: int = 0
+    invalid: int = 0
+
+
+class PeerSegmentReceiver:
+    """Consumes the other placements' segments channels for a leader; merges what they push."""
+
+    def __init__(
+        self,
+        replica: PartitionReplica,
+        *,
+        bootstrap_servers: str,
+        topics: TopicNames,
+        peers: Callable[[], Sequence[int]],
+        submit: Callable[[MergeJob], None],
+        kafka_config: Mapping[str, Any] | None = None,
+        topic_replication_factor: int = -1,
+    ) -> None:
+        self.replica = replica
+        self.bs = bootstrap_servers
+        self.topics = topics
+        self.peers = peers
+        self.submit = submit
+        self.kafka_config = dict(kafka_config or {})
+        self.rf = topic_replication_factor
+        self.stats = MergeStats()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._consumer: Consumer | None = None
+        self._owners: dict[str, int] = {}
+
+    def start(self) -> PeerSegmentReceiver:
+        self._thread = threading.Thread(target=self._main, daemon=True, name=f"merge-{self.replica.partition_id[:8]}")
+        self._thread.start()
+        return self
+
+    def stop(self, timeout: float = 30.0) -> None:
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout)
+
+    def _main(self) -> None:
+        try:
+            self._open()
+            while not self._stop.is_set():
+                msg = self._poll(0.5)
+                if msg is not None:
+                    self._handle(msg)
+        except BaseException:
+            log.exception("%s: peer segment receiver failed", self.replica.name)
+        finally:
+            if self._consumer is not None:
+                with contextlib.suppress(KafkaException, RuntimeError):
+                    self._consumer.close()
+
+    def _open(self) -> None:
+        pid = self.replica.partition_id
+        peers = [p for p in self.peers() if p != self.replica.placement_id]
+        admin = admin_client(self.bs, self.kafka_config)
+        self._owners = {self.topics.segments(pid, p): p for p in peers}
+        for topic in self._owners:
+            create_topic(admin, topic, replication_factor=self.rf, config=SEGMENTS_TOPIC_CONFIG)
+        consumer = Consumer({"bootstrap.servers": self.bs, **self.kafka_config,
+                             "group.id": self.topics.replica_group(pid, self.replica.placement_id),
+                             "isolation.level": "read_committed", "enable.auto.commit": False,
+                             "auto.offset.reset": "earliest"})  # fmt: skip
+        tps = [TopicPartition(t, 0) for t in self._owners]
+        if tps:
+            committed = consumer.committed(tps, timeout=30)
+            consumer.assign([TopicPartition(tp.topic, 0, tp.offset if tp.offset >= 0 else OFFSET_BEGINNING)
+                             for tp in committed])  # fmt: skip
+        self._consumer = consumer
+
+    def _poll(self, timeout: float) -> Message | None:
+        assert self._consumer is not None
+        msg = self._consumer.poll(timeout)
+        if msg is None or msg.error() is not None:
+            err = None if msg is None else msg.error()
+            if err is not None and err.code() != KafkaError._PARTITION_EOF:
+                log.warning("%s: peer segments consumer: %s", self.replica.name, err)
+            return None
+        return msg
+
+    def _handle(self, msg: Message) -> None:
+        if message_kind(msg.headers()) != KIND_MANIFEST:
+            return
+        topic, offset = str(msg.topic()), int(msg.offset() or 0)
+        sender = self._owners.get(topic)
+        if sender is None:
+            return
+        self.stats.manifests += 1
+        try:
+            wire = WireManifest.from_bytes(msg.value())
+            manifest = from_wire(wire, sender_placement_id=sender, topics=self.topics)
+        except (ShoalError, InvalidSegmentEntryError) as exc:
+            self.stats.invalid += 1
+            log.error("%s: INVALID manifest at %s@%d: %s", self.replica.name, topic, offset, exc)
+            return
+        decision = decide_leader_receive(
+            self.replica.chain,
+            manifest,
+            expected_partition_id=self.replica.partition_id,
+            replica_placement_ids=frozenset(self._owners.values()),
+            loading=False,
+            in_flight_bytes=0,
+            max_in_flight_bytes=DEFAULT_MAX_IN_FLIGHT_BYTES,
+        )
+        last = [offset]
+        chunks = self._chunks(wire, last)
+        if decision.outcome is ReceiveOutcome.SEGMENT_EXISTS:
+            for _ in chunks:
+                pass
+            self.stats.exists += 1
+            self._ack(topic, last[0] + 1)
+            return
+        if decision.outcome is not ReceiveOutcome.MERGE or decision.entry is None:
+            self.stats.invalid += 1
+            log.error("%s: pushed segment %s: %s %s", self.replica.name, wire.segment_id, decision.outcome.value,
+                      decision.reason)  # fmt: skip
+            return
+        try:
+            written = write_segment_bytes(self.replica.directory, wire.segment_id, chunks,
+                                          expected_sha256=wire.checksum, expected_size=wire.size_bytes)  # fmt: skip
+        except (ChecksumMismatchError, CorruptSegmentError, _ChunkError) as exc:
+            self.stats.invalid += 1
+            log.error("%s: pushed segment %s is corrupt: %s", self.replica.name, wire.segment_id, exc)
+            return
+        job = MergeJob(SegmentRecord(entry=decision.entry, sha256=written.sha256, row_count=written.row_count,
+                                     size_bytes=written.size_bytes))  # fmt: skip
+        self.submit(job)
+        while not job.done.wait(0.5):
+            if self._stop.is_set():
+                return
+        if job.error is not None:
+            log.error("%s: merging pushed segment %s failed: %s", self.replica.name, wire.segment_id, job.error)
+            return
+        self.stats.merged += 1
+        log.info("%s: merged segment %s pushed by placement %d", self.replica.name, wire.segment_id, sender)
+        self._ack(topic, last[0] + 1)
+
+    def _ack(self, topic: str, next_offset: int) -> None:
+        assert self._consumer is not None
+        self._consumer.commit(offsets=[TopicPartition(topic, 0, next_offset)], asynchronous=False)
+
+    def _chunks(self, wire: WireManifest, last: list[int]) -> Iterator[bytes]:
+        for index in range(wire.chunk_count):
+            deadline = time.monotonic() + 30
+            msg = None
+            while msg is None:
+                if self._stop.is_set() or time.monotonic() > deadline:
+                    raise _ChunkError(f"chunk {index} of {wire.chunk_count} did not arrive")
+                msg = self._poll(0.5)
+            try:
+                chunk = SegmentChunk.from_bytes(msg.value())
+            except ShoalError as exc:
+                raise _ChunkError(f"chunk {index}: {exc}") from exc
+            if message_kind(msg.headers()) != KIND_CHUNK or (chunk.segment_id, chunk.index) != (wire.segment_id, index):
+                raise _ChunkError(f"expected chunk {index} of {wire.segment_id}")
+            last[0] = int(msg.offset() or 0)
+            yield chunk.data
+
+
+class _ChunkError(Exception):
+    pass
+
+
+def drain_merges(jobs: queue.Queue[MergeJob], replica: PartitionReplica, epoch: int) -> int:
+    """Run queued merges (on the leader's thread); returns how many succeeded."""
+    n = 0
+    while True:
+        try:
+            job = jobs.get_nowait()
+        except queue.Empty:
+            return n
+        try:
+            replica.merge_detached(job.record, epoch)
+            n += 1
+        except Exception as exc:
+            job.error = exc
+        finally:
+            job.done.set()

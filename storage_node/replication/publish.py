@@ -1,0 +1,390 @@
+"""The leader's segment publisher (DESIGN.md section 4.3 and 6; EventQL seed 000 section 3.5).
+
+Chain-driven: every entry of the chain from the latest major to root (oldest first, source 3.4's
+order) that is not yet on this placement's segments channel is published as a manifest followed by
+its file in chunks, all in ONE Kafka transaction (``transactional.id`` = the channel topic, so a
+new incarnation of the placement fences an old one, and readers with ``read_committed`` never see
+half a segment). Because it follows the chain rather than the flush calls, a major committed later
+by the compaction intake, or a segment adopted at failover, is published too.
+
+The publisher runs on its own thread and never blocks ingest: the leader only calls :meth:`wake`.
+At start it reads the manifests already on the channel (chunks are skipped by their header), so a
+restarted leader does not publish a segment twice. It also remembers the offset of every manifest
+it saw or wrote; the manifest of a major carries ``latest_major_offset`` for followers that must
+replay (OUT_OF_ORDER), and truncation of the channel (``tail``) keeps everything from it on.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+
+from shoal.errors import KafkaOperationError, ShoalError
+from shoal.kafka_admin import admin_client, create_topic
+from shoal.topics import TopicNames
+from shoal.wire.records import SegmentChunk
+from shoal.wire.records import SegmentManifest as WireManifest
+from storage_node.partition.replica import PartitionReplica
+from storage_node.replication.tail import TailDecision, truncate
+from storage_node.replication.wire import (
+    DEFAULT_CHUNK_BYTES,
+    KIND_CHUNK,
+    KIND_HEADER,
+    KIND_MANIFEST,
+    message_kind,
+    to_wire,
+)
+from storage_node.segments import SegmentRecord
+from storage_node.segments.parquet_io import segment_path
+
+log = logging.getLogger(__name__)
+
+SEGMENTS_TOPIC_CONFIG = {"retention.ms": "-1", "max.message.bytes": str(2 * 1024 * 1024)}
+
+
+@dataclass
+class PublishStats:
+    published: int = 0
+    bytes: int = 0
+    failures: int = 0
+
+
+@dataclass(frozen=True)
+class ChannelManifest:
+    offset: int
+    manifest: WireManifest
+
+
+def read_manifests(
+    bootstrap_servers: str, topic: str, *, extra: Mapping[str, Any] | None = None, timeout_s: float = 30.0
+) -> list[ChannelManifest]:
+    """Every committed manifest on a segments channel, oldest first (chunks skipped, not decoded)."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap_servers,
+            "group.id": "shoal-segments-reader",  # assign() only, never commits
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed",
+            "enable.partition.eof": True,
+            **dict(extra or {}),
+        }
+    )
+    out: list[ChannelManifest] = []
+    try:
+        try:
+            low, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=timeout_s)
+        except KafkaException as exc:
+            raise KafkaOperationError(f"cannot read the offsets of segments channel {topic}: {exc}") from exc
+        if low >= high:
+            return out
+        consumer.assign([TopicPartition(topic, 0, low)])
+        idle = 0.0
+        while True:
+            msg = consumer.poll(0.5)
+            if msg is None:
+                idle += 0.5
+                if idle >= timeout_s:
+                    raise KafkaOperationError(f"segments channel {topic}: no progress reading to offset {high}")
+                continue
+            idle = 0.0
+            err = msg.error()
+            if err is not None:
+                if err.code() == KafkaError._PARTITION_EOF:
+                    return out
+                raise KafkaOperationError(f"segments channel {topic}: {err}")
+            offset = int(msg.offset() or 0)
+            if message_kind(msg.headers()) == KIND_MANIFEST:
+                try:
+                    out.append(ChannelManifest(offset, WireManifest.from_bytes(msg.value())))
+                except ShoalError as exc:
+                    log.error("segments channel %s: manifest at offset %d does not decode: %s", topic, offset, exc)
+            if offset + 1 >= high:
+                return out
+    finally:
+        consumer.close()
+
+
+class SegmentPublisher:
+    """Publishes a leader replica's chain on its segments channel, on its own thread."""
+
+    def __init__(
+        self,
+        replica: PartitionReplica,
+        *,
+        bootstrap_servers: str,
+        topics: TopicNames,
+        kafka_config: Mapping[str, str] | None = None,
+        chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+        poll_s: float = 1.0,
+        topic_replication_factor: int = -1,
+        peers: Callable[[], Sequence[int]] | None = None,
+        truncate_every_s: float = 5.0,
+        still_leading: Callable[[], object] | None = None,
+    ) -> None:
+        self.replica = replica
+        self.bootstrap_servers = bootstrap_servers
+        self.topics = topics
+        self.topic = topics.segments(replica.partition_id, replica.placement_id)
+        self.kafka_config = dict(kafka_config or {})
+        self.chunk_bytes = chunk_bytes
+        self.poll_s = poll_s
+        self.rf = topic_replication_factor
+        self.peers = peers
+        self.still_leading = still_leading
+        """Raises when this placement no longer leads (the election's check): then nothing is truncated."""
+        self.truncate_every_s = truncate_every_s
+        self._next_truncate = time.monotonic() + truncate_every_s
+        self.major_offsets: list[int] = []
+        self.last_tail: TailDecision | None = None
+        self.stats = PublishStats()
+        self.manifest_offsets: dict[str, int] = {}
+        """segment id -> offset of its manifest on the channel."""
+        self.latest_major_offset: int | None = None
+        self.error: BaseException | None = None
+        self.ready = threading.Event()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._producer: Producer | None = None
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def start(self) -> SegmentPublisher:
+        self._thread = threading.Thread(target=self._main, daemon=True, name=f"publish-{self.replica.partition_id[:8]}")
+        self._thread.start()
+        return self
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def stop(self, timeout: float = 30.0) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout)
+
+    def published(self) -> set[str]:
+        return set(self.manifest_offsets)
+
+    def _main(self) -> None:
+        try:
+            self._open()
+            self.ready.set()
+            while not self._stop.is_set():
+                try:
+                    self.publish_pending()
+                except _Fenced as exc:
+                    log.warning("%s: segments channel fenced: %s", self.replica.name, exc)
+                    self.error = exc
+                    return
+                except (KafkaOperationError, KafkaException, ShoalError, OSError) as exc:
+                    self.stats.failures += 1
+                    log.warning("%s: publishing failed, retrying: %s", self.replica.name, exc)
+                    self._stop.wait(1.0)
+                    continue
+                self._maybe_truncate()
+                self._wake.wait(self.poll_s)
+                self._wake.clear()
+        except BaseException as exc:
+            log.exception("%s: segment publisher failed", self.replica.name)
+            self.error = exc
+        finally:
+            self.ready.set()
+            if self._producer is not None:
+                self._producer.flush(5)
+
+    def _open(self) -> None:
+        admin = admin_client(self.bootstrap_servers, self.kafka_config)
+        create_topic(admin, self.topic, replication_factor=self.rf, config=SEGMENTS_TOPIC_CONFIG)
+        producer = Producer(
+            {
+                "bootstrap.servers": self.bootstrap_servers,
+                **self.kafka_config,
+                "transactional.id": self.topic,
+                "enable.idempotence": True,
+                "acks": "all",
+                "linger.ms": 5,
+                "message.max.bytes": 2 * 1024 * 1024,
+                "transaction.timeout.ms": 60_000,
+            }
+        )
+        try:
+            producer.init_transactions(30)
+        except KafkaException as exc:
+            raise KafkaOperationError(f"cannot claim segments channel {self.topic}: {exc}") from exc
+        self._producer = producer
+        for item in read_manifests(self.bootstrap_servers, self.topic, extra=self.kafka_config):
+            self.manifest_offsets[item.manifest.segment_id] = item.offset
+            if item.manifest.is_major:
+                self.latest_major_offset = item.offset
+                self.major_offsets.append(item.offset)
+        log.info(
+            "%s: segments channel %s holds %d manifests", self.replica.name, self.topic, len(self.manifest_offsets)
+        )
+
+    # -- publishing --------------------------------------------------------------------------
+
+    def publish_pending(self) -> int:
+        """Publish every chain entry from the latest major to root not yet on the channel; returns how many."""
+        n = 0
+        for entry in self.replica.chain.since_latest_major():
+            if self._stop.is_set():
+                break
+            if entry.segment_id in self.manifest_offsets:
+                continue
+            record = self.replica.record(entry.segment_id)
+            if record is None:
+                continue  # removed meanwhile (compaction); the next pass sees the new chain
+            self._publish(record)
+            n += 1
+        return n
+
+    def _publish(self, record: SegmentRecord) -> None:
+        assert self._producer is not None
+        producer = self._producer
+        manifest = to_wire(
+            record,
+            table=self.replica.table.name,
+            partition_id=self.replica.partition_id,
+            topics=self.topics,
+            latest_major_offset=self.latest_major_offset,
+            chunk_bytes=self.chunk_bytes,
+        )
+        sid = record.segment_id
+        offsets: dict[int, int] = {}
+        try:
+            producer.begin_transaction()
+        except KafkaException as exc:
+            self._raise_if_fenced(exc)
+            raise
+        try:
+            _produce(producer, self.topic, manifest.to_bytes(), KIND_MANIFEST, offsets, 0)
+            digest = hashlib.sha256()
+            size = 0
+            with open(segment_path(self.replica.directory, sid), "rb") as f:
+                for index in range(manifest.chunk_count):
+                    data = f.read(self.chunk_bytes)
+                    digest.update(data)
+                    size += len(data)
+                    chunk = SegmentChunk(sid, index, manifest.chunk_count, data)
+                    _produce(producer, self.topic, chunk.to_bytes(), KIND_CHUNK, offsets, index + 1)
+                if f.read(1):
+                    raise KafkaOperationError(f"segment {sid}: file is larger than its {record.size_bytes} bytes")
+            if digest.hexdigest() != record.sha256 or size != record.size_bytes:
+                raise _LocalCorruption(f"segment {sid}: local file does not match its checksum; not published")
+            if producer.flush(60):
+                raise KafkaOperationError(f"segment {sid}: chunks not delivered")
+            if any(o < 0 for o in offsets.values()):
+                raise KafkaOperationError(f"segment {sid}: delivery failed")
+            producer.commit_transaction(60)
+        except KafkaException as exc:
+            self._raise_if_fenced(exc)
+            self._abort()
+            raise KafkaOperationError(f"publishing segment {sid}: {exc}") from exc
+        except BaseException:
+            self._abort()
+            raise
+        offset = offsets[0]
+        self.manifest_offsets[sid] = offset
+        if record.entry.is_major:
+            self.latest_major_offset = offset
+            self.major_offsets.append(offset)
+        self.stats.published += 1
+        self.stats.bytes += record.size_bytes
+        log.info("%s: published segment %s at offset %d (%d bytes, %d chunks)", self.replica.name, sid, offset,
+                 record.size_bytes, manifest.chunk_count)  # fmt: skip
+
+    def _maybe_truncate(self) -> None:
+        """Move the Tail of this leader's WAL and segments channels (storage_node.replication.tail)."""
+        if self.peers is None or time.monotonic() < self._next_truncate:
+            return
+        self._next_truncate = time.monotonic() + self.truncate_every_s
+        try:
+            if self.still_leading is not None:
+                self.still_leading()
+        except Exception as exc:
+            log.info("%s: not truncating: %s", self.replica.name, exc)
+            return
+        try:
+            self.last_tail = truncate(
+                self.bootstrap_servers,
+                self.topics,
+                self.replica.partition_id,
+                self.replica.placement_id,
+                list(self.peers()),
+                own_covered_end=self.replica.covered_end(),
+                major_offsets=list(self.major_offsets),
+                kafka_config=self.kafka_config,
+            )
+        except ShoalError as exc:
+            log.warning("%s: truncation failed: %s", self.replica.name, exc)
+
+    def _abort(self) -> None:
+        if self._producer is None:
+            return
+        try:
+            self._producer.abort_transaction(30)
+        except KafkaException as exc:
+            self._raise_if_fenced(exc)
+            log.warning("%s: abort failed: %s", self.replica.name, exc)
+
+    def _raise_if_fenced(self, exc: KafkaException) -> None:
+        err = exc.args[0] if exc.args else None
+        if isinstance(err, KafkaError) and (err.fatal() or err.code() in _FENCED):
+            self._producer = None
+            raise _Fenced(str(err)) from exc
+
+
+_FENCED = {KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH}
+
+
+class _Fenced(ShoalError):
+    pass
+
+
+class _LocalCorruption(KafkaOperationError):
+    pass
+
+
+def _produce(producer: Producer, topic: str, value: bytes, kind: bytes, offsets: dict[int, int], index: int) -> None:
+    def on_delivery(err: KafkaError | None, msg: Message) -> None:
+        offsets[index] = -1 if err is not None else int(msg.offset() or 0)
+
+    while True:
+        try:
+            producer.produce(topic, value, partition=0, headers=[(KIND_HEADER, kind)], on_delivery=on_delivery)
+            return
+        except BufferError:
+            producer.poll(0.1)
+            time.sleep(0.01)
+
+
+def push_segments(
+    replica: PartitionReplica,
+    records: Sequence[SegmentRecord],
+    *,
+    bootstrap_servers: str,
+    topics: TopicNames,
+    kafka_config: Mapping[str, str] | None = None,
+) -> int:
+    """Source 3.5 follower procedure, PUSH: publish segments the leader lacks on this replica's own
+    segments channel, for the leader to merge (``merge_in``). Returns how many were published."""
+    publisher = SegmentPublisher(replica, bootstrap_servers=bootstrap_servers, topics=topics, kafka_config=kafka_config)
+    publisher._open()
+    try:
+        n = 0
+        for record in records:
+            if record.segment_id not in publisher.manifest_offsets:
+                publisher._publish(record)
+                n += 1
+        return n
+    finally:
+        if publisher._producer is not None:
+            publisher._producer.flush(10)

@@ -1,0 +1,149 @@
+"""Helpers for the fault tests: a three-node cluster of node processes, a writer that records acks."""
+
+from __future__ import annotations
+
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).parent.parent / "integration" / "storage_node"))
+
+from node_it_support import NodeProcesses, make_table
+
+from metadata.client import MetadataClient, MetadataConfig
+from metadata.election import read_epoch
+from producer import Producer, ProducerConfig
+from shoal.cli.verify import verify_table
+from shoal.testing.wait import wait_until
+from storage_node.serve import ScanRequest, describe_remote, lookup_node, scan_remote
+
+NODES = ("node-1", "node-2", "node-3")
+__all__ = ["NODES", "NodeProcesses", "Writer", "make_table", "wait_until"]
+
+
+class Writer(threading.Thread):
+    """Writes batches of unique keys; a key is *acknowledged* once ``sync()`` returned after its batch."""
+
+    def __init__(
+        self, bootstrap: str, zk_hosts: str, prefix: str, *, first_key: int = 0, batch: int = 20, pause_s: float = 0.1
+    ) -> None:
+        super().__init__(daemon=True, name="fault-writer")
+        self.config = ProducerConfig(bootstrap, zk_hosts, topic_prefix=prefix)
+        self.first_key, self.batch, self.pause_s = first_key, batch, pause_s
+        self.acked: set[int] = set()
+        self.sent: set[int] = set()
+        self.sync_failures = 0
+        self.halt = threading.Event()
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            with Producer(self.config) as producer:
+                next_key = self.first_key
+                pending: list[int] = []
+                while not self.halt.is_set():
+                    keys = list(range(next_key, next_key + self.batch))
+                    next_key += self.batch
+                    producer.write("events", [{"k": k, "v": f"v{k}"} for k in keys])
+                    self.sent.update(keys)
+                    pending += keys
+                    try:
+                        producer.sync(timeout=60)
+                    except Exception:
+                        self.sync_failures += 1
+                        continue
+                    self.acked.update(pending)
+                    pending = []
+                    self.halt.wait(self.pause_s)
+        except BaseException as exc:
+            self.error = exc
+
+    def stop(self) -> None:
+        self.halt.set()
+        self.join(120)
+        assert not self.is_alive(), "writer did not stop"
+        assert self.error is None, self.error
+
+
+class Cluster3:
+    """Three node processes holding one table (rf=3, one partition)."""
+
+    def __init__(self, tmp: Path, cluster: Any, zk_hosts: str, prefix: str) -> None:
+        self.bs, self.zk_hosts, self.prefix = cluster.bootstrap_servers, zk_hosts, prefix
+        self.meta = MetadataConfig(zk_hosts=zk_hosts, bootstrap_servers=self.bs, topic_prefix=prefix)
+        self.client = MetadataClient(self.meta)
+        self.nodes = NodeProcesses(tmp, zk_hosts, self.bs, prefix, flush_rows=60, flush_age=1.0)
+        self.pid = ""
+        self.writers: list[Writer] = []
+
+    def __enter__(self) -> Cluster3:
+        self.client.__enter__()
+        file = self.client.coordinator.create_table(make_table(replication_factor=3), list(NODES))
+        self.pid = file.partitions[0].partition_id
+        for n in NODES:
+            self.nodes.start(n)
+        assert wait_until(lambda: self.leader() is not None, 90)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for w in self.writers:  # never leave a producer behind (it would outlive the Kafka fixture)
+            w.halt.set()
+            w.join(90)
+        self.nodes.close()
+        self.client.close()
+
+    def epoch(self) -> tuple[int, str | None, int | None]:
+        rec = read_epoch(self.client.zk, self.client.layout, self.pid)
+        return rec.epoch, rec.server_id, rec.placement_id
+
+    def leader(self) -> str | None:
+        return self.epoch()[1]
+
+    def writer(self, first_key: int = 0) -> Writer:
+        w = Writer(self.bs, self.zk_hosts, self.prefix, first_key=first_key)
+        w.start()
+        self.writers.append(w)
+        return w
+
+    def report(self) -> dict[str, Any]:
+        try:
+            return verify_table(self.client, "events")
+        except Exception as exc:
+            return {"ok": False, "error": str(exc), "partitions": []}
+
+    def describe(self, server_id: str) -> dict[str, Any] | None:
+        try:
+            location = lookup_node(self.client.zk, self.client.layout, server_id)
+            found = [d for d in describe_remote(location, "events") if d["partition_id"] == self.pid]
+        except Exception:
+            return None
+        return found[0] if found else None
+
+    def keys_on(self, server_id: str) -> list[int]:
+        location = lookup_node(self.client.zk, self.client.layout, server_id)
+        return scan_remote(location, ScanRequest("events", self.pid)).column("k").to_pylist()
+
+    def converged(self, acked: set[int], sent: set[int]) -> bool:
+        """Every replica agrees, holds every acknowledged key, and nothing that was never sent."""
+        rep = self.report()
+        if not rep["ok"]:
+            return False
+        for server in NODES:
+            try:
+                keys = self.keys_on(server)
+            except Exception:
+                return False
+            if len(keys) != len(set(keys)) or not acked <= set(keys) or not set(keys) <= sent:
+                return False
+        return True
+
+    def summary(self) -> Any:
+        rep = self.report()
+        return [rep.get("error")] + [
+            [
+                (r.get("server_id"), r.get("role"), r.get("row_count"), r.get("root"), r.get("error"))
+                for r in p["replicas"]
+            ]
+            for p in rep["partitions"]
+        ]

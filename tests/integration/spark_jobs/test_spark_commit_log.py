@@ -1,0 +1,40 @@
+"""The sink's committed-batch record in ZooKeeper: raised by CAS only, never lowered."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+
+import pytest
+
+from metadata.client import MetadataConfig
+from spark_jobs.commit_log import BatchCommitLog
+from spark_jobs.errors import SinkCommitError
+
+pytestmark = pytest.mark.integration
+
+
+def test_commits_only_move_forward_even_when_racing(zk_hosts: str, cluster: object) -> None:
+    meta = MetadataConfig(zk_hosts=zk_hosts, bootstrap_servers="127.0.0.1:1")
+    query = str(uuid.uuid4())
+    with BatchCommitLog(meta) as log:
+        assert log.committed(query) is None
+        assert log.record(query, 3, table="t") and log.committed(query) == 3
+        assert not log.record(query, 2, table="t") and not log.record(query, 3, table="t")
+        assert log.committed(query) == 3
+
+        def commit(n: int) -> None:
+            with BatchCommitLog(meta) as other:
+                other.record(query, n, table="t")
+
+        threads = [threading.Thread(target=commit, args=(n,)) for n in range(4, 20)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert log.committed(query) == 19
+        with pytest.raises(SinkCommitError, match="UUID"):
+            log.committed("../escape")
+        log.zk.set(log.path(query), b"garbage")
+        with pytest.raises(SinkCommitError, match="malformed"):
+            log.committed(query)

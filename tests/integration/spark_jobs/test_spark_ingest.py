@@ -1,0 +1,143 @@
+"""The Kafka ingest job against real Spark, Kafka, ZooKeeper and a storage node.
+
+JSON and Avro sources; a restart continues from the checkpoint (nothing read twice, new records
+read); malformed records land in deadletter with a reason and are counted, never dropped; the
+query's offsets are mirrored into its consumer group.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+from confluent_kafka import Consumer, Producer, TopicPartition
+from spark_it_support import SparkCluster, spark_cluster
+
+from shoal.cli.spark import spark_group
+from shoal.kafka_admin import admin_client, create_topic
+from shoal.testing.wait import wait_until
+from shoal.topics import TopicNames
+from spark_jobs.ingest import IngestConfig, SourceFormat, start_ingest
+
+pytestmark = [pytest.mark.integration, pytest.mark.spark]
+
+
+def _produce(bootstrap: str, topic: str, values: list[bytes | None]) -> None:
+    p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all"})
+    for v in values:
+        p.produce(topic, v)
+    assert p.flush(30) == 0
+
+
+def _read(bootstrap: str, topic: str) -> list[Any]:
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "spark-it-read", "enable.auto.commit": False})
+    try:
+        low, high = c.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
+        c.assign([TopicPartition(topic, 0, low)])
+        out: list[Any] = []
+        while len(out) < high - low:
+            m = c.poll(5)
+            assert m is not None, f"only {len(out)} of {high - low} records of {topic}"
+            if m.error() is None:
+                out.append(m)
+        return out
+    finally:
+        c.close()
+
+
+def _group_offset(bootstrap: str, group: str, topic: str) -> int:
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    try:
+        return int(c.committed([TopicPartition(topic, 0)], timeout=10)[0].offset)
+    finally:
+        c.close()
+
+
+def _run(spark: Any, cfg: IngestConfig) -> int:
+    job = start_ingest(spark, cfg)
+    try:
+        job.await_termination(300)
+        assert job.query.exception() is None, job.query.exception()
+        return job.malformed_count
+    finally:
+        job.close()
+
+
+def _config(sc: SparkCluster, source: str, tmp_path: Path, **kw: Any) -> IngestConfig:
+    return IngestConfig(source_topic=source, table=sc.table.name, connection=sc.meta, checkpoint=tmp_path / "ck",
+                        query_name="ingest-it", available_now=True, **kw)  # fmt: skip
+
+
+def test_json_ingest_restart_and_malformed_records(
+    spark: Any, cluster: Any, zk_hosts: str, topic_prefix: str, tmp_path: Path
+) -> None:
+    bs = cluster.bootstrap_servers
+    source = f"{topic_prefix}.src-json"
+    create_topic(admin_client(bs), source)
+    with spark_cluster(bs, zk_hosts, topic_prefix, tmp_path) as sc:
+        good = [json.dumps({"k": k, "v": f"v{k}", "n": k}).encode() for k in [*range(1, 21), *range(1000, 1010)]]
+        bad = [b"not json at all", json.dumps({"k": "abc", "v": "x"}).encode(), json.dumps({"v": "no key"}).encode(),
+               json.dumps({"k": -5, "v": "negative"}).encode(), None]  # fmt: skip
+        _produce(bs, source, good[:10] + bad + good[10:])
+        cfg = _config(sc, source, tmp_path, max_offsets_per_trigger=7)
+        assert _run(spark, cfg) == len(bad)
+        assert sc.rows() == {k: (f"v{k}", k) for k in [*range(1, 21), *range(1000, 1010)]}
+
+        dead = _read(bs, TopicNames(topic_prefix).deadletter)
+        assert len(dead) == len(bad)
+        assert [m.value() for m in dead] == bad
+        headers = [dict(m.headers()) for m in dead]
+        assert [int(h["shoal.source.offset"]) for h in headers] == list(range(10, 15))
+        assert all(h["shoal.reason"] == b"spark-ingest" and h["shoal.source.topic"] == source.encode() for h in headers)
+        assert b"is null" in headers[2]["shoal.detail"] and b"negative" in headers[3]["shoal.detail"]
+        assert _group_offset(bs, cfg.group, source) == len(good) + len(bad)
+
+        # restart from the checkpoint: only the new records are read (nothing deadlettered twice)
+        _produce(bs, source, [json.dumps({"k": 1, "v": "new", "n": 0}).encode(), b"{broken",
+                              json.dumps({"k": 2001, "v": "x", "n": 1}).encode()])  # fmt: skip
+        args = ["ingest", "--topic", source, "--table", sc.table.name, "--checkpoint", str(cfg.checkpoint),
+                "--query-name", cfg.query_name, "--max-offsets-per-trigger", "7", "--available-now",
+                "-o", "json"]  # fmt: skip
+        res = CliRunner().invoke(spark_group, args, env=sc.env)  # `shoal spark ingest`, in this Spark session
+        assert res.exit_code == 0, res.output
+        summary = json.loads(res.output[res.output.index("{") :])
+        assert summary["malformed_to_deadletter"] == 1 and summary["error"] is None
+        assert summary["consumer_group"] == cfg.group
+        assert summary["mirrored_offsets"] == {f"{source}/0": len(good) + len(bad) + 3}
+        rows = sc.rows()
+        assert rows[1] == ("new", 0) and rows[2001] == ("x", 1) and len(rows) == len(good) + 1
+        assert len(_read(bs, TopicNames(topic_prefix).deadletter)) == len(bad) + 1
+        assert wait_until(lambda: _group_offset(bs, cfg.group, source) == len(good) + len(bad) + 3, 30)
+
+
+def test_avro_ingest_with_garbage(spark: Any, cluster: Any, zk_hosts: str, topic_prefix: str, tmp_path: Path) -> None:
+    import fastavro
+
+    bs = cluster.bootstrap_servers
+    source = f"{topic_prefix}.src-avro"
+    create_topic(admin_client(bs), source)
+    with spark_cluster(bs, zk_hosts, topic_prefix, tmp_path) as sc:
+        schema = {"type": "record", "name": "ev", "fields": [
+            {"name": "k", "type": "long"}, {"name": "v", "type": ["null", "string"]},
+            {"name": "n", "type": ["null", "long"]}]}  # fmt: skip
+        parsed = fastavro.parse_schema(schema)
+
+        def enc(rec: dict[str, Any]) -> bytes:
+            buf = io.BytesIO()
+            fastavro.schemaless_writer(buf, parsed, rec)
+            return buf.getvalue()
+
+        records = [enc({"k": k, "v": f"a{k}", "n": None}) for k in [3, 4, 1500]]
+        _produce(bs, source, [*records[:2], b"\xff\xfe garbage", enc({"k": -1, "v": "neg", "n": 1}), *records[2:]])
+        schema_file = tmp_path / "ev.avsc"
+        schema_file.write_text(json.dumps(schema))
+        cfg = _config(sc, source, tmp_path, format=SourceFormat.AVRO, avro_schema=schema_file.read_text())
+        assert _run(spark, cfg) == 2
+        assert sc.rows() == {3: ("a3", None), 4: ("a4", None), 1500: ("a1500", None)}
+        dead = _read(bs, TopicNames(topic_prefix).deadletter)
+        assert [m.value() for m in dead] == [b"\xff\xfe garbage", enc({"k": -1, "v": "neg", "n": 1})]
+        assert b"Avro decoding failed" in dict(dead[0].headers())["shoal.detail"]

@@ -1,0 +1,92 @@
+"""Ingest helpers without Spark: per-row reasons (columnar), Avro decoding, Kafka offset JSON."""
+
+from __future__ import annotations
+
+import io
+
+import fastavro
+import pyarrow as pa
+import pytest
+
+from metadata.table import Column, ColumnType, TableDefinition
+from spark_jobs.avro_source import decode_batches, parse_schema
+from spark_jobs.deadletter import ERROR_COLUMN, reasons
+from spark_jobs.errors import IngestError
+from spark_jobs.offsets_mirror import parse_end_offsets
+
+TABLE = TableDefinition("t", (Column("k", ColumnType.UINT64, False), Column("v", ColumnType.STRING)), ("k",), "k", 1)
+
+
+def test_reasons_keep_the_decoder_error_then_check_nulls_and_signs() -> None:
+    batch = pa.RecordBatch.from_pydict(
+        {
+            "k": pa.array([1, None, -3, None, 5], pa.int64()),
+            "v": ["a", "b", "c", "d", None],
+            ERROR_COLUMN: pa.array([None, None, None, "bad json", None], pa.string()),
+        }
+    )
+    assert reasons(batch, TABLE).to_pylist() == [
+        None,
+        "column 'k' is null (a primary key / not-null column)",
+        "column 'k' is negative but the table type is uint64",
+        "bad json",
+        None,
+    ]
+
+
+def _avro(schema: dict[str, object], rec: dict[str, object]) -> bytes:
+    buf = io.BytesIO()
+    fastavro.schemaless_writer(buf, fastavro.parse_schema(schema), rec)
+    return buf.getvalue()
+
+
+def test_avro_decoding_marks_bad_records_instead_of_failing() -> None:
+    import json
+
+    schema = TABLE.avro_schema()
+    good = _avro(schema, {"k": (7).to_bytes(8, "big"), "v": "x"})
+    huge = _avro(schema, {"k": (2**64 - 1).to_bytes(8, "big"), "v": "y"})
+    batch = pa.RecordBatch.from_pydict(
+        {
+            "value": pa.array([good, b"\x01", None, huge], pa.binary()),
+            "topic": ["s"] * 4,
+            "partition": pa.array([0] * 4, pa.int32()),
+            "offset": pa.array([0, 1, 2, 3], pa.int64()),
+        }
+    )
+    out = pa.Table.from_batches(list(decode_batches(iter([batch]), json.dumps(schema), TABLE)))
+    assert out.column("k").to_pylist() == [7, None, None, None]
+    errors = out.column(ERROR_COLUMN).to_pylist()
+    assert errors[0] is None and "Avro decoding failed" in errors[1] and "null" in errors[2]
+    assert "does not fit uint64" in errors[3]
+    assert out.column("_shoal_offset").to_pylist() == [0, 1, 2, 3]
+
+
+def test_a_bad_avro_schema_is_a_clear_error() -> None:
+    with pytest.raises(IngestError, match="Avro schema is not valid"):
+        parse_schema('{"type": "no-such-type"}')
+    with pytest.raises(IngestError, match="Avro schema is not valid"):
+        parse_schema("not json")
+
+
+def test_kafka_end_offsets() -> None:
+    assert parse_end_offsets('{"a": {"0": 5, "1": 7}, "b": {"0": 0}}') == {("a", 0): 5, ("a", 1): 7, ("b", 0): 0}
+    assert parse_end_offsets({"a": {"0": -2}}) == {}
+    assert parse_end_offsets("not json") == {} and parse_end_offsets('{"a": 1}') == {}
+
+
+def test_progress_reports_are_mirrored_as_objects_or_dicts() -> None:
+    from types import SimpleNamespace
+
+    from spark_jobs.offsets_mirror import OffsetsMirror
+
+    mirror = OffsetsMirror("q", "p.spark.q", "127.0.0.1:1")
+    seen: list[dict[tuple[str, int], int]] = []
+    mirror.mirror = seen.append  # type: ignore[method-assign]
+    kafka = SimpleNamespace(description="KafkaV2[Subscribe[src]]", endOffset='{"src": {"0": 12}}')
+    other = SimpleNamespace(description="FileStreamSource[x]", endOffset='{"logOffset": 3}')
+    mirror.onQueryProgress(SimpleNamespace(progress=SimpleNamespace(name="q", sources=[kafka, other])))
+    mirror.onQueryProgress(SimpleNamespace(progress=SimpleNamespace(name="other-query", sources=[kafka])))
+    mirror.mirror_progress({"sources": [{"description": "KafkaV2", "endOffset": {"src": {"0": 20}}}]})
+    mirror.mirror_progress(None)
+    assert seen == [{("src", 0): 12}, {("src", 0): 20}] and mirror.batches == 1
