@@ -34,12 +34,12 @@ def main(argv: list[str] | None = None) -> None:
     from metadata.client import MetadataClient, MetadataConfig
     from metadata.table import Column, ColumnType, TableDefinition
     from producer import Producer, ProducerConfig
+    from shoal.segments import lww_merge, read_segment, write_segment
     from spark_jobs.compaction.policy import CompactionPolicy
     from spark_jobs.compaction.service import CompactionConfig, CompactionService
     from spark_jobs.session import SparkConfig, build_session
     from storage_node.config import FlushPolicy, NodeConfig
     from storage_node.node import StorageNode
-    from storage_node.segments import lww_merge, read_segment, write_segment
 
     cache = Path(os.environ.get("SHOAL_CACHE_DIR") or Path.home() / ".cache" / "shoal")
     work = Path(tempfile.mkdtemp(prefix="shoal-bench-compaction-"))

@@ -27,7 +27,7 @@ from bench import common
 
 
 def versioned_rows(n: int, first_key: int, value_bytes: int, seq: int) -> pa.Table:
-    from storage_node.segments.versioned import stamp
+    from shoal.segments.versioned import stamp
 
     rng = np.random.default_rng(first_key)
     alphabet = np.frombuffer(b"abcdefghijklmnopqrstuvwxyz", dtype=np.uint8)
@@ -43,7 +43,7 @@ class Replica:
 
     def __init__(self, directory: Path, base_rows: pa.Table) -> None:
         from shoal.ids import new_partition_id, new_segment_id
-        from storage_node.segments import SegmentEntry, SegmentList, SegmentRecord, segment_list_path, write_segment
+        from shoal.segments import SegmentEntry, SegmentList, SegmentRecord, segment_list_path, write_segment
 
         self.directory = directory
         self.partition_id = new_partition_id()
@@ -59,7 +59,7 @@ class Replica:
     def apply(self, payload: bytes, sha256: str, rows: int) -> None:
         """What a follower does with a received segment: store the bytes, fast-forward the list."""
         from shoal.ids import new_segment_id
-        from storage_node.segments import SegmentEntry, SegmentRecord, WalRange, write_segment_bytes
+        from shoal.segments import SegmentEntry, SegmentRecord, WalRange, write_segment_bytes
 
         sid = new_segment_id()
         chunks = (payload[i : i + (1 << 20)] for i in range(0, len(payload), 1 << 20))
@@ -75,7 +75,7 @@ class Replica:
 
 def row_based_apply(payload: bytes, memtable_rows: pa.Table) -> pa.Table:
     """The baseline: decode the segment and merge each of its row batches into the memtable."""
-    from storage_node.segments import lww_merge
+    from shoal.segments import lww_merge
 
     current = memtable_rows
     for batch in pq.ParquetFile(io.BytesIO(payload)).iter_batches(batch_size=64 * 1024):
@@ -87,7 +87,7 @@ def measure(size: int, repeat: int, value_bytes: int, workdir: Path) -> dict[str
     import hashlib
 
     from shoal.ids import new_segment_id
-    from storage_node.segments import write_segment
+    from shoal.segments import write_segment
 
     base = versioned_rows(1000, 0, value_bytes, 0)
     rows = versioned_rows(size, 500, value_bytes, 1000)  # half the base keys are overwritten, then new keys
@@ -108,7 +108,7 @@ def measure(size: int, repeat: int, value_bytes: int, workdir: Path) -> dict[str
             replica.apply(payload, sha, size)
             ff.append(time.perf_counter() - t0)
             t0 = time.perf_counter()  # the list operation alone, on a file that is already there
-            from storage_node.segments import SegmentEntry, SegmentRecord
+            from shoal.segments import SegmentEntry, SegmentRecord
 
             entry = SegmentEntry(
                 segment_id=new_segment_id(), base_segment_id=replica.list.root, placement_id=1, epoch=1

@@ -49,7 +49,7 @@ def _leader(client: MetadataClient, table: str, partition_id: str) -> str:
 
 def plan(settings: ReaderSettings, file: MetadataFile, client: MetadataClient) -> list[ShoalInputPartition]:
     """One input partition per shoal partition, each bound to the node to read it from (driver)."""
-    from storage_node.serve import lookup_node
+    from metadata.node_registry import lookup_node
 
     out = []
     for entry in file.partitions:
@@ -74,7 +74,8 @@ class ShoalReader(DataSourceReader):
         yield from to_spark_arrow(table, self.file.table).to_batches()
 
     def _scan(self, p: ShoalInputPartition) -> pa.Table:
-        from storage_node.serve import ScanRequest, lookup_node, scan_remote
+        from metadata.node_registry import lookup_node
+        from shoal.scan import ScanRequest, scan_remote
 
         request = ScanRequest(self.settings.table, p.partition_id)
         try:

@@ -49,10 +49,23 @@ class LeaderConfig:
     transaction_timeout_ms: int = 60_000
     kafka_config: tuple[tuple[str, str], ...] = ()
     """Extra librdkafka settings for every client."""
+    max_minors_before_stall: int = 64
+    """Writer stall: when more minor segments than this await compaction, each loop step sleeps first."""
+    minor_stall_s: float = 0.2
+    """How long the leader sleeps per step while stalled (0 = never stall)."""
+    gc_every_s: float = 5.0
+    """How often the leader merges then deletes unreferenced segments (source 3.5)."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.bootstrap_servers, str) or not self.bootstrap_servers.strip():
             raise ConfigError("bootstrap_servers must be a non-empty host:port list")
+        if isinstance(self.max_minors_before_stall, bool) or not isinstance(self.max_minors_before_stall, int) \
+                or self.max_minors_before_stall < 0:  # fmt: skip
+            raise ConfigError(f"max_minors_before_stall must be an int >= 0, got {self.max_minors_before_stall!r}")
+        if not 0 <= self.minor_stall_s <= 60:
+            raise ConfigError(f"minor_stall_s must be in [0, 60] seconds, got {self.minor_stall_s!r}")
+        if self.gc_every_s <= 0:
+            raise ConfigError(f"gc_every_s must be positive, got {self.gc_every_s!r}")
         if self.max_messages_per_transaction <= 0:
             raise ConfigError("max_messages_per_transaction must be positive")
         if self.max_ingest_bytes <= 0 or self.max_deadletter_payload_bytes < 0:
@@ -75,6 +88,11 @@ class NodeConfig:
     flush: FlushPolicy = field(default_factory=FlushPolicy)
     table_poll_s: float = 2.0
     """How often the node looks for new tables."""
+    metrics_port: int | None = None
+    """Serve Prometheus /metrics on this port (0 = any free port); None = no exporter."""
+    metrics_host: str = "127.0.0.1"
+    max_minors_before_stall: int = 64
+    minor_stall_s: float = 0.2
 
     def __post_init__(self) -> None:
         validate_server_id(self.server_id)
@@ -82,6 +100,15 @@ class NodeConfig:
         TopicNames(self.topic_prefix)
         if not 0 <= self.flight_port < 65536:
             raise ConfigError(f"flight_port must be in [0, 65535], got {self.flight_port}")
+        if self.metrics_port is not None and not 0 <= self.metrics_port < 65536:
+            raise ConfigError(f"metrics_port must be in [0, 65535], got {self.metrics_port}")
+        self.leader_config()  # validates the stall settings
 
     def leader_config(self) -> LeaderConfig:
-        return LeaderConfig(self.bootstrap_servers, TopicNames(self.topic_prefix), self.flush)
+        return LeaderConfig(
+            self.bootstrap_servers,
+            TopicNames(self.topic_prefix),
+            self.flush,
+            max_minors_before_stall=self.max_minors_before_stall,
+            minor_stall_s=self.minor_stall_s,
+        )

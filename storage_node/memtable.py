@@ -1,7 +1,7 @@
 """The memtable of a partition replica: versioned Arrow tables not yet in a segment.
 
 Each append is one WAL record's rows, already stamped with their GTIDs (``versioned.stamp``), plus
-the WAL offset the record sits at. Reads merge with :func:`~storage_node.segments.lww_merge`
+the WAL offset the record sits at. Reads merge with :func:`~shoal.segments.lww_merge`
 (newest GTID per key), so nothing is merged on the write path. A memtable remembers the WAL
 offsets it covers, ``[start_offset, end_offset)`` of its own channel, which become the covered
 range of the segment it is flushed into. Not thread-safe: the replica serialises access.
@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-from storage_node.segments import lww_merge
+from shoal.segments import lww_merge
 
 
 @dataclass

@@ -28,6 +28,7 @@ from metadata.discovery import ReplicaState, discover
 from metadata.election import Candidate, Leadership, LeaderState, PartitionElection, read_epoch
 from metadata.keyspace import KeyRange
 from metadata.metadata_file import MetadataFile
+from metadata.node_registry import node_path, register_node
 from metadata.notify import TableWatcher
 from metadata.table import TableDefinition
 from shoal.topics import TopicNames
@@ -37,7 +38,7 @@ from storage_node.partition.compaction import CompactionIntake
 from storage_node.partition.follower import FollowerConfig, PartitionFollower
 from storage_node.replication.describe import describe_replica
 from storage_node.replication.receive import InFlightBudget
-from storage_node.serve import ScanServer, node_path, register_node
+from storage_node.serve import ScanServer
 from storage_node.wal.indexes import channel_indexes
 
 log = logging.getLogger(__name__)

@@ -103,7 +103,8 @@ def scan_command(
     **conn: Any,
 ) -> None:
     """Read TABLE: the newest version of every row (tombstones hidden), from the nodes over Arrow Flight."""
-    from storage_node.serve import ScanRequest, lookup_node, scan_remote
+    from metadata.node_registry import lookup_node
+    from shoal.scan import ScanRequest, scan_remote
 
     if key is not None and (low is not None or high is not None):
         raise click.UsageError("use either --key or --from/--to")

@@ -31,7 +31,7 @@ def check_wal_channel(bootstrap_servers: str, topic: str) -> dict[str, Any]:
 
     from shoal.kafka_admin import admin_client, log_start_and_end
     from shoal.wire.records import GENESIS_HASH, verify_chain
-    from storage_node.wal import read_channel
+    from shoal.wire.wal_channel import read_channel
 
     out: dict[str, Any] = {"topic": topic, "records": 0, "tail": None, "append": None, "ok": True, "error": None}
     try:
@@ -57,8 +57,9 @@ def _missing(admin: Any, topic: str) -> bool:
 
 
 def verify_table(client: MetadataClient, table: str) -> dict[str, Any]:
+    from metadata.node_registry import lookup_node
+    from shoal.scan import describe_remote
     from shoal.topics import TopicNames
-    from storage_node.serve import describe_remote, lookup_node
 
     file = client.coordinator.current(table)
     topics = TopicNames(client.config.topic_prefix)

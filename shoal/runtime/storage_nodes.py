@@ -1,7 +1,7 @@
 """Storage node processes of the local runtime: start one from its :class:`NodeSpec`, wait until it registered.
 
 A node is ready when its ephemeral znode ``<zk_root>/nodes/<id>`` exists (it registers after its
-scan server listens, see ``storage_node.serve.registry``). Issue 4 item 2.
+scan server listens, see ``metadata.node_registry``). Issue 4 item 2.
 """
 
 from __future__ import annotations
@@ -29,9 +29,9 @@ def start(spec: NodeSpec, inherited_env: Mapping[str, str] | None = None) -> Pro
 
 def registered(zk_connect: str, zk_root: str, server_ids: Iterable[str], timeout_s: float = 5.0) -> set[str]:
     """Which of ``server_ids`` have registered their scan location (empty if ZooKeeper does not answer)."""
+    from metadata.node_registry import lookup_node
     from metadata.zk_client import make_client
     from metadata.zk_layout import ZkLayout
-    from storage_node.serve.registry import lookup_node
 
     layout = ZkLayout(zk_root)
     try:

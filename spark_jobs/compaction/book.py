@@ -13,11 +13,11 @@ import threading
 from dataclasses import dataclass
 
 from shoal.errors import InvalidIdError, SchemaError
+from shoal.segments import SegmentChain, SegmentEntry
+from shoal.segments.errors import SegmentError
+from shoal.segments.receive import ManifestLike, entry_from_manifest
 from shoal.topics import TopicNames
 from shoal.wire.records import SegmentManifest as WireManifest
-from storage_node.segments import SegmentChain, SegmentEntry
-from storage_node.segments.errors import SegmentError
-from storage_node.segments.receive import ManifestLike, entry_from_manifest
 
 
 def parse_segments_topic(topics: TopicNames, topic: str) -> tuple[str, int] | None:
@@ -98,6 +98,6 @@ class ChannelBook:
 
 
 def _as_manifest(m: WireManifest, topics: TopicNames) -> ManifestLike:
-    from storage_node.replication.wire import from_wire
+    from shoal.segments.channel import from_wire
 
     return from_wire(m, sender_placement_id=m.placement_id, topics=topics)

@@ -1,6 +1,6 @@
 """Computing a major segment with Spark: segment chunks from Kafka -> rows -> newest version per key.
 
-Inputs are the segments the major folds (:func:`storage_node.segments.segments_to_compact`: the
+Inputs are the segments the major folds (:func:`shoal.segments.segments_to_compact`: the
 latest major and the minors after it), read from the leader's segments channel, where each
 manifest is followed by its chunks. Steps:
 
@@ -10,7 +10,7 @@ manifest is followed by its chunks. Steps:
    executor, its size and sha256 checked against the manifest, and its Parquet rows emitted
    (Spark types: uint64 as bigint, timestamps as microseconds);
 3. Spark keeps, per primary key, the version with the highest GTID ``(_shoal_epoch, _shoal_seq)``,
-   a tombstone first on a tied GTID, as ``storage_node.segments.merge`` does (a hash aggregate
+   a tombstone first on a tied GTID, as ``shoal.segments.merge`` does (a hash aggregate
    with ``max_by``, no sort); tombstones are dropped only in a full compaction;
 4. the result comes back as Arrow and is written with ``write_segment`` (sorted by key, page
    checksums, the same Parquet layout as a flushed segment).
@@ -31,11 +31,11 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from metadata.table import ColumnType, TableDefinition
+from shoal.segments.versioned import DELETED_COLUMN, EPOCH_COLUMN, SEQ_COLUMN
 from shoal.wire.records import SegmentChunk
 from shoal.wire.records import SegmentManifest as WireManifest
 from spark_jobs.errors import CompactionJobError
 from spark_jobs.schema_map import spark_arrow_type, spark_ddl_nullable
-from storage_node.segments.versioned import DELETED_COLUMN, EPOCH_COLUMN, SEQ_COLUMN
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -217,6 +217,6 @@ def from_spark(t: pa.Table, table: TableDefinition) -> pa.Table:
 
 def write_major(directory: Path, segment_id: str, rows: pa.Table, table: TableDefinition) -> Any:
     """Write the major with the stored-segment layout; returns ``WrittenSegment``."""
-    from storage_node.segments import write_segment
+    from shoal.segments import write_segment
 
     return write_segment(directory, segment_id, rows, key_columns=list(table.primary_key))

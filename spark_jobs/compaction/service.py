@@ -252,8 +252,8 @@ class CompactionService:
 
     def prepare(self, partition_id: str, *, force: bool = False) -> PreparedMajor | None:
         """Decide for one partition; if due (or ``force``), compute and write its major (not published)."""
-        from storage_node.replication.wire import to_wire
-        from storage_node.segments import SegmentRecord, compaction_entry, segments_to_compact
+        from shoal.segments import SegmentRecord, compaction_entry, segments_to_compact
+        from shoal.segments.channel import to_wire
 
         found = self._leader_view(partition_id)
         if found is None:
@@ -305,7 +305,7 @@ class CompactionService:
 
     def wait_committed(self, partition_id: str, segment_id: str, timeout_s: float | None = None) -> bool:
         """True once the leader published the major on its segments channel (it committed it)."""
-        from storage_node.replication.publish import read_manifests
+        from shoal.segments.channel_reader import read_manifests
 
         deadline = time.monotonic() + (timeout_s if timeout_s is not None else self.config.commit_timeout_s)
         while True:

@@ -35,12 +35,12 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Topic
 
 from shoal.errors import ShoalError
 from shoal.kafka_admin import admin_client, create_topic
+from shoal.segments.errors import CompactionConflictError, SegmentError
+from shoal.segments.parquet_io import delete_segment_file, write_segment_bytes
 from shoal.topics import TopicNames
 from shoal.wire.records import SegmentChunk
 from shoal.wire.records import SegmentManifest as WireManifest
 from storage_node.partition.replica import PartitionReplica
-from storage_node.segments.errors import CompactionConflictError, SegmentError
-from storage_node.segments.parquet_io import delete_segment_file, write_segment_bytes
 
 log = logging.getLogger(__name__)
 
@@ -208,7 +208,7 @@ class CompactionIntake:
         return _ChunkStream(self._consumer, m, self.chunk_timeout_s, self._stop)
 
     def _commit_major(self, m: WireManifest, row_count: int) -> None:
-        from storage_node.replication.wire import from_wire, record_of
+        from shoal.segments.channel import from_wire, record_of
 
         record = record_of(from_wire(m, sender_placement_id=m.placement_id, topics=self.topics))
         try:

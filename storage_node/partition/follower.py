@@ -13,6 +13,9 @@ receive procedure (:func:`storage_node.replication.receive.apply_segment`):
   the segment is fetched again by seeking back to its manifest (a few times, then skipped);
 - OVERLOADED: pause the consumer for a while, then fetch the same manifest again.
 
+After a major is applied, the segments it folds (weakly referenced) are deleted at once: the major
+is durable locally (:mod:`storage_node.replication.collect`).
+
 An ack is ``commit`` of the offset just past the segment's last chunk, synchronously, so a
 replica's committed offset on a channel is exactly the set of segments durable on it (the source's
 ``acked_servers``). The leader is read from the election's epoch znode (its placement id); when it
@@ -33,24 +36,25 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaExcepti
 
 from shoal.errors import KafkaOperationError, ShoalError
 from shoal.kafka_admin import admin_client, create_topic
+from shoal.segments import ReceiveOutcome, file_sha256, write_segment_bytes
+from shoal.segments.channel import KIND_CHUNK, KIND_MANIFEST, from_wire, message_kind
+from shoal.segments.errors import (
+    ChecksumMismatchError,
+    CorruptSegmentError,
+    InvalidSegmentEntryError,
+    SegmentFileError,
+)
+from shoal.segments.parquet_io import segment_path
 from shoal.topics import TopicNames
 from shoal.wire.ingest import ingest_schema
 from shoal.wire.records import SegmentChunk, WalRecord, verify_chain
 from shoal.wire.records import SegmentManifest as WireManifest
 from storage_node.partition.leader import versioned_rows
 from storage_node.partition.replica import PartitionReplica
+from storage_node.replication.collect import collect_on_follower
 from storage_node.replication.overlay import WalOverlay
 from storage_node.replication.publish import SEGMENTS_TOPIC_CONFIG, push_segments
 from storage_node.replication.receive import ApplyResult, InFlightBudget, ReceiveStats, apply_segment
-from storage_node.replication.wire import KIND_CHUNK, KIND_MANIFEST, from_wire, message_kind
-from storage_node.segments import ReceiveOutcome, file_sha256, write_segment_bytes
-from storage_node.segments.errors import (
-    ChecksumMismatchError,
-    CorruptSegmentError,
-    InvalidSegmentEntryError,
-    SegmentFileError,
-)
-from storage_node.segments.parquet_io import segment_path
 
 log = logging.getLogger(__name__)
 
@@ -131,6 +135,7 @@ class PartitionFollower:
             if self._repair:
                 log.error("%s: %d segment files are missing or corrupt; fetching them again: %s",
                           self.replica.name, len(self._repair), sorted(self._repair))  # fmt: skip
+            self._collect()  # weak segments left by a crash between a major's apply and their deletion
             while not self._stop.is_set():
                 self._step()
         except BaseException as exc:
@@ -360,6 +365,8 @@ class PartitionFollower:
             self._ack(last[0] + 1)
             self._refetches.pop(sid, None)
             self._out_of_order.pop(sid, None)
+            if outcome in (ReceiveOutcome.FAST_FORWARD, ReceiveOutcome.FAST_FORWARD_ADD) and manifest.is_major:
+                self._collect()
         elif outcome is ReceiveOutcome.INVALID:
             n = self._refetches.get(sid, 0) + 1
             self._refetches[sid] = n
@@ -384,6 +391,13 @@ class PartitionFollower:
             if n > 1:
                 self._stop.wait(self.config.out_of_order_pause_s)
             self._seek(target if target is not None and target < offset else OFFSET_BEGINNING)
+
+    def _collect(self) -> None:
+        """Source 3.5 follower procedure, DELETE: the major is durable here, drop what it folds."""
+        try:
+            self.stats.deleted += len(collect_on_follower(self.replica))
+        except ShoalError as exc:
+            log.warning("%s: segment garbage collection failed: %s", self.replica.name, exc)
 
     def _diverged(self, base: str | None) -> bool:
         """After a replay from the latest major did not help: rewind root to ``base`` if it is on our chain.

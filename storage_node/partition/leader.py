@@ -14,6 +14,10 @@ Loop, on the leader's own thread:
 5. after the commit, append the stamped rows to the memtable; flush it to a segment when the
    :class:`~storage_node.config.FlushPolicy` says so.
 
+Before consuming, a step sleeps ``minor_stall_s`` while more than ``max_minors_before_stall``
+minors await compaction (the writer stall of issue 6), and every ``gc_every_s`` it merges then
+deletes the segments the chain does not reference (source 3.5, :mod:`~storage_node.replication.collect`).
+
 Start-up is recovery: ``init_transactions`` (aborts whatever a dead incarnation left open and
 fences it), then replay the channel from the offset the last durable segment covers (the record
 just before it gives the chain's previous hash and last GTID), then consume ingest from the
@@ -39,15 +43,17 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaExcepti
 from metadata.keyspace import KeyRange
 from shoal.errors import KafkaOperationError, ShoalError, StaleEpochError
 from shoal.kafka_admin import admin_client, create_topic
+from shoal.segments.versioned import stamp
 from shoal.wire.ingest import DELETED_COLUMN
 from shoal.wire.records import GENESIS_HASH, Gtid, IngestOffset, WalRecord, verify_chain
 from storage_node.config import LeaderConfig
+from storage_node.partition.compaction import minor_backlog
 from storage_node.partition.replica import PartitionReplica
 from storage_node.partition.validate import IngestValidator, Rejected
 from storage_node.replication.adopt import adopt_channels
+from storage_node.replication.collect import merge_unreferenced
 from storage_node.replication.merge_in import MergeJob, PeerSegmentReceiver, drain_merges
 from storage_node.replication.publish import SegmentPublisher
-from storage_node.segments.versioned import stamp
 from storage_node.wal import read_channel, read_record_at
 
 log = logging.getLogger(__name__)
@@ -85,6 +91,9 @@ class LeaderStats:
     adopted_segments: int = 0
     merged_segments: int = 0
     segments: int = 0
+    stalls: int = 0
+    """Loop steps slowed because too many minors awaited compaction (writer stall)."""
+    stall_episodes: int = 0
 
 
 def versioned_rows(rows: pa.Table, gtid: Gtid) -> pa.Table:
@@ -136,6 +145,8 @@ class PartitionLeader:
         self._last_gtid: Gtid | None = None
         self._epoch_now: int | None = None
         self._next_seq = 0
+        self._stalled = False
+        self._next_gc = 0.0
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -320,6 +331,8 @@ class PartitionLeader:
 
     def _step(self) -> None:
         assert self._consumer is not None
+        self._maybe_stall()
+        self._maybe_merge_unreferenced()
         msgs = self._consumer.consume(self.config.max_messages_per_transaction, self.config.poll_timeout_s)
         data = [m for m in msgs if m.error() is None]
         for m in msgs:
@@ -335,6 +348,41 @@ class PartitionLeader:
         mem = self.replica.memtable
         if self.config.flush.due(mem.rows, mem.nbytes, mem.age_s()) and self.replica.flush(self._current_epoch()):
             self.stats.segments += 1
+            if self.publisher is not None:
+                self.publisher.wake()
+
+    def _maybe_stall(self) -> None:
+        """Writer stall (issue 6): slow ingest while more minors than the limit await compaction."""
+        cfg = self.config
+        if cfg.minor_stall_s <= 0:
+            return
+        backlog = minor_backlog(self.replica)
+        if backlog <= cfg.max_minors_before_stall:
+            if self._stalled:
+                self._stalled = False
+                log.info("%s: writer stall over (%d minors await compaction)", self.replica.name, backlog)
+            return
+        if not self._stalled:
+            self._stalled = True
+            self.stats.stall_episodes += 1
+            log.warning("%s: writer stalled: %d minors await compaction (limit %d); sleeping %.2fs per step",
+                        self.replica.name, backlog, cfg.max_minors_before_stall, cfg.minor_stall_s)  # fmt: skip
+        self.stats.stalls += 1
+        self._stop.wait(cfg.minor_stall_s)
+
+    def _maybe_merge_unreferenced(self) -> None:
+        """Source 3.5 replicate_partition, MERGE_THEN_DELETE, on this thread (it never races a flush)."""
+        now = time.monotonic()
+        if now < self._next_gc:
+            return
+        self._next_gc = now + self.config.gc_every_s
+        try:
+            n = merge_unreferenced(self.replica, self._current_epoch())
+        except (ShoalError, OSError) as exc:
+            log.error("%s: merging unreferenced segments failed: %s", self.replica.name, exc)
+            return
+        if n:
+            self.stats.merged_segments += n
             if self.publisher is not None:
                 self.publisher.wake()
 

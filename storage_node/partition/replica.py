@@ -10,8 +10,11 @@ list and the ``<segment_id>.parquet`` files (ids validated: nothing from the wir
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
+from collections import Counter
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,9 +23,7 @@ import pyarrow.compute as pc
 
 from metadata.table import TableDefinition
 from shoal.ids import new_segment_id, validate_partition_id, validate_placement_id
-from storage_node.memtable import Memtable
-from storage_node.replication.overlay import WalOverlay
-from storage_node.segments import (
+from shoal.segments import (
     SegmentChain,
     SegmentEntry,
     SegmentList,
@@ -33,9 +34,11 @@ from storage_node.segments import (
     segment_list_path,
     write_segment,
 )
-from storage_node.segments.parquet_io import delete_segment_file
-from storage_node.segments.recovery import reconcile
-from storage_node.segments.versioned import DELETED_COLUMN, SYSTEM_COLUMNS
+from shoal.segments.parquet_io import delete_segment_file
+from shoal.segments.recovery import reconcile
+from shoal.segments.versioned import DELETED_COLUMN, SYSTEM_COLUMNS
+from storage_node.memtable import Memtable
+from storage_node.replication.overlay import WalOverlay
 
 log = logging.getLogger(__name__)
 
@@ -99,6 +102,11 @@ class PartitionReplica:
         self._frozen: list[Memtable] = []
         self.overlay: WalOverlay | None = None
         """On a follower: the leader's WAL records beyond what the chain covers (fresh reads)."""
+        self._pins: Counter[str] = Counter()
+        """segment id -> scans reading its file right now (files are read outside the lock)."""
+        self._doomed: set[str] = set()
+        """Deleted segments whose file is unlinked when the last scan reading it ends."""
+        self.deleted_segments = 0
 
     @property
     def name(self) -> str:
@@ -267,8 +275,55 @@ class PartitionReplica:
                 self.overlay.drop_covered(chain.coverage())
             return chain
 
+    # -- garbage collection (source 3.5 replicate_partition: DELETE) -----------------------------
+
+    @contextlib.contextmanager
+    def reading(self, segment_ids: Iterable[str]) -> Iterator[None]:
+        """Pin segment files while they are read outside the lock: deleting them waits until unpinned."""
+        ids = list(segment_ids)
+        with self._lock:
+            self._pins.update(ids)
+        try:
+            yield
+        finally:
+            self._unpin(ids)
+
+    def _unpin(self, ids: list[str]) -> None:
+        unlink = []
+        with self._lock:
+            self._pins.subtract(ids)
+            for sid in set(ids):
+                if self._pins[sid] <= 0:
+                    del self._pins[sid]
+                    if sid in self._doomed:
+                        self._doomed.discard(sid)
+                        unlink.append(sid)
+        for sid in unlink:
+            delete_segment_file(self.directory, sid)
+
+    def delete_segments(self, segment_ids: Iterable[str]) -> list[str]:
+        """Delete segments that are off the live chain: their entries first, then their files.
+
+        The root is never deleted. A file that a scan is reading (pinned) is unlinked when the last
+        such scan ends; a crash in between leaves an orphan file that recovery's reconcile removes.
+        Returns the ids whose entries were removed.
+        """
+        with self._lock:
+            chain = self._list.chain
+            ids = [s for s in dict.fromkeys(segment_ids) if s in chain and s != chain.root]
+            if not ids:
+                return []
+            self._list.remove(ids)
+            now = [s for s in ids if self._pins[s] <= 0]
+            self._doomed.update(s for s in ids if self._pins[s] > 0)
+            self.deleted_segments += len(ids)
+        for sid in now:
+            delete_segment_file(self.directory, sid)
+        log.info("%s: deleted %d segments folded into a major: %s", self.name, len(ids), ids)
+        return ids
+
     def _empty_versioned(self) -> pa.Table:
-        from storage_node.segments.versioned import stamp
+        from shoal.segments.versioned import stamp
 
         return stamp(self.table.arrow_schema().empty_table(), epoch=0, first_seq=0)
 
@@ -282,7 +337,12 @@ class PartitionReplica:
             tables = [t for m in [*self._frozen, self.memtable] for t in m.tables]
             if self.overlay is not None:
                 tables += self.overlay.tables()
-        parts = [read_segment(self.directory, e.segment_id) for e in entries]
+            ids = [e.segment_id for e in entries]
+            self._pins.update(ids)
+        try:
+            parts = [read_segment(self.directory, sid) for sid in ids]
+        finally:
+            self._unpin(ids)
         parts = [p.replace_schema_metadata(None) for p in parts] + tables
         schema = self.table.arrow_schema()
         if not parts:

@@ -29,10 +29,10 @@ from confluent_kafka import KafkaException, Producer
 
 from shoal.errors import KafkaOperationError
 from shoal.kafka_admin import admin_client
+from shoal.segments import SegmentRecord, WalRange
 from shoal.topics import TopicNames
 from shoal.wire.records import verify_chain
 from storage_node.partition.replica import PartitionReplica
-from storage_node.segments import SegmentRecord, WalRange
 from storage_node.wal import read_channel
 
 log = logging.getLogger(__name__)

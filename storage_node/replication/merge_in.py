@@ -4,7 +4,7 @@ DESIGN.md section 7: "An old leader that comes back pushes its unreplicated segm
 leader through its own segments channel, and the new leader merges them." The leader consumes the
 segments channels of the partition's other placements (group ``replica_group(pid, own placement)``,
 so its committed offsets there are its acks of pushed segments) and decides per manifest with
-:func:`~storage_node.segments.decide_leader_receive`:
+:func:`~shoal.segments.decide_leader_receive`:
 
 - SEGMENT_EXISTS (referenced, or already here): skip, ack;
 - MERGE: stream the chunks to disk (verified, fsynced), then hand the record to the leader's own
@@ -30,20 +30,20 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaExcepti
 
 from shoal.errors import ShoalError
 from shoal.kafka_admin import admin_client, create_topic
+from shoal.segments import (
+    ReceiveOutcome,
+    SegmentRecord,
+    decide_leader_receive,
+    write_segment_bytes,
+)
+from shoal.segments.channel import KIND_CHUNK, KIND_MANIFEST, from_wire, message_kind
+from shoal.segments.errors import ChecksumMismatchError, CorruptSegmentError, InvalidSegmentEntryError
 from shoal.topics import TopicNames
 from shoal.wire.records import SegmentChunk
 from shoal.wire.records import SegmentManifest as WireManifest
 from storage_node.partition.replica import PartitionReplica
 from storage_node.replication.publish import SEGMENTS_TOPIC_CONFIG
 from storage_node.replication.receive import DEFAULT_MAX_IN_FLIGHT_BYTES
-from storage_node.replication.wire import KIND_CHUNK, KIND_MANIFEST, from_wire, message_kind
-from storage_node.segments import (
-    ReceiveOutcome,
-    SegmentRecord,
-    decide_leader_receive,
-    write_segment_bytes,
-)
-from storage_node.segments.errors import ChecksumMismatchError, CorruptSegmentError, InvalidSegmentEntryError
 
 log = logging.getLogger(__name__)
 

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from storage_node.segments import WalRange
-from storage_node.segments.coverage import Channel, normalize
+from shoal.segments import WalRange
+from shoal.segments.coverage import Channel, normalize
 
 
 @dataclass(frozen=True)

@@ -22,27 +22,26 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from shoal.errors import KafkaOperationError, ShoalError
 from shoal.kafka_admin import admin_client, create_topic
-from shoal.topics import TopicNames
-from shoal.wire.records import SegmentChunk
-from shoal.wire.records import SegmentManifest as WireManifest
-from storage_node.partition.replica import PartitionReplica
-from storage_node.replication.tail import TailDecision, truncate
-from storage_node.replication.wire import (
+from shoal.segments import SegmentRecord
+from shoal.segments.channel import (
     DEFAULT_CHUNK_BYTES,
     KIND_CHUNK,
     KIND_HEADER,
     KIND_MANIFEST,
-    message_kind,
     to_wire,
 )
-from storage_node.segments import SegmentRecord
-from storage_node.segments.parquet_io import segment_path
+from shoal.segments.channel_reader import read_manifests
+from shoal.segments.parquet_io import segment_path
+from shoal.topics import TopicNames
+from shoal.wire.records import SegmentChunk
+from storage_node.partition.replica import PartitionReplica
+from storage_node.replication.collect import collect_on_leader
+from storage_node.replication.tail import TailDecision, truncate
 
 log = logging.getLogger(__name__)
 
@@ -54,61 +53,8 @@ class PublishStats:
     published: int = 0
     bytes: int = 0
     failures: int = 0
-
-
-@dataclass(frozen=True)
-class ChannelManifest:
-    offset: int
-    manifest: WireManifest
-
-
-def read_manifests(
-    bootstrap_servers: str, topic: str, *, extra: Mapping[str, Any] | None = None, timeout_s: float = 30.0
-) -> list[ChannelManifest]:
-    """Every committed manifest on a segments channel, oldest first (chunks skipped, not decoded)."""
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap_servers,
-            "group.id": "shoal-segments-reader",  # assign() only, never commits
-            "enable.auto.commit": False,
-            "isolation.level": "read_committed",
-            "enable.partition.eof": True,
-            **dict(extra or {}),
-        }
-    )
-    out: list[ChannelManifest] = []
-    try:
-        try:
-            low, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=timeout_s)
-        except KafkaException as exc:
-            raise KafkaOperationError(f"cannot read the offsets of segments channel {topic}: {exc}") from exc
-        if low >= high:
-            return out
-        consumer.assign([TopicPartition(topic, 0, low)])
-        idle = 0.0
-        while True:
-            msg = consumer.poll(0.5)
-            if msg is None:
-                idle += 0.5
-                if idle >= timeout_s:
-                    raise KafkaOperationError(f"segments channel {topic}: no progress reading to offset {high}")
-                continue
-            idle = 0.0
-            err = msg.error()
-            if err is not None:
-                if err.code() == KafkaError._PARTITION_EOF:
-                    return out
-                raise KafkaOperationError(f"segments channel {topic}: {err}")
-            offset = int(msg.offset() or 0)
-            if message_kind(msg.headers()) == KIND_MANIFEST:
-                try:
-                    out.append(ChannelManifest(offset, WireManifest.from_bytes(msg.value())))
-                except ShoalError as exc:
-                    log.error("segments channel %s: manifest at offset %d does not decode: %s", topic, offset, exc)
-            if offset + 1 >= high:
-                return out
-    finally:
-        consumer.close()
+    deleted: int = 0
+    """Weakly referenced segments deleted once every replica acked the major folding them."""
 
 
 class SegmentPublisher:
@@ -302,7 +248,8 @@ class SegmentPublisher:
                  record.size_bytes, manifest.chunk_count)  # fmt: skip
 
     def _maybe_truncate(self) -> None:
-        """Move the Tail of this leader's WAL and segments channels (storage_node.replication.tail)."""
+        """Move the Tail of this leader's WAL and segments channels (storage_node.replication.tail),
+        then delete the weakly referenced segments every replica has acked (replication.collect)."""
         if self.peers is None or time.monotonic() < self._next_truncate:
             return
         self._next_truncate = time.monotonic() + self.truncate_every_s
@@ -325,6 +272,15 @@ class SegmentPublisher:
             )
         except ShoalError as exc:
             log.warning("%s: truncation failed: %s", self.replica.name, exc)
+            return
+        try:
+            deleted = collect_on_leader(
+                self.replica, manifest_offsets=dict(self.manifest_offsets), acks=self.last_tail.segments_acks
+            )
+        except ShoalError as exc:
+            log.warning("%s: segment garbage collection failed: %s", self.replica.name, exc)
+            return
+        self.stats.deleted += len(deleted)
 
     def _abort(self) -> None:
         if self._producer is None:

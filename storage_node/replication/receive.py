@@ -1,7 +1,7 @@
 """Applying one received segment to a replica: source 3.5, "Upon receiving a segment".
 
 :func:`apply_segment` is the follower's whole receive step for one manifest, without Kafka: decide
-(:func:`~storage_node.segments.decide_receive_detailed`), and for FAST_FORWARD / FAST_FORWARD_ADD
+(:func:`~shoal.segments.decide_receive_detailed`), and for FAST_FORWARD / FAST_FORWARD_ADD
 stream the chunks to a temp file (never parsed: only hashed, and the Parquet footer opened to
 check it is a segment), verify size and sha256, fsync, rename, then add the entry and move the root
 in one SQLite transaction. Only then may the caller ack (commit its consumer offset).
@@ -19,8 +19,7 @@ import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from storage_node.partition.replica import PartitionReplica
-from storage_node.segments import (
+from shoal.segments import (
     ChainError,
     ReceiveOutcome,
     SegmentManifest,
@@ -28,12 +27,13 @@ from storage_node.segments import (
     decide_receive_detailed,
     write_segment_bytes,
 )
-from storage_node.segments.errors import (
+from shoal.segments.errors import (
     ChecksumMismatchError,
     CorruptSegmentError,
     InvalidSegmentEntryError,
 )
-from storage_node.segments.parquet_io import delete_segment_file
+from shoal.segments.parquet_io import delete_segment_file
+from storage_node.partition.replica import PartitionReplica
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +77,8 @@ class ReceiveStats:
     errors: int = 0
     """Rounds that failed on a Kafka or disk error and were retried."""
     overlay_dropped: int = 0
+    deleted: int = 0
+    """Weakly referenced segments deleted once the major folding them was durable here."""
 
     def count(self, result: ApplyResult) -> None:
         self.manifests += 1

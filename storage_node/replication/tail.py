@@ -33,6 +33,8 @@ class TailDecision:
     wal_tail: int | None
     """New log start of the WAL channel, or None to leave it."""
     segments_tail: int | None
+    segments_acks: tuple[int | None, ...] = ()
+    """The other replicas' committed offsets on the segments channel, as read (for garbage collection)."""
 
 
 def decide_tail(
@@ -56,7 +58,7 @@ def decide_tail(
         acked_majors = [m for m in major_offsets if m < low_ack]
         if acked_majors and max(acked_majors) > segments_tail:
             new_seg = max(acked_majors)
-    return TailDecision(new_wal, new_seg)
+    return TailDecision(new_wal, new_seg, tuple(segments_acks))
 
 
 def truncate(

@@ -1,6 +1,5 @@
-"""Serving reads: scans of the partitions a node holds, over Arrow Flight."""
+"""Serving reads: the Arrow Flight server over the partitions a node holds (clients use shoal.scan)."""
 
-from storage_node.serve.flight import ScanRequest, ScanServer, describe_remote, scan_remote
-from storage_node.serve.registry import lookup_node, node_path, register_node
+from storage_node.serve.flight import ScanServer
 
-__all__ = ["ScanRequest", "ScanServer", "describe_remote", "lookup_node", "node_path", "register_node", "scan_remote"]
+__all__ = ["ScanServer"]

@@ -13,10 +13,11 @@ from node_it_support import NodeProcesses, make_table
 
 from metadata.client import MetadataClient, MetadataConfig
 from metadata.election import read_epoch
+from metadata.node_registry import lookup_node
 from producer import Producer, ProducerConfig
 from shoal.cli.verify import verify_table
+from shoal.scan import ScanRequest, describe_remote, scan_remote
 from shoal.testing.wait import wait_until
-from storage_node.serve import ScanRequest, describe_remote, lookup_node, scan_remote
 
 NODES = ("node-1", "node-2", "node-3")
 __all__ = ["NODES", "NodeProcesses", "Writer", "make_table", "wait_until"]

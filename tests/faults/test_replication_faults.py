@@ -19,7 +19,7 @@ from fault_support import NODES, Cluster3, wait_until
 
 from shoal.kafka_admin import log_start_and_end
 from shoal.topics import TopicNames
-from storage_node.wal import read_channel
+from shoal.wire.wal_channel import read_channel
 
 pytestmark = pytest.mark.integration
 

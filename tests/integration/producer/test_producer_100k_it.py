@@ -13,12 +13,13 @@ from producer_it_support import events_table
 
 from metadata.client import MetadataClient, MetadataConfig
 from metadata.keyspace import Keyspace
+from metadata.node_registry import lookup_node
 from producer import Producer, ProducerConfig
+from shoal.scan import ScanRequest, scan_remote
 from shoal.testing.wait import wait_until
 from shoal.topics import TopicNames
 from storage_node.config import FlushPolicy, NodeConfig
 from storage_node.node import StorageNode
-from storage_node.serve import ScanRequest, lookup_node, scan_remote
 
 pytestmark = pytest.mark.integration
 

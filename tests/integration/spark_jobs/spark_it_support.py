@@ -14,11 +14,12 @@ import pyarrow as pa
 from metadata.client import MetadataClient, MetadataConfig
 from metadata.election import read_epoch
 from metadata.metadata_file import MetadataFile
+from metadata.node_registry import lookup_node
 from metadata.table import Column, ColumnType, TableDefinition
+from shoal.scan import ScanRequest, scan_remote
 from shoal.testing.wait import wait_until
 from storage_node.config import FlushPolicy, NodeConfig
 from storage_node.node import StorageNode
-from storage_node.serve import ScanRequest, lookup_node, scan_remote
 
 
 def events_table(name: str = "events") -> TableDefinition:

@@ -22,6 +22,9 @@ from spark_it_support import SparkCluster, spark_cluster
 from producer import Producer, ProducerConfig
 from shoal.cli.spark import spark_group
 from shoal.ids import new_segment_id
+from shoal.segments import read_segment
+from shoal.segments.channel_reader import read_manifests
+from shoal.segments.parquet_io import segment_path
 from shoal.testing.wait import wait_until
 from shoal.topics import TopicNames
 from spark_jobs.compaction.policy import CompactionPolicy
@@ -30,9 +33,6 @@ from spark_jobs.compaction.service import CompactionConfig, CompactionService
 from storage_node.config import FlushPolicy
 from storage_node.node import HeldPartition
 from storage_node.partition.compaction import minor_backlog
-from storage_node.replication.publish import read_manifests
-from storage_node.segments import read_segment
-from storage_node.segments.parquet_io import segment_path
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 

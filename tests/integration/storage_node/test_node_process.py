@@ -16,12 +16,13 @@ from node_it_support import make_table, produce_rows, rows
 
 from metadata.client import MetadataClient, MetadataConfig
 from metadata.election import read_epoch
+from metadata.node_registry import lookup_node
 from shoal.cli.node import scan_command
+from shoal.scan import ScanRequest, scan_remote
 from shoal.testing.wait import wait_until
 from shoal.topics import TopicNames
 from storage_node.config import FlushPolicy, NodeConfig
 from storage_node.node import StorageNode
-from storage_node.serve import ScanRequest, lookup_node, scan_remote
 
 pytestmark = pytest.mark.integration
 

@@ -11,13 +11,13 @@ import pytest
 
 from metadata.table import Column, ColumnType, TableDefinition
 from shoal.ids import new_partition_id, new_segment_id
+from shoal.segments import segments_to_compact
+from shoal.segments.versioned import stamp
 from shoal.topics import TopicNames
 from shoal.wire.records import SegmentManifest, WalOffsetRange
 from spark_jobs.compaction.book import ChannelBook, parse_segments_topic
 from spark_jobs.compaction.compute import SegmentSource, from_spark, reassemble, versioned_schema
 from spark_jobs.errors import CompactionJobError
-from storage_node.segments import segments_to_compact
-from storage_node.segments.versioned import stamp
 
 TABLE = TableDefinition("t", (Column("k", ColumnType.UINT64, False), Column("v", ColumnType.STRING)), ("k",), "k", 1)
 TOPICS = TopicNames("p")

@@ -11,13 +11,14 @@ from metadata.keyspace import KeyRange
 from metadata.table import Column, ColumnType, TableDefinition
 from shoal.errors import WireFormatError
 from shoal.ids import new_partition_id
+from shoal.scan import ScanRequest, scan_remote
 from shoal.wire.arrow_ipc import encode_batch
 from shoal.wire.ingest import ingest_schema
 from shoal.wire.records import Gtid
 from storage_node.config import FlushPolicy
 from storage_node.memtable import Memtable
 from storage_node.partition import IngestValidator, KeyFilter, PartitionReplica, Rejected, versioned_rows
-from storage_node.serve import ScanRequest, ScanServer, scan_remote
+from storage_node.serve import ScanServer
 
 TABLE = TableDefinition(
     "events", (Column("k", ColumnType.UINT64, False), Column("v", ColumnType.STRING)), ("k",), "k", 1

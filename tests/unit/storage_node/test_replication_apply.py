@@ -11,6 +11,9 @@ import pytest
 from metadata.table import Column, ColumnType, TableDefinition
 from shoal.errors import SchemaError
 from shoal.ids import new_partition_id
+from shoal.segments import ReceiveOutcome, SegmentManifest, SegmentRecord, WalRange
+from shoal.segments.channel import chunk_count, from_wire, parse_wal_topic, to_wire
+from shoal.segments.parquet_io import segment_path
 from shoal.topics import TopicNames
 from shoal.wire.ingest import ingest_schema
 from shoal.wire.records import Gtid
@@ -19,9 +22,6 @@ from storage_node.partition import PartitionReplica, versioned_rows
 from storage_node.replication.describe import content_hash, describe_replica
 from storage_node.replication.overlay import WalOverlay
 from storage_node.replication.receive import InFlightBudget, ReceiveStats, apply_segment
-from storage_node.replication.wire import chunk_count, from_wire, parse_wal_topic, to_wire
-from storage_node.segments import ReceiveOutcome, SegmentManifest, SegmentRecord, WalRange
-from storage_node.segments.parquet_io import segment_path
 
 TABLE = TableDefinition(
     "events", (Column("k", ColumnType.UINT64, False), Column("v", ColumnType.STRING)), ("k",), "k", 1

@@ -11,9 +11,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from storage_node.segments.errors import MergeInputError
-from storage_node.segments.merge import lww_merge
-from storage_node.segments.versioned import DELETED_COLUMN, EPOCH_COLUMN, SEQ_COLUMN, check_versioned, stamp
+from shoal.segments.errors import MergeInputError
+from shoal.segments.merge import lww_merge
+from shoal.segments.versioned import DELETED_COLUMN, EPOCH_COLUMN, SEQ_COLUMN, check_versioned, stamp
 
 SCHEMA = pa.schema(
     [

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from storage_node.segments.coverage import WalRange, covered_end, covers, normalize, union
-from storage_node.segments.errors import InvalidSegmentEntryError
+from shoal.segments.coverage import WalRange, covered_end, covers, normalize, union
+from shoal.segments.errors import InvalidSegmentEntryError
 
 P = "ab" * 16
 Q = "cd" * 16

@@ -19,8 +19,8 @@ from collections.abc import Sequence
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from storage_node.segments.errors import MergeInputError
-from storage_node.segments.versioned import DELETED_COLUMN, EPOCH_COLUMN, SEQ_COLUMN, SYSTEM_COLUMNS, check_versioned
+from shoal.segments.errors import MergeInputError
+from shoal.segments.versioned import DELETED_COLUMN, EPOCH_COLUMN, SEQ_COLUMN, SYSTEM_COLUMNS, check_versioned
 
 
 def _unified_schema(tables: Sequence[pa.Table]) -> pa.Schema:

@@ -17,10 +17,10 @@ Source: EventQL segment based replication (seed 000, sections 3 to 3.6); GTIDs f
 =================  ================================================================================
 """
 
-from storage_node.segments.chain import MAX_SEGMENT_HISTORY, SegmentChain, SegmentEntry
-from storage_node.segments.compaction import commit_compaction, compaction_entry, segments_to_compact
-from storage_node.segments.coverage import WalRange
-from storage_node.segments.errors import (
+from shoal.segments.chain import MAX_SEGMENT_HISTORY, SegmentChain, SegmentEntry
+from shoal.segments.compaction import commit_compaction, compaction_entry, segments_to_compact
+from shoal.segments.coverage import WalRange
+from shoal.segments.errors import (
     ChainError,
     ChecksumMismatchError,
     CompactionConflictError,
@@ -34,15 +34,15 @@ from storage_node.segments.errors import (
     SegmentListCorruptError,
     SegmentListError,
 )
-from storage_node.segments.merge import lww_merge
-from storage_node.segments.parquet_io import (
+from shoal.segments.merge import lww_merge
+from shoal.segments.parquet_io import (
     WrittenSegment,
     file_sha256,
     read_segment,
     write_segment,
     write_segment_bytes,
 )
-from storage_node.segments.receive import (
+from shoal.segments.receive import (
     ManifestLike,
     ReceiveDecision,
     ReceiveOutcome,
@@ -51,7 +51,7 @@ from storage_node.segments.receive import (
     decide_receive,
     decide_receive_detailed,
 )
-from storage_node.segments.replicate import (
+from shoal.segments.replicate import (
     ActionKind,
     SegmentAction,
     follower_replication,
@@ -60,7 +60,7 @@ from storage_node.segments.replicate import (
     segments_to_offer,
     unload_pending,
 )
-from storage_node.segments.segment_list import SegmentList, SegmentRecord, segment_list_path
+from shoal.segments.segment_list import SegmentList, SegmentRecord, segment_list_path
 
 __all__ = [
     "MAX_SEGMENT_HISTORY",

@@ -10,7 +10,7 @@ On the wire the manifest's ``placement_id`` is the placement that *created* the 
 entry's ``placement_id``); the sender is the owner of the channel, which the reader knows from the
 topic it consumes (only that placement writes there: transactional id = topic). Covered WAL ranges
 travel as topic names (``<prefix>.wal.<partition_id>.<placement_id>``) and are parsed back into
-:class:`~storage_node.segments.WalRange` values, refusing any other prefix or shape.
+:class:`~shoal.segments.WalRange` values, refusing any other prefix or shape.
 """
 
 from __future__ import annotations
@@ -19,11 +19,11 @@ import time
 from collections.abc import Mapping, Sequence
 
 from shoal.errors import InvalidIdError, SchemaError
+from shoal.segments import SegmentManifest, SegmentRecord, WalRange
+from shoal.segments.errors import InvalidSegmentEntryError
 from shoal.topics import TopicNames
 from shoal.wire.records import SegmentManifest as WireManifest
 from shoal.wire.records import WalOffsetRange
-from storage_node.segments import SegmentManifest, SegmentRecord, WalRange
-from storage_node.segments.errors import InvalidSegmentEntryError
 
 KIND_HEADER = "shoal.kind"
 KIND_MANIFEST = b"manifest"
@@ -122,7 +122,7 @@ def from_wire(manifest: WireManifest, *, sender_placement_id: int, topics: Topic
 
 def record_of(entry_manifest: SegmentManifest) -> SegmentRecord:
     """The segment-list record for a received manifest (its file fields come from the manifest)."""
-    from storage_node.segments.receive import entry_from_manifest
+    from shoal.segments.receive import entry_from_manifest
 
     return SegmentRecord(
         entry=entry_from_manifest(entry_manifest),

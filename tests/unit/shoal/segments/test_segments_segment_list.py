@@ -11,20 +11,20 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from storage_node.segments.chain import SegmentChain, SegmentEntry
-from storage_node.segments.compaction import compaction_entry
-from storage_node.segments.coverage import WalRange
-from storage_node.segments.errors import (
+from shoal.segments.chain import SegmentChain, SegmentEntry
+from shoal.segments.compaction import compaction_entry
+from shoal.segments.coverage import WalRange
+from shoal.segments.errors import (
     ChainError,
     CompactionConflictError,
     InvalidSegmentEntryError,
     SegmentListCorruptError,
     SegmentListError,
 )
-from storage_node.segments.parquet_io import delete_segment_file, list_segment_files, write_segment
-from storage_node.segments.recovery import reconcile
-from storage_node.segments.segment_list import SegmentList, SegmentRecord, segment_list_path
-from storage_node.segments.versioned import stamp
+from shoal.segments.parquet_io import delete_segment_file, list_segment_files, write_segment
+from shoal.segments.recovery import reconcile
+from shoal.segments.segment_list import SegmentList, SegmentRecord, segment_list_path
+from shoal.segments.versioned import stamp
 
 P = "ab" * 16
 PLACEMENT = 3
@@ -202,8 +202,8 @@ class TestCrashes:
             f"""
             import os, sys
             from pathlib import Path
-            from storage_node.segments.segment_list import SegmentList, SegmentRecord
-            from storage_node.segments.chain import SegmentEntry
+            from shoal.segments.segment_list import SegmentList, SegmentRecord
+            from shoal.segments.chain import SegmentEntry
 
             def crash(self, at):
                 if at == {step!r}:

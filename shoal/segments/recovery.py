@@ -15,9 +15,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from storage_node.segments.atomic import remove_temp_files
-from storage_node.segments.chain import SegmentChain
-from storage_node.segments.parquet_io import delete_segment_file, list_segment_files
+from shoal.segments.atomic import remove_temp_files
+from shoal.segments.chain import SegmentChain
+from shoal.segments.parquet_io import delete_segment_file, list_segment_files
 
 
 @dataclass(frozen=True, slots=True)

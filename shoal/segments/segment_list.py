@@ -13,7 +13,7 @@ one is invisible after a crash. The root is a foreign key to the entries, so it 
 
 Order with the files (the caller's, see recovery.py): the segment file is durable before its entry
 is committed; an entry is removed before its file is unlinked. So every entry has a file, and a
-crash leaves at most orphan files, which :func:`storage_node.segments.recovery.reconcile` deletes.
+crash leaves at most orphan files, which :func:`shoal.segments.recovery.reconcile` deletes.
 """
 
 from __future__ import annotations
@@ -29,10 +29,10 @@ from pathlib import Path
 from types import TracebackType
 
 from shoal.ids import validate_partition_id, validate_placement_id
-from storage_node.segments.chain import SegmentChain, SegmentEntry
-from storage_node.segments.compaction import commit_compaction
-from storage_node.segments.coverage import WalRange
-from storage_node.segments.errors import (
+from shoal.segments.chain import SegmentChain, SegmentEntry
+from shoal.segments.compaction import commit_compaction
+from shoal.segments.coverage import WalRange
+from shoal.segments.errors import (
     ChainError,
     InvalidSegmentEntryError,
     SegmentListCorruptError,

@@ -29,8 +29,8 @@ from typing import Any
 
 from shoal.errors import InvalidIdError
 from shoal.ids import validate_placement_id, validate_segment_id
-from storage_node.segments.coverage import WalRange, normalize, union
-from storage_node.segments.errors import ChainError, CorruptChainError, InvalidSegmentEntryError
+from shoal.segments.coverage import WalRange, normalize, union
+from shoal.segments.errors import ChainError, CorruptChainError, InvalidSegmentEntryError
 
 MAX_SEGMENT_HISTORY = 64
 """Source 3.1: at most this many included segment ids are stored with a compacted segment."""

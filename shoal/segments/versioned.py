@@ -18,7 +18,7 @@ from collections.abc import Sequence
 import numpy as np
 import pyarrow as pa
 
-from storage_node.segments.errors import MergeInputError
+from shoal.segments.errors import MergeInputError
 
 EPOCH_COLUMN = "_shoal_epoch"
 SEQ_COLUMN = "_shoal_seq"

@@ -23,8 +23,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from shoal.ids import validate_segment_id
-from storage_node.segments.atomic import HashingWriter, atomic_write, fsync_directory
-from storage_node.segments.errors import (
+from shoal.segments.atomic import HashingWriter, atomic_write, fsync_directory
+from shoal.segments.errors import (
     ChecksumMismatchError,
     CorruptSegmentError,
     SegmentArgumentError,

@@ -12,14 +12,14 @@ import pyarrow.parquet as pq
 import pytest
 
 from shoal.errors import InvalidIdError
-from storage_node.segments.atomic import remove_temp_files
-from storage_node.segments.errors import (
+from shoal.segments.atomic import remove_temp_files
+from shoal.segments.errors import (
     ChecksumMismatchError,
     CorruptSegmentError,
     SegmentArgumentError,
     SegmentFileNotFoundError,
 )
-from storage_node.segments.parquet_io import (
+from shoal.segments.parquet_io import (
     delete_segment_file,
     file_sha256,
     list_segment_files,
@@ -29,7 +29,7 @@ from storage_node.segments.parquet_io import (
     write_segment,
     write_segment_bytes,
 )
-from storage_node.segments.versioned import stamp
+from shoal.segments.versioned import stamp
 
 SID = "0123456789abcdef" * 2
 

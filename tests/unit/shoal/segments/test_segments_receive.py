@@ -7,16 +7,16 @@ from dataclasses import dataclass, field, replace
 import pytest
 
 from shoal.errors import InvalidIdError
-from storage_node.segments.chain import MAX_SEGMENT_HISTORY, SegmentChain, SegmentEntry
-from storage_node.segments.errors import SegmentArgumentError
-from storage_node.segments.receive import (
+from shoal.segments.chain import MAX_SEGMENT_HISTORY, SegmentChain, SegmentEntry
+from shoal.segments.errors import SegmentArgumentError
+from shoal.segments.receive import (
     ReceiveOutcome,
     SegmentManifest,
     decide_leader_receive,
     decide_receive,
     decide_receive_detailed,
 )
-from storage_node.segments.replicate import ActionKind, follower_replication
+from shoal.segments.replicate import ActionKind, follower_replication
 
 P = "ab" * 16
 OTHER_P = "cd" * 16

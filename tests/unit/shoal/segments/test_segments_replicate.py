@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from storage_node.segments.chain import MAX_SEGMENT_HISTORY, SegmentChain, SegmentEntry
-from storage_node.segments.compaction import commit_compaction, compaction_entry, segments_to_compact
-from storage_node.segments.coverage import WalRange
-from storage_node.segments.errors import ChainError, CompactionConflictError
-from storage_node.segments.replicate import (
+from shoal.segments.chain import MAX_SEGMENT_HISTORY, SegmentChain, SegmentEntry
+from shoal.segments.compaction import commit_compaction, compaction_entry, segments_to_compact
+from shoal.segments.coverage import WalRange
+from shoal.segments.errors import ChainError, CompactionConflictError
+from shoal.segments.replicate import (
     ActionKind,
     SegmentAction,
     follower_replication,

@@ -6,9 +6,9 @@ import random
 
 import pytest
 
-from storage_node.segments.chain import MAX_SEGMENT_HISTORY, SegmentChain, SegmentEntry
-from storage_node.segments.coverage import WalRange
-from storage_node.segments.errors import ChainError, CorruptChainError, InvalidSegmentEntryError
+from shoal.segments.chain import MAX_SEGMENT_HISTORY, SegmentChain, SegmentEntry
+from shoal.segments.coverage import WalRange
+from shoal.segments.errors import ChainError, CorruptChainError, InvalidSegmentEntryError
 
 P = "ab" * 16
 

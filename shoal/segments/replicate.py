@@ -22,8 +22,8 @@ from collections.abc import Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
-from storage_node.segments.chain import SegmentChain, SegmentEntry
-from storage_node.segments.coverage import covers
+from shoal.segments.chain import SegmentChain, SegmentEntry
+from shoal.segments.coverage import covers
 
 
 class ActionKind(enum.Enum):

@@ -10,7 +10,7 @@ from shoal.errors import SchemaError, ShoalError
 
 
 class SegmentError(ShoalError):
-    """Root of every error raised by ``storage_node.segments``."""
+    """Root of every error raised by ``shoal.segments``."""
 
 
 class SegmentArgumentError(SegmentError, ValueError):

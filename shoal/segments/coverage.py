@@ -17,7 +17,7 @@ from typing import Any
 
 from shoal.errors import InvalidIdError
 from shoal.ids import validate_partition_id, validate_placement_id
-from storage_node.segments.errors import InvalidSegmentEntryError
+from shoal.segments.errors import InvalidSegmentEntryError
 
 Channel = tuple[str, int]
 """A WAL channel: ``(partition_id, placement_id)``."""

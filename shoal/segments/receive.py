@@ -34,9 +34,9 @@ from typing import Protocol
 
 from shoal.errors import InvalidIdError
 from shoal.ids import validate_partition_id, validate_placement_id
-from storage_node.segments.chain import SegmentChain, SegmentEntry
-from storage_node.segments.coverage import WalRange
-from storage_node.segments.errors import InvalidSegmentEntryError, SegmentArgumentError
+from shoal.segments.chain import SegmentChain, SegmentEntry
+from shoal.segments.coverage import WalRange
+from shoal.segments.errors import InvalidSegmentEntryError, SegmentArgumentError
 
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 

@@ -8,9 +8,9 @@ compaction, fenced by its epoch). Reading and merging the rows is merge.py; pure
 
 from __future__ import annotations
 
-from storage_node.segments.chain import MAX_SEGMENT_HISTORY, SegmentChain, SegmentEntry
-from storage_node.segments.coverage import union
-from storage_node.segments.errors import ChainError, CompactionConflictError
+from shoal.segments.chain import MAX_SEGMENT_HISTORY, SegmentChain, SegmentEntry
+from shoal.segments.coverage import union
+from shoal.segments.errors import ChainError, CompactionConflictError
 
 
 def segments_to_compact(chain: SegmentChain) -> tuple[SegmentEntry, ...]:

@@ -1,0 +1,87 @@
+"""The scan client side of a storage node's Arrow Flight service (DESIGN.md section 1: reads).
+
+A ticket is the JSON of a :class:`ScanRequest`; the answer is the newest version of every key the
+node's replicas hold (segments + memtable), tombstones hidden, as Arrow record batches. The
+``describe_replicas`` action returns each replica's chain, row count and content hash (``shoal
+verify``). Clients (``shoal scan``, ``shoal verify``, the Spark reader, the demo) use this module;
+the server is ``storage_node.serve.flight``. Nothing in a ticket becomes a path: the table name and
+partition id are validated and only select among the replicas a node already holds.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.flight as flight
+
+from shoal.errors import SchemaError, ShoalError, WireFormatError
+from shoal.ids import validate_partition_id, validate_table_name
+
+DESCRIBE_ACTION = "describe_replicas"
+
+
+def _key(value: object, what: str) -> int | str | None:
+    if value is None or (isinstance(value, int | str) and not isinstance(value, bool)):
+        return value
+    raise SchemaError(f"{what} must be an integer or a string, got {value!r:.80}")
+
+
+@dataclass(frozen=True)
+class ScanRequest:
+    table: str
+    partition_id: str | None = None
+    key: int | str | None = None
+    low: int | str | None = None
+    high: int | str | None = None
+
+    def __post_init__(self) -> None:
+        validate_table_name(self.table)
+        if self.partition_id is not None:
+            validate_partition_id(self.partition_id)
+        for name in ("key", "low", "high"):
+            _key(getattr(self, name), name)
+        if self.key is not None and (self.low is not None or self.high is not None):
+            raise SchemaError("a scan takes either a key or a range, not both")
+
+    def to_ticket(self) -> bytes:
+        return json.dumps(asdict(self)).encode()
+
+    @classmethod
+    def from_ticket(cls, data: bytes) -> ScanRequest:
+        try:
+            obj = json.loads(data.decode("utf-8"))
+            if not isinstance(obj, dict) or set(obj) - {"table", "partition_id", "key", "low", "high"}:
+                raise ValueError("unexpected fields")
+            return cls(**obj)
+        except (ValueError, TypeError, UnicodeDecodeError) as exc:
+            raise WireFormatError(f"malformed scan ticket: {exc}") from exc
+
+
+def scan_remote(location: str, request: ScanRequest, *, timeout_s: float = 60.0) -> pa.Table:
+    """Run one scan against the node at ``location`` (``grpc://host:port``)."""
+    client = flight.FlightClient(location)
+    try:
+        options = flight.FlightCallOptions(timeout=timeout_s)
+        return client.do_get(flight.Ticket(request.to_ticket()), options).read_all()
+    except flight.FlightError as exc:
+        raise ShoalError(f"scan on {location} failed: {exc}") from exc
+    finally:
+        client.close()
+
+
+def describe_remote(location: str, table: str, *, timeout_s: float = 60.0) -> list[dict[str, Any]]:
+    """``describe replica`` for every replica of ``table`` on the node at ``location``."""
+    client = flight.FlightClient(location)
+    try:
+        options = flight.FlightCallOptions(timeout=timeout_s)
+        body = json.dumps({"table": validate_table_name(table)}).encode()
+        results = list(client.do_action(flight.Action(DESCRIBE_ACTION, body), options))
+        out: list[dict[str, Any]] = json.loads(results[0].body.to_pybytes()) if results else []
+        return out
+    except flight.FlightError as exc:
+        raise ShoalError(f"describe on {location} failed: {exc}") from exc
+    finally:
+        client.close()

@@ -1,0 +1,266 @@
+"""Kafka broker faults under writes (issue 5): nothing acknowledged is lost.
+
+Each test starts its OWN local cluster (``shoal.runtime.launcher.up`` in a temp dir: ZooKeeper,
+KRaft brokers, storage node processes), so killing a broker never hurts the session's cluster:
+
+- three brokers, three nodes, a table with RF 3: kill -9 one broker mid-stream, keep writing,
+  restart it in place (:func:`shoal.runtime.restart.restart_process`), keep writing;
+- one broker, two nodes (RF 2): kill -9 the only broker, writers retry through the outage, restart it.
+
+A write is acknowledged only when its Kafka delivery succeeded AND ``Producer.sync()`` returned after
+it; a delivery error during the outage is not an acknowledgement, and the writer sends the same keys
+again. At the end every acknowledged key is on every replica exactly once with its value, nothing
+that was never sent is there, and ``shoal verify --output json`` (a subprocess, as a user runs it)
+reports identical replicas and intact WAL chains.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka.admin import AdminClient
+
+from metadata.client import MetadataClient, MetadataConfig
+from metadata.election import read_epoch
+from metadata.node_registry import lookup_node
+from metadata.table import Column, ColumnType, TableDefinition
+from producer import Producer, ProducerConfig
+from shoal.cli.verify import verify_table
+from shoal.runtime import cluster_file, launcher
+from shoal.runtime.cluster_file import ClusterInfo
+from shoal.runtime.process import ProcessRecord, is_running, kill
+from shoal.runtime.restart import restart_process
+from shoal.scan import ScanRequest, scan_remote
+from shoal.testing.wait import wait_until
+from shoal.topics import TopicNames
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+TABLE = "events"
+
+
+def _cache_dir() -> Path:
+    return Path(os.environ.get("SHOAL_CACHE_DIR") or Path.home() / ".cache" / "shoal")
+
+
+def _table(replication_factor: int) -> TableDefinition:
+    return TableDefinition(
+        TABLE, (Column("k", ColumnType.UINT64, False), Column("v", ColumnType.STRING)), ("k",), "k", replication_factor
+    )
+
+
+@contextlib.contextmanager
+def own_cluster(data_dir: Path, prefix: str, *, brokers: int, nodes: int) -> Iterator[launcher.LocalClusterConfig]:
+    """A local cluster of our own, always stopped (every process by pid) at the end."""
+    config = launcher.LocalClusterConfig(data_dir=data_dir, cache_dir=_cache_dir(), brokers=brokers, nodes=nodes,
+                                         topic_prefix=prefix, kafka_heap_mb=384, start_timeout_s=150, fresh=True)  # fmt: skip
+    try:
+        launcher.up(config)
+        yield config
+    finally:
+        if config.cluster_file.exists():
+            launcher.down(config.cluster_file, timeout_s=15)
+
+
+class RetryingWriter(threading.Thread):
+    """Writes batches of unique keys; on any error it sends the SAME keys again until they are acknowledged."""
+
+    def __init__(self, info: ClusterInfo, prefix: str, *, batch: int = 20, pause_s: float = 0.1) -> None:
+        super().__init__(daemon=True, name="broker-fault-writer")
+        # short delivery timeout: messages produced while the broker is down fail instead of waiting it out
+        self.config = ProducerConfig(info.bootstrap_servers, info.zk_connect, topic_prefix=prefix,
+                                     kafka_config={"message.timeout.ms": 5000})  # fmt: skip
+        self.batch, self.pause_s = batch, pause_s
+        self.acked: set[int] = set()
+        self.sent: set[int] = set()
+        self.failures = 0
+        self.halt = threading.Event()
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            with Producer(self.config) as producer:
+                next_key = 0
+                while not self.halt.is_set():
+                    keys = list(range(next_key, next_key + self.batch))
+                    next_key += self.batch
+                    while not self._send(producer, keys):
+                        if self.halt.is_set():
+                            return
+                        self.halt.wait(0.5)
+                    self.halt.wait(self.pause_s)
+        except BaseException as exc:
+            self.error = exc
+
+    def _send(self, producer: Producer, keys: list[int]) -> bool:
+        self.sent.update(keys)
+        try:
+            result = producer.write(TABLE, [{"k": k, "v": f"v{k}"} for k in keys])
+            producer.sync(timeout=20)  # flushes: raises if any delivery failed since the last flush
+            result.wait(timeout=0)  # and every message of THIS write was delivered
+        except Exception:
+            self.failures += 1
+            return False
+        self.acked.update(keys)
+        return True
+
+    def stop(self) -> None:
+        self.halt.set()
+        self.join(120)
+        assert not self.is_alive(), "writer did not stop"
+        assert self.error is None, self.error
+
+
+class Table:
+    """The test table on our own cluster: create it, read the leader, scan replicas, verify."""
+
+    def __init__(self, info: ClusterInfo, prefix: str, servers: list[str]) -> None:
+        self.info, self.prefix, self.servers = info, prefix, servers
+        meta = MetadataConfig(zk_hosts=info.zk_connect, bootstrap_servers=info.bootstrap_servers, topic_prefix=prefix,
+                              metadata_topic_replication_factor=min(3, info.brokers))  # fmt: skip
+        self.client = MetadataClient(meta)
+        file = self.client.coordinator.create_table(_table(len(servers)), servers)
+        self.pid = file.partitions[0].partition_id
+
+    def close(self) -> None:
+        self.client.close()
+
+    def leader(self) -> str | None:
+        try:
+            return read_epoch(self.client.zk, self.client.layout, self.pid).server_id
+        except Exception:
+            return None
+
+    def rows_on(self, server_id: str) -> list[tuple[int, str]]:
+        location = lookup_node(self.client.zk, self.client.layout, server_id)
+        t = scan_remote(location, ScanRequest(TABLE, self.pid))
+        return list(zip(t.column("k").to_pylist(), t.column("v").to_pylist(), strict=True))
+
+    def converged(self, acked: set[int], sent: set[int]) -> bool:
+        """verify agrees, and every replica holds every acked key once (with its value), nothing unsent."""
+        try:
+            if not verify_table(self.client, TABLE)["ok"]:
+                return False
+            for server in self.servers:
+                rows = self.rows_on(server)
+                keys = [k for k, _ in rows]
+                if len(keys) != len(set(keys)) or not acked <= set(keys) or not set(keys) <= sent:
+                    return False
+                if any(v != f"v{k}" for k, v in rows):
+                    return False
+        except Exception:
+            return False
+        return True
+
+    def summary(self) -> Any:
+        try:
+            rep = verify_table(self.client, TABLE)
+        except Exception as exc:
+            return str(exc)
+        return [[(r.get("server_id"), r.get("role"), r.get("row_count"), r.get("error")) for r in p["replicas"]]
+                for p in rep["partitions"]]  # fmt: skip
+
+
+def shoal_verify(cluster_path: Path) -> dict[str, Any]:
+    """``shoal verify events --output json`` as a user runs it (addresses and prefix from the cluster file)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SHOAL_")}
+    proc = subprocess.run([sys.executable, "-m", "shoal.cli.main", "--cluster-file", str(cluster_path), "verify",
+                           TABLE, "--output", "json"], capture_output=True, text=True, env=env, timeout=120,
+                          check=False)  # fmt: skip
+    assert proc.returncode == 0, f"shoal verify exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}"
+    report: dict[str, Any] = json.loads(proc.stdout)
+    return report
+
+
+def broker_to_kill(info: ClusterInfo, prefix: str, partition_id: str) -> ProcessRecord:
+    """The broker leading the table's ingest partition (the writers' and the leader's broker)."""
+    admin = AdminClient({"bootstrap.servers": info.bootstrap_servers})
+    topic = TopicNames(prefix).ingest(partition_id)
+    leader_id = admin.list_topics(topic, timeout=30).topics[topic].partitions[0].leader
+    record = info.process(f"kafka-{leader_id}")
+    assert record is not None and is_running(record), (leader_id, info.processes)
+    return record
+
+
+def test_kill_one_of_three_brokers_under_writes_loses_nothing(tmp_path: Path, topic_prefix: str) -> None:
+    servers = ["node-1", "node-2", "node-3"]
+    with own_cluster(tmp_path / "three", topic_prefix, brokers=3, nodes=3) as config:
+        info = cluster_file.read(config.cluster_file)
+        table = Table(info, topic_prefix, servers)
+        writer = RetryingWriter(info, topic_prefix)
+        try:
+            assert wait_until(lambda: table.leader() is not None, 90), "no leader elected"
+            writer.start()
+            assert wait_until(lambda: len(writer.acked) >= 100, 90), (len(writer.acked), writer.error)
+            victim = broker_to_kill(info, topic_prefix, table.pid)
+            kill(victim)  # kill -9, mid-stream
+            assert wait_until(lambda: not is_running(victim), 30)
+            before = len(writer.acked)
+            assert wait_until(lambda: len(writer.acked) >= before + 100, 120), "writes stopped with 2 of 3 brokers"
+            info = restart_process(info, victim.name, cache_dir=config.cache_dir, kafka_heap_mb=config.kafka_heap_mb)
+            restarted = info.process(victim.name)
+            assert restarted is not None and restarted.pid != victim.pid and is_running(restarted)
+            before = len(writer.acked)
+            assert wait_until(lambda: len(writer.acked) >= before + 100, 120), "writes stopped after the restart"
+            writer.stop()
+            acked, sent = set(writer.acked), set(writer.sent)
+            assert wait_until(lambda: table.converged(acked, sent), 120), table.summary()
+            report = shoal_verify(config.cluster_file)
+            assert report["ok"] is True
+            [part] = report["partitions"]
+            assert sorted(r["server_id"] for r in part["replicas"]) == servers
+            assert {r["row_count"] for r in part["replicas"]} == {len(table.rows_on("node-1"))}
+            assert all(ch["ok"] for ch in part["wal_channels"])
+        finally:
+            writer.halt.set()
+            if writer.is_alive():
+                writer.join(60)
+            table.close()
+
+
+def test_restart_the_only_broker_under_writes_loses_nothing(tmp_path: Path, topic_prefix: str) -> None:
+    servers = ["node-1", "node-2"]
+    with own_cluster(tmp_path / "one", topic_prefix, brokers=1, nodes=2) as config:
+        info = cluster_file.read(config.cluster_file)
+        table = Table(info, topic_prefix, servers)
+        writer = RetryingWriter(info, topic_prefix)
+        try:
+            assert wait_until(lambda: table.leader() is not None, 90), "no leader elected"
+            writer.start()
+            assert wait_until(lambda: len(writer.acked) >= 100, 90), (len(writer.acked), writer.error)
+            broker = info.process("kafka-1")
+            assert broker is not None
+            kill(broker)
+            assert wait_until(lambda: not is_running(broker), 30)
+            failures = writer.failures
+            # the broker stays down longer than the writer's delivery timeout: writes fail and are retried
+            assert wait_until(lambda: writer.failures > failures, 60), "writes did not notice the outage"
+            time.sleep(6)
+            acked_during_outage = len(writer.acked)
+            info = restart_process(info, "kafka-1", cache_dir=config.cache_dir, kafka_heap_mb=config.kafka_heap_mb)
+            assert wait_until(lambda: len(writer.acked) >= acked_during_outage + 100, 150), (
+                "writes did not resume after the restart",
+                writer.failures,
+                writer.error,
+            )
+            writer.stop()
+            acked, sent = set(writer.acked), set(writer.sent)
+            assert wait_until(lambda: table.converged(acked, sent), 120), table.summary()
+            report = shoal_verify(config.cluster_file)
+            assert report["ok"] is True
+            assert all(ch["ok"] for p in report["partitions"] for ch in p["wal_channels"])
+        finally:
+            writer.halt.set()
+            if writer.is_alive():
+                writer.join(60)
+            table.close()
