@@ -217,7 +217,7 @@ def services() -> dict[str, Any]:
             "ingest",
             "--master",
             SPARK_MASTER,
-            "--source-topic",
+            "--topic",
             SOURCE_TOPIC,
             "--table",
             DEMO_TABLE,
@@ -229,7 +229,7 @@ def services() -> dict[str, Any]:
         restart="on-failure",
     )
     out["compact"] = _shoal_service(
-        ["shoal", "spark", "compact", "--master", SPARK_MASTER, "--table", DEMO_TABLE, "--every", "300"],
+        ["shoal", "spark", "compact", "--master", SPARK_MASTER, "--table", DEMO_TABLE, "--check-interval", "300"],
         spark_ready,
         restart="on-failure",
     )

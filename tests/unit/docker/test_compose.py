@@ -111,3 +111,30 @@ def test_brokers_carry_the_launchers_settings(resolved: dict[str, Any], broker: 
 
 def test_docker_env_names_follow_the_image_convention() -> None:
     assert kafka.docker_env({"a.b_c-d": 1}) == {"KAFKA_A_B__C___D": "1"}
+
+
+def test_every_shoal_command_in_compose_parses_with_the_real_cli(resolved: dict[str, Any]) -> None:
+    """A renamed or removed option fails here, not in a container: each service's `shoal ...` command
+    line is parsed by the click command it names (without running it)."""
+    import click
+
+    from shoal.cli.main import cli
+
+    checked = []
+    for name, service in resolved["services"].items():
+        command = service.get("command")
+        if not isinstance(command, list) or not command or command[0] != "shoal":
+            continue
+        cmd: click.Command | None = cli
+        tokens = list(command[1:])
+        while isinstance(cmd, click.Group):
+            while tokens and tokens[0].startswith("-"):  # the group's own options (shoal -v node ...)
+                opt = next((p for p in cmd.params if tokens[0] in getattr(p, "opts", ())), None)
+                assert isinstance(opt, click.Option), f"{name}: {tokens[0]} is not an option of {cmd.name}"
+                del tokens[: 1 if opt.is_flag or opt.count else 2]
+            assert tokens, f"{name}: {command} names no subcommand"
+            cmd = cmd.get_command(click.Context(cmd), tokens.pop(0))
+        assert cmd is not None, f"{name}: {command} names an unknown command"
+        cmd.make_context(cmd.name or "", tokens)  # click.UsageError on an unknown option or a bad value
+        checked.append(name)
+    assert {"node-1", "ingest", "compact", "monitor"} <= set(checked), checked
