@@ -54,3 +54,4 @@ BENCH_SIZES ?= 1000,10000,100000,1000000
 bench: setup
 	$(PY) -m bench.write_path --rows $(BENCH_ROWS)
 	$(PY) -m bench.fast_forward --sizes $(BENCH_SIZES) --repeat 3
+	$(PY) -m bench.replication --sizes $(BENCH_SIZES) --rows $(BENCH_ROWS) --repeat 3
