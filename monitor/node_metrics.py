@@ -3,8 +3,10 @@
 The node passes a *stats provider*: a callable returning ``{partition_id: {counter: value}}``
 (the key ``""`` for node-wide counters). Every counter becomes ``shoal_node_<counter>_total``
 with labels ``server`` and ``partition`` (empty for node-wide). Counter names are
-``[a-z][a-z0-9_]*``; a name ending in ``_total`` keeps a single suffix. Documented counters
-(a node reports those it has; others are exported with a generic help text):
+``[a-z][a-z0-9_]*``; a name ending in ``_total`` keeps a single suffix. The names listed in
+:data:`GAUGE_HELP` are current values, not counters: they are exported as gauges
+``shoal_node_<name>`` (no suffix). Documented counters (a node reports those it has; others are
+exported with a generic help text):
 
 =============================  ===================================================================
 ``fast_forwards``              segments added without reading their data (follower, section 5)
@@ -19,6 +21,17 @@ with labels ``server`` and ``partition`` (empty for node-wide). Counter names ar
 ``deadlettered``               ingest messages refused to deadletter
 ``out_of_order``               manifests answered OUT_OF_ORDER (replayed from the latest major)
 ``invalid_segments``           manifests or chunks refused as INVALID
+``stalls``                     leader loop steps slowed by the writer stall (minors over the limit)
+``segments_deleted``           segment files deleted by garbage collection (folded into a major)
+=============================  ===================================================================
+
+Documented gauges:
+
+=============================  ===================================================================
+``is_leader``                  1 while this replica leads the partition, else 0 (its role)
+``epoch``                      the partition's leader epoch this replica last saw (-1 unknown)
+``minors_awaiting_compaction`` minor segments on the chain since its latest major
+``segments``                   entries in this replica's segment list
 =============================  ===================================================================
 
 Usage in the node::
@@ -39,7 +52,7 @@ from collections.abc import Iterator, Mapping
 from typing import Protocol
 
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.registry import Collector as PromCollector
 
@@ -62,6 +75,15 @@ COUNTER_HELP = {
     "deadlettered": "Ingest messages refused to deadletter.",
     "out_of_order": "Manifests answered OUT_OF_ORDER.",
     "invalid_segments": "Manifests or chunks refused as INVALID.",
+    "stalls": "Leader loop steps slowed by the writer stall (too many minors await compaction).",
+    "segments_deleted": "Segment files deleted by garbage collection (folded into a major).",
+}
+
+GAUGE_HELP = {
+    "is_leader": "1 while this replica leads the partition, else 0.",
+    "epoch": "The partition's leader epoch this replica last saw (-1 unknown).",
+    "minors_awaiting_compaction": "Minor segments on the chain since its latest major.",
+    "segments": "Entries in this replica's segment list.",
 }
 
 
@@ -90,8 +112,8 @@ class NodeStatsCollector(PromCollector):
         yield errors
         yield from families.values()
 
-    def _families(self, stats: Mapping[str, Mapping[str, float]]) -> dict[str, CounterMetricFamily]:
-        families: dict[str, CounterMetricFamily] = {}
+    def _families(self, stats: Mapping[str, Mapping[str, float]]) -> dict[str, Metric]:
+        families: dict[str, CounterMetricFamily | GaugeMetricFamily] = {}
         for partition, counters in stats.items():
             for name, value in counters.items():
                 base = name[: -len("_total")] if name.endswith("_total") else name
@@ -99,13 +121,17 @@ class NodeStatsCollector(PromCollector):
                     raise MonitorError(f"node counter name must match [a-z][a-z0-9_]*, got {name!r:.80}")
                 fam = families.get(base)
                 if fam is None:
-                    fam = families[base] = CounterMetricFamily(
-                        f"shoal_node_{base}",
-                        COUNTER_HELP.get(base, f"Node counter {base}."),
-                        labels=["server", "partition"],
-                    )
+                    if name in GAUGE_HELP:
+                        fam = GaugeMetricFamily(f"shoal_node_{name}", GAUGE_HELP[name], labels=["server", "partition"])
+                    else:
+                        fam = CounterMetricFamily(
+                            f"shoal_node_{base}",
+                            COUNTER_HELP.get(base, f"Node counter {base}."),
+                            labels=["server", "partition"],
+                        )
+                    families[base] = fam
                 fam.add_metric([self.server_id, partition], float(value))
-        return families
+        return dict(families)
 
 
 class NodeMetricsExporter:

@@ -11,6 +11,12 @@ partition's election. When it wins, it starts a :class:`PartitionLeader` whose e
 election's (``check_writable``), so a SUSPENDED or LOST leadership stops writes at the next batch.
 Every LIVE replica that does not lead runs a :class:`PartitionFollower` on the current leader's
 segments channel (issue 5); on losing leadership the node follows again and re-campaigns.
+
+With ``metrics_port`` set (``shoal node --metrics-port P``), :meth:`StorageNode.stats` is served as
+Prometheus ``/metrics`` (:mod:`monitor.node_metrics`, issue 7 item 3): per partition, counters that
+stay monotonic across leader terms (segments written, fast-forwards, merges, stalls, leader
+changes, WAL records, rows, deadlettered, ...) and gauges (is_leader, epoch, minors awaiting
+compaction, segments).
 """
 
 from __future__ import annotations
@@ -58,6 +64,51 @@ class HeldPartition:
     """The partition's other placement ids in the current METADATA (for the Tail index)."""
     intake: CompactionIntake | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
+    retired: dict[str, float] = field(default_factory=dict)
+    """Counters of leader and follower roles that ended (metrics stay monotonic across terms)."""
+    leader_changes: int = 0
+
+
+def leader_counters(leader: PartitionLeader) -> dict[str, float]:
+    s = leader.stats
+    out = {
+        "segments_written": s.segments,
+        "merges": s.merged_segments + s.adopted_segments,
+        "stalls": s.stalls,
+        "transactions": s.transactions,
+        "wal_records": s.wal_records,
+        "rows": s.rows,
+        "deadlettered": s.deadlettered,
+    }
+    if leader.publisher is not None:
+        out["segments_deleted"] = leader.publisher.stats.deleted
+        out["segments_published"] = leader.publisher.stats.published
+    return {k: float(v) for k, v in out.items()}
+
+
+def follower_counters(follower: PartitionFollower) -> dict[str, float]:
+    s = follower.stats
+    out = {
+        "fast_forwards": s.fast_forwards + s.fast_forward_adds,
+        "segments_received": s.fast_forwards + s.fast_forward_adds,
+        "segments_acked": s.acks,
+        "out_of_order": s.out_of_order,
+        "invalid_segments": s.invalid,
+        "segments_deleted": s.deleted,
+        "wal_records_tailed": s.wal_records_tailed,
+    }
+    return {k: float(v) for k, v in out.items()}
+
+
+NODE_COUNTERS = ("fast_forwards", "merges", "segments_written", "segments_received", "segments_acked",
+                 "leader_changes", "transactions", "wal_records", "rows", "deadlettered", "out_of_order",
+                 "invalid_segments", "stalls", "segments_deleted")  # fmt: skip
+"""Counters every partition reports (0 until they happen): those documented in monitor.node_metrics."""
+
+
+def _add(into: dict[str, float], more: dict[str, float]) -> None:
+    for k, v in more.items():
+        into[k] = into.get(k, 0.0) + v
 
 
 class StorageNode:
@@ -75,6 +126,8 @@ class StorageNode:
         self._watchers: dict[str, TableWatcher] = {}
         self._client: MetadataClient | None = None
         self.location: str | None = None
+        self.metrics_url: str | None = None
+        """``http://host:port/metrics`` when the node's Prometheus exporter runs."""
         self.ready = threading.Event()
         self.budget = InFlightBudget()
         """Bytes being received by all followers of this node (OVERLOADED backpressure)."""
@@ -112,6 +165,14 @@ class StorageNode:
             threading.Thread(target=server.serve, daemon=True, name="flight").start()
             self.location = f"grpc://{self.config.flight_host}:{server.port}"
             register_node(client.zk, client.layout, self.config.server_id, self.location, self.metadata_config.security)
+            if self.config.metrics_port is not None:
+                from monitor.node_metrics import start_node_metrics
+
+                exporter = start_node_metrics(self.config.metrics_port, self.stats, server_id=self.config.server_id,
+                                              host=self.config.metrics_host)  # fmt: skip
+                stack.callback(exporter.close)
+                self.metrics_url = exporter.url
+                log.info("node %s serves metrics at %s", self.config.server_id, exporter.url)
             stack.callback(self._release_all)
             log.info("node %s serving scans at %s", self.config.server_id, self.location)
             self.ready.set()
@@ -165,6 +226,8 @@ class StorageNode:
             if state is LeaderState.LEADER:
                 self._start_leader(held)
             elif state is LeaderState.LOST:
+                if held.leader is not None and not held.leader.stopped.is_set():
+                    held.leader_changes += 1  # this replica stops being leader
                 if held.leader is not None:
                     held.leader.request_stop()  # it also stops by itself at its next batch (check_writable)
                 threading.Thread(target=self._after_lost, args=(held,), daemon=True).start()
@@ -209,10 +272,13 @@ class StorageNode:
                 return
             if held.follower is not None:  # the follower role ends before the leader role starts
                 held.follower.stop()
+                _add(held.retired, follower_counters(held.follower))
                 held.follower = None
             held.replica.overlay = None  # a leader reads its memtable; adoption covers the overlay's rows
             if held.leader is not None:  # a previous term: its replica state is rebuilt by recovery
                 held.leader.stop()
+                _add(held.retired, leader_counters(held.leader))
+                held.leader = None
                 held.replica.close()
                 held.replica = PartitionReplica(held.table, held.partition_id, held.placement_id, self.config.data_dir)
             election = held.election
@@ -225,6 +291,7 @@ class StorageNode:
                 peers=lambda: held.peers,
             )
             held.leader = leader.start()
+            held.leader_changes += 1
             if held.intake is not None:  # compaction majors are committed by the leader, fenced by its epoch
                 held.intake.stop()
             held.intake = CompactionIntake(held.replica, lambda: election.check_writable().epoch,
@@ -243,6 +310,9 @@ class StorageNode:
                 return
             if held.leader is not None and not held.leader.stopped.is_set():
                 return
+            if held.follower is not None:  # a follower role that ended (failed): a new one replaces it
+                _add(held.retired, follower_counters(held.follower))
+                held.follower = None
             pid, own = held.partition_id, held.placement_id
 
             def leader() -> int | None:
@@ -300,6 +370,34 @@ class StorageNode:
             if not leading:
                 self._start_follower(held)
                 self._recampaign(held)
+
+    def stats(self) -> dict[str, dict[str, float]]:
+        """Per partition: counters (monotonic across leader terms) and gauges, for ``/metrics``.
+
+        Names are those documented in :mod:`monitor.node_metrics`.
+        """
+        client = self._client
+        out: dict[str, dict[str, float]] = {}
+        for pid, held in self.partitions().items():
+            counters = dict.fromkeys(NODE_COUNTERS, 0.0)
+            _add(counters, held.retired)
+            leader, follower = held.leader, held.follower
+            if leader is not None:
+                _add(counters, leader_counters(leader))
+            if follower is not None:
+                _add(counters, follower_counters(follower))
+            counters["leader_changes"] = float(held.leader_changes)
+            leading = leader is not None and not leader.stopped.is_set()
+            epoch = -1
+            if client is not None:
+                with contextlib.suppress(Exception):
+                    epoch = read_epoch(client.zk, client.layout, pid).epoch
+            chain = held.replica.chain
+            minors = sum(1 for e in chain.since_latest_major() if not e.is_major)
+            counters.update(is_leader=float(leading), epoch=float(epoch),
+                            minors_awaiting_compaction=float(minors), segments=float(len(chain)))  # fmt: skip
+            out[pid] = counters
+        return out
 
     def describe(self, table: str) -> list[dict[str, object]]:
         """``describe replica`` for every replica of ``table`` on this node (``shoal verify``)."""

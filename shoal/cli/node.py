@@ -28,6 +28,13 @@ log = logging.getLogger(__name__)
 @click.option("--flight-port", type=int, default=0, show_default=True, help="Port for scans (0 = any free port).")
 @click.option("--flush-rows", type=int, default=None, help="Flush the memtable at this many rows.")
 @click.option("--flush-age", type=float, default=None, help="Flush the memtable at this age in seconds.")
+@click.option("--metrics-port", type=click.IntRange(0, 65535), default=None,
+              help="Serve Prometheus /metrics on this port (0 = any free port; default: no exporter).")  # fmt: skip
+@click.option("--metrics-host", default="127.0.0.1", show_default=True, help="Address to serve /metrics on.")
+@click.option("--max-minors-before-stall", type=click.IntRange(0), default=64, show_default=True,
+              help="Slow ingest (writer stall) while more minor segments than this await compaction.")  # fmt: skip
+@click.option("--minor-stall", "minor_stall_s", type=click.FloatRange(0, 60), default=0.2, show_default=True,
+              help="Seconds the leader sleeps per batch while stalled (0 = never stall).")  # fmt: skip
 @connection_options
 @click.pass_context
 def node_command(
@@ -38,6 +45,10 @@ def node_command(
     flight_port: int,
     flush_rows: int | None,
     flush_age: float | None,
+    metrics_port: int | None,
+    metrics_host: str,
+    max_minors_before_stall: int,
+    minor_stall_s: float,
     **conn: Any,
 ) -> None:
     """Run one storage node until SIGTERM: it leads the partitions discovery gives it."""
@@ -64,6 +75,10 @@ def node_command(
             flight_host=flight_host,
             flight_port=flight_port,
             flush=flush,
+            metrics_port=metrics_port,
+            metrics_host=metrics_host,
+            max_minors_before_stall=max_minors_before_stall,
+            minor_stall_s=minor_stall_s,
         )
         StorageNode(config, metadata=meta).run()
     except ShoalError as exc:

@@ -18,6 +18,8 @@ from shoal.ids import validate_server_id
 
 COMPOSE_FLIGHT_PORT = 8815
 """The port each node serves scans on inside its container (every container has its own address)."""
+COMPOSE_METRICS_PORT = 9464
+"""The port each node serves Prometheus ``/metrics`` on inside its container."""
 COMPOSE_DATA_ROOT = "/var/lib/shoal/nodes"
 COMPOSE_ZK_CONNECT = "zookeeper:2181"
 COMPOSE_BOOTSTRAP_SERVERS = "kafka-1:9092,kafka-2:9092,kafka-3:9092"
@@ -49,6 +51,9 @@ class NodeTarget:
     """Passed as ``shoal --cluster-file`` (the local runtime); None in containers."""
     flight_host: str | None = None
     """Address each node binds and advertises for scans; None = the node's own id (its compose hostname)."""
+    metrics_port: int | None = None
+    """Every node's ``--metrics-port`` (Prometheus ``/metrics``): a fixed port where each node has its own
+    address (compose), 0 = any free port (local; the node logs the address); None = no exporter."""
     log_level: str = "-v"
     """Verbosity flag of the node command (info logging, so the node log says what it leads)."""
     extra_env: tuple[tuple[str, str], ...] = field(default=())
@@ -62,6 +67,8 @@ class NodeTarget:
             value = getattr(self, name)
             if not isinstance(value, str) or not value.strip():
                 raise ConfigError(f"NodeTarget.{name} must be a non-empty string, got {value!r}")
+        if self.metrics_port is not None and not 0 <= self.metrics_port < 65536:
+            raise ConfigError(f"NodeTarget.metrics_port must be in [0, 65535], got {self.metrics_port!r}")
         if self.log_level not in ("", "-v", "-vv"):
             raise ConfigError(f"NodeTarget.log_level must be '', '-v' or '-vv', got {self.log_level!r}")
 
@@ -76,6 +83,8 @@ class NodeSpec:
     flight_port: int
     argv: tuple[str, ...]
     env: tuple[tuple[str, str], ...]
+    metrics_port: int | None = None
+    """Port of the node's Prometheus exporter (``--metrics-port``); None = no exporter."""
 
     @property
     def env_dict(self) -> dict[str, str]:
@@ -91,11 +100,20 @@ class NodeSpec:
         return self.data_dir
 
 
-def node_spec(index: int, target: NodeTarget, flight_port: int) -> NodeSpec:
-    """The command line, environment, port and data dir of node ``index`` (1-based) on ``target``."""
+def node_spec(index: int, target: NodeTarget, flight_port: int, metrics_port: int | None = None) -> NodeSpec:
+    """The command line, environment, ports and data dir of node ``index`` (1-based) on ``target``.
+
+    ``metrics_port``: serve Prometheus ``/metrics`` there (``shoal node --metrics-port``); None = the
+    target's (:attr:`NodeTarget.metrics_port`).
+    """
     server_id = node_id(index)
     if not 0 < flight_port < 65536:
         raise ConfigError(f"flight port of {server_id} must be in [1, 65535], got {flight_port}")
+    if metrics_port is None:
+        metrics_port = target.metrics_port
+    if metrics_port is not None and (not 0 <= metrics_port < 65536 or metrics_port == flight_port):
+        raise ConfigError(f"metrics port of {server_id} must be in [0, 65535] and not its flight port, "
+                          f"got {metrics_port}")  # fmt: skip
     data_dir = f"{target.data_root.rstrip('/')}/{server_id}"
     host = target.flight_host or server_id
     argv = [*target.program]
@@ -105,6 +123,9 @@ def node_spec(index: int, target: NodeTarget, flight_port: int) -> NodeSpec:
         argv += ["--cluster-file", target.cluster_file]
     argv += ["node", "--id", server_id, "--data-dir", data_dir, "--flight-host", host,
              "--flight-port", str(flight_port)]  # fmt: skip
+    if metrics_port is not None:
+        argv += ["--metrics-host", "127.0.0.1" if target.flight_host == "127.0.0.1" else "0.0.0.0",
+                 "--metrics-port", str(metrics_port)]  # fmt: skip
     env = {
         "PYTHONUNBUFFERED": "1",
         "SHOAL_ZK_CONNECT": target.zk_connect,
@@ -113,7 +134,7 @@ def node_spec(index: int, target: NodeTarget, flight_port: int) -> NodeSpec:
         "SHOAL_ZK_ROOT": target.zk_root,
         **dict(target.extra_env),
     }
-    return NodeSpec(server_id, data_dir, host, flight_port, tuple(argv), tuple(sorted(env.items())))
+    return NodeSpec(server_id, data_dir, host, flight_port, tuple(argv), tuple(sorted(env.items())), metrics_port)
 
 
 def local_target(
@@ -130,6 +151,7 @@ def local_target(
         zk_root=zk_root,
         cluster_file=cluster_file,
         flight_host="127.0.0.1",
+        metrics_port=0,
     )
 
 
@@ -140,6 +162,7 @@ def compose_target() -> NodeTarget:
         data_root=COMPOSE_DATA_ROOT,
         zk_connect=COMPOSE_ZK_CONNECT,
         bootstrap_servers=COMPOSE_BOOTSTRAP_SERVERS,
+        metrics_port=COMPOSE_METRICS_PORT,
     )
 
 

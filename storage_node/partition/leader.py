@@ -51,7 +51,7 @@ from storage_node.partition.compaction import minor_backlog
 from storage_node.partition.replica import PartitionReplica
 from storage_node.partition.validate import IngestValidator, Rejected
 from storage_node.replication.adopt import adopt_channels
-from storage_node.replication.collect import merge_unreferenced
+from storage_node.replication.collect import merge_unreferenced, unreferenced_segments
 from storage_node.replication.merge_in import MergeJob, PeerSegmentReceiver, drain_merges
 from storage_node.replication.publish import SegmentPublisher
 from storage_node.wal import read_channel, read_record_at
@@ -376,8 +376,11 @@ class PartitionLeader:
         if now < self._next_gc:
             return
         self._next_gc = now + self.config.gc_every_s
+        if not unreferenced_segments(self.replica.chain):
+            return
+        epoch = self._current_epoch()
         try:
-            n = merge_unreferenced(self.replica, self._current_epoch())
+            n = merge_unreferenced(self.replica, epoch)
         except (ShoalError, OSError) as exc:
             log.error("%s: merging unreferenced segments failed: %s", self.replica.name, exc)
             return

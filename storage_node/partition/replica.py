@@ -2,7 +2,9 @@
 
 The leader role (:mod:`storage_node.partition.leader`) feeds it WAL records and asks it to flush;
 scans (:mod:`storage_node.serve`) read it from other threads. One lock guards the memtable swap
-and the chain; segment files are immutable, so they are read outside the lock.
+and the chain; segment files are immutable, so they are read outside the lock, pinned: garbage
+collection (source 3.5 DELETE, :meth:`PartitionReplica.delete_segments`) removes an entry at once
+but unlinks a pinned file only when the last scan reading it ends.
 
 Layout on disk: ``<data_dir>/partitions/<partition_id>-<placement_id>/`` holds the SQLite segment
 list and the ``<segment_id>.parquet`` files (ids validated: nothing from the wire becomes a path).
@@ -304,13 +306,17 @@ class PartitionReplica:
     def delete_segments(self, segment_ids: Iterable[str]) -> list[str]:
         """Delete segments that are off the live chain: their entries first, then their files.
 
-        The root is never deleted. A file that a scan is reading (pinned) is unlinked when the last
-        such scan ends; a crash in between leaves an orphan file that recovery's reconcile removes.
-        Returns the ids whose entries were removed.
+        Ids the chain still needs (root, or on the chain above the latest major) are skipped. A
+        file that a scan is reading (pinned) is unlinked when the last such scan ends; a crash in
+        between leaves an orphan file that recovery's reconcile removes. Returns the ids whose
+        entries were removed.
         """
         with self._lock:
             chain = self._list.chain
-            ids = [s for s in dict.fromkeys(segment_ids) if s in chain and s != chain.root]
+            # never a segment the live chain still needs (weak = folded into a newer major, or off the chain)
+            ids = [
+                s for s in dict.fromkeys(segment_ids) if s in chain and s != chain.root and chain.is_reference_weak(s)
+            ]
             if not ids:
                 return []
             self._list.remove(ids)

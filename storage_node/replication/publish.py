@@ -12,6 +12,10 @@ At start it reads the manifests already on the channel (chunks are skipped by th
 restarted leader does not publish a segment twice. It also remembers the offset of every manifest
 it saw or wrote; the manifest of a major carries ``latest_major_offset`` for followers that must
 replay (OUT_OF_ORDER), and truncation of the channel (``tail``) keeps everything from it on.
+
+Every ``truncate_every_s`` the publisher moves the Tail of both channels and then deletes the
+segments folded into the latest major once every other replica acked that major (source 3.5
+``replicate_partition``: DELETE; :mod:`storage_node.replication.collect`).
 """
 
 from __future__ import annotations

@@ -129,11 +129,12 @@ class NodeProcesses:
     def data_dir(self, server_id: str) -> Path:
         return self.base / server_id
 
-    def start(self, server_id: str) -> None:
+    def start(self, server_id: str, *extra: str) -> None:
+        """Start ``shoal -v node --id server_id`` (``extra``: more ``shoal node`` options)."""
         code = "from shoal.cli.main import main; main()"
         data = str(self.data_dir(server_id))
         args = [sys.executable, "-c", code, "-v", "node", "--id", server_id, "--data-dir", data,
-                "--flush-rows", str(self.flush_rows), "--flush-age", str(self.flush_age)]  # fmt: skip
+                "--flush-rows", str(self.flush_rows), "--flush-age", str(self.flush_age), *extra]  # fmt: skip
         log = open(self.base / f"{server_id}.log", "ab")  # noqa: SIM115 (closed with the process)
         self.procs[server_id] = subprocess.Popen(args, env=self.env, stdout=log, stderr=subprocess.STDOUT)
         log.close()

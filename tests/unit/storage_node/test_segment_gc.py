@@ -1,0 +1,121 @@
+"""Segment garbage collection on a replica (source 3.5 DELETE / MERGE_THEN_DELETE), without servers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from metadata.table import Column, ColumnType, TableDefinition
+from shoal.errors import ConfigError
+from shoal.ids import new_partition_id, new_segment_id
+from shoal.segments import SegmentRecord, lww_merge, read_segment, write_segment
+from shoal.segments.compaction import compaction_entry, segments_to_compact
+from shoal.segments.parquet_io import segment_path
+from shoal.wire.ingest import ingest_schema
+from shoal.wire.records import Gtid
+from storage_node.config import LeaderConfig
+from storage_node.partition import PartitionReplica, versioned_rows
+from storage_node.replication.collect import (
+    collect_on_follower,
+    leader_deletable,
+    merge_unreferenced,
+    unreferenced_segments,
+    weak_segments,
+)
+
+TABLE = TableDefinition(
+    "events", (Column("k", ColumnType.UINT64, False), Column("v", ColumnType.STRING)), ("k",), "k", 1
+)
+
+
+def _ingest(keys: list[int], values: list[str]) -> pa.Table:
+    return pa.table(
+        {"k": pa.array(keys, pa.uint64()), "v": pa.array(values, pa.string()), "_shoal_deleted": [False] * len(keys)},
+        schema=ingest_schema(TABLE.arrow_schema()),
+    )
+
+
+def _replica_with_minors(tmp_path: Path, n: int = 3) -> PartitionReplica:
+    r = PartitionReplica(TABLE, new_partition_id(), 1, tmp_path)
+    for i in range(n):
+        r.append(versioned_rows(_ingest([i, 100], [f"v{i}", f"last{i}"]), Gtid(1, 2 * i)), i)
+        assert r.flush(1) is not None
+    return r
+
+
+def _compact(r: PartitionReplica) -> tuple[str, list[str]]:
+    chain = r.chain
+    folded = [e.segment_id for e in segments_to_compact(chain)]
+    merged = lww_merge([read_segment(r.directory, s).replace_schema_metadata(None) for s in folded], r.key_columns)
+    sid = new_segment_id()
+    w = write_segment(r.directory, sid, merged, key_columns=r.key_columns)
+    entry = compaction_entry(chain, sid, placement_id=r.placement_id, epoch=1)
+    r.commit_major(SegmentRecord(entry=entry, sha256=w.sha256, row_count=w.row_count, size_bytes=w.size_bytes),
+                   leader_epoch=1)  # fmt: skip
+    return sid, folded
+
+
+def test_weak_segments_are_deletable_by_the_leader_only_after_every_follower_acked_the_major(tmp_path: Path) -> None:
+    r = _replica_with_minors(tmp_path)
+    assert weak_segments(r.chain) == []
+    major, folded = _compact(r)
+    assert weak_segments(r.chain) == folded
+    offsets = {**{s: i * 2 for i, s in enumerate(folded)}, major: 10}
+    assert leader_deletable(r.chain, manifest_offsets=offsets, acks=[11, None]) == []  # one never acked
+    assert leader_deletable(r.chain, manifest_offsets=offsets, acks=[11, 10]) == []  # one stops at the major
+    assert leader_deletable(r.chain, manifest_offsets={}, acks=[11, 11]) == []  # the major is not published yet
+    assert leader_deletable(r.chain, manifest_offsets=offsets, acks=[11, 12]) == folded
+    assert leader_deletable(r.chain, manifest_offsets=offsets, acks=[]) == folded  # no other replica
+
+
+def test_follower_deletes_folded_segments_and_reads_are_unchanged(tmp_path: Path) -> None:
+    r = _replica_with_minors(tmp_path)
+    before = r.scan().sort_by("k").to_pylist()
+    major, folded = _compact(r)
+    assert collect_on_follower(r) == folded
+    assert all(s not in r.chain and not segment_path(r.directory, s).exists() for s in folded)
+    assert r.chain.root == major and r.deleted_segments == len(folded)
+    assert r.scan().sort_by("k").to_pylist() == before
+    assert collect_on_follower(r) == []  # nothing left to delete
+    reopened = PartitionReplica(TABLE, r.partition_id, 1, tmp_path)  # the deletion is durable
+    assert set(reopened.chain.entries) == {major}
+
+
+def test_a_file_being_read_is_unlinked_only_when_the_last_reader_ends(tmp_path: Path) -> None:
+    r = _replica_with_minors(tmp_path)
+    _major, folded = _compact(r)
+    path = segment_path(r.directory, folded[0])
+    with r.reading([folded[0]]), r.reading([folded[0]]):
+        assert r.delete_segments(folded) == folded
+        assert folded[0] not in r.chain  # the entry goes at once, new scans do not see it
+        assert path.exists()  # the file stays for the readers
+        assert read_segment(r.directory, folded[0]).num_rows == 2
+        assert not segment_path(r.directory, folded[1]).exists()  # unpinned files go at once
+    assert not path.exists()
+    assert r.delete_segments([r.chain.root or ""]) == []  # the root is never deleted
+
+
+def test_leader_merges_unreferenced_segments_then_deletes_them(tmp_path: Path) -> None:
+    r = _replica_with_minors(tmp_path, n=3)
+    chain = r.chain
+    walk = [s.segment_id for s in chain.walk()]  # newest first
+    r.rewind(walk[1])  # the newest segment is left unreferenced (e.g. a rewind after a failover)
+    assert unreferenced_segments(r.chain) == [walk[0]]
+    assert r.scan().sort_by("k").to_pylist() != [{"k": 0, "v": "v0"}, {"k": 1, "v": "v1"}, {"k": 2, "v": "v2"},
+                                                 {"k": 100, "v": "last2"}]  # fmt: skip
+    assert merge_unreferenced(r, epoch=2) == 1
+    assert unreferenced_segments(r.chain) == [] and walk[0] not in r.chain
+    assert not segment_path(r.directory, walk[0]).exists()
+    # its rows are back, with their GTIDs (the newest version of key 100 wins again)
+    assert r.scan().sort_by("k").to_pylist() == [{"k": 0, "v": "v0"}, {"k": 1, "v": "v1"}, {"k": 2, "v": "v2"},
+                                                 {"k": 100, "v": "last2"}]  # fmt: skip
+
+
+def test_stall_settings_are_validated() -> None:
+    assert LeaderConfig("b:9092").max_minors_before_stall == 64 and LeaderConfig("b:9092").minor_stall_s == 0.2
+    with pytest.raises(ConfigError, match="max_minors_before_stall"):
+        LeaderConfig("b:9092", max_minors_before_stall=-1)
+    with pytest.raises(ConfigError, match="minor_stall_s"):
+        LeaderConfig("b:9092", minor_stall_s=-0.1)
