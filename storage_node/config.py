@@ -47,6 +47,9 @@ class LeaderConfig:
     topic_replication_factor: int = -1
     """-1 = the broker default."""
     transaction_timeout_ms: int = 60_000
+    transaction_call_timeout_s: float = 60.0
+    """Bound on send_offsets_to_transaction / commit / abort, which librdkafka can fail to honour
+    (its own timeout is 30 s); past it the leader role ends and a fresh producer takes the channel."""
     kafka_config: tuple[tuple[str, str], ...] = ()
     """Extra librdkafka settings for every client."""
     max_minors_before_stall: int = 64
@@ -66,6 +69,8 @@ class LeaderConfig:
             raise ConfigError(f"minor_stall_s must be in [0, 60] seconds, got {self.minor_stall_s!r}")
         if self.gc_every_s <= 0:
             raise ConfigError(f"gc_every_s must be positive, got {self.gc_every_s!r}")
+        if self.transaction_call_timeout_s <= 0:
+            raise ConfigError("transaction_call_timeout_s must be positive")
         if self.max_messages_per_transaction <= 0:
             raise ConfigError("max_messages_per_transaction must be positive")
         if self.max_ingest_bytes <= 0 or self.max_deadletter_payload_bytes < 0:

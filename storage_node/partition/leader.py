@@ -76,6 +76,16 @@ class LeaderRoleState(enum.Enum):
     FAILED = "FAILED"
 
 
+class WedgedProducerError(KafkaOperationError):
+    """A transactional call did not return within its bound: the producer is abandoned.
+
+    librdkafka's ``send_offsets_to_transaction`` can ignore its own timeout after a broker restart
+    (confluentinc/librdkafka#5456, #5511) and block forever. The leader role then ends as FAILED; the
+    node resigns the election and the next leader of this channel (usually this node again) starts
+    a new producer whose ``init_transactions`` fences the stuck one.
+    """
+
+
 class FencedError(ShoalError):
     """This leader's channel was taken over (Kafka fenced its transactional producer)."""
 
@@ -451,15 +461,19 @@ class PartitionLeader:
             if len(offsets) != len(accepted) or any(o < 0 for o in offsets.values()):
                 raise KafkaOperationError(f"WAL delivery failed: {offsets}")
             last = msgs[-1]
-            producer.send_offsets_to_transaction(
-                [TopicPartition(self.ingest_topic, 0, _offset(last) + 1)],
-                self._consumer.consumer_group_metadata(),
-                30,
+            group = self._consumer.consumer_group_metadata()
+            self._bounded(
+                "send_offsets_to_transaction",
+                lambda: producer.send_offsets_to_transaction(
+                    [TopicPartition(self.ingest_topic, 0, _offset(last) + 1)], group, 30
+                ),
             )
-            producer.commit_transaction(30)
+            self._bounded("commit_transaction", lambda: producer.commit_transaction(30))
         except KafkaException as exc:
             self._on_txn_error(exc, msgs[0])
             return
+        except WedgedProducerError:
+            raise
         except KafkaOperationError:
             self._abort(msgs[0])
             return
@@ -471,6 +485,13 @@ class PartitionLeader:
             self.stats.wal_records += 1
             self.stats.rows += record.row_count
         self.stats.transactions += 1
+
+    def _bounded(self, what: str, call: Callable[[], object]) -> None:
+        try:
+            _run_bounded(call, what, self.config.transaction_call_timeout_s)
+        except WedgedProducerError as exc:
+            self._producer = None  # never touched again: a new incarnation fences it
+            raise WedgedProducerError(f"{self.wal_topic}: {exc}") from exc
 
     def _begin(self) -> None:
         assert self._producer is not None
@@ -513,12 +534,35 @@ class PartitionLeader:
 
     def _abort(self, first: Message) -> None:
         assert self._producer is not None and self._consumer is not None
+        producer = self._producer
         try:
-            self._producer.abort_transaction(30)
+            self._bounded("abort_transaction", lambda: producer.abort_transaction(30))
         except KafkaException as exc:
             self._raise_if_fenced(exc)
             raise KafkaOperationError(f"cannot abort a transaction on {self.wal_topic}: {exc}") from exc
         self._consumer.seek(TopicPartition(self.ingest_topic, 0, _offset(first)))
+
+
+def _run_bounded(call: Callable[[], object], what: str, timeout_s: float) -> None:
+    """Run ``call`` on a daemon thread; re-raise its exception; WedgedProducerError if it is still
+    running after ``timeout_s`` (the thread is left behind: it holds only the abandoned producer)."""
+    outcome: list[BaseException | None] = []
+
+    def run() -> None:
+        try:
+            call()
+        except BaseException as exc:
+            outcome.append(exc)
+        else:
+            outcome.append(None)
+
+    thread = threading.Thread(target=run, daemon=True, name=f"txn-{what}")
+    thread.start()
+    thread.join(timeout_s)
+    if not outcome:
+        raise WedgedProducerError(f"{what} did not return within {timeout_s:.0f}s")
+    if outcome[0] is not None:
+        raise outcome[0]
 
 
 def _committed_offset(consumer: Consumer, tp: TopicPartition, timeout_s: float = 60.0) -> int:

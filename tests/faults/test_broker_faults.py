@@ -213,14 +213,6 @@ def shoal_verify(cluster_path: Path) -> dict[str, Any]:
     return report
 
 
-WEDGED_LEADER = (
-    "known defect: after the only broker restarts, the partition leader stays blocked in the transactional "
-    "producer's send_offsets_to_transaction (librdkafka 2.16 ignores its timeout when the group coordinator was "
-    "down: confluentinc/librdkafka#5456, #5511), so it never consumes ingest again; needs a guard in "
-    "storage_node/partition/leader.py"
-)
-
-
 def leader_progress(info: ClusterInfo, prefix: str, partition_id: str) -> tuple[int | None, int]:
     """(the leader group's committed offset on the ingest topic, the topic's end offset)."""
     topics = TopicNames(prefix)
@@ -312,11 +304,13 @@ def test_restart_the_only_broker_under_writes_loses_nothing(tmp_path: Path, topi
             acked_during_outage = len(writer.acked)
             info = restart_process(info, "kafka-1", cache_dir=config.cache_dir, kafka_heap_mb=config.kafka_heap_mb)
             committed_at_restart = leader_progress(info, topic_prefix, table.pid)[0]
-            if not wait_until(lambda: len(writer.acked) >= acked_during_outage + 100, 120):
+            # librdkafka can wedge the leader in send_offsets_to_transaction here (#5456): the leader's bound
+            # (LeaderConfig.transaction_call_timeout_s, 60 s) ends the role and a fresh producer takes over.
+            if not wait_until(lambda: len(writer.acked) >= acked_during_outage + 100, 180):
                 committed, end = leader_progress(info, topic_prefix, table.pid)
-                if committed is not None and committed == committed_at_restart and end > committed:
-                    pytest.xfail(WEDGED_LEADER)  # only this known symptom; any other failure fails the test
-                raise AssertionError(("writes did not resume after the restart", committed, end, writer.failures))
+                raise AssertionError(
+                    ("writes did not resume after the restart", committed_at_restart, committed, end, writer.failures)
+                )
             writer.stop()
             acked, sent = set(writer.acked), set(writer.sent)
             assert wait_until(lambda: table.converged(acked, sent), 120), table.summary()
