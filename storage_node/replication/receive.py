@@ -64,11 +64,11 @@ class ReceiveStats:
     overloaded: int = 0
     refetches: int = 0
     repaired: int = 0
+    """Chain segments whose local file was missing or corrupt, written again from the channel."""
     rewinds: int = 0
+    """Times the chain diverged from the leader's and root was rewound to the leader's base."""
     pushed: int = 0
     """Detached segments published on this replica's own channel for the leader to merge."""
-    """Times the chain diverged from the leader's and root was rewound to the leader's base."""
-    """Chain segments whose local file was missing or corrupt, written again from the channel."""
     acks: int = 0
     bytes_received: int = 0
     rows_decoded_to_apply: int = 0
