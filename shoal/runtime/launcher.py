@@ -88,7 +88,7 @@ def up(config: LocalClusterConfig, progress: Progress = _quiet) -> ClusterInfo:
         cluster_id = kafka.new_cluster_id()
         cluster_id_file.write_text(cluster_id + "\n")
 
-    ports = free_ports(1 + 2 * config.brokers + config.nodes)
+    ports = free_ports(1 + 2 * config.brokers + 2 * config.nodes)  # ZooKeeper, brokers, node scans + metrics
     zk_port = ports[0]
     nodes = [
         kafka.BrokerPorts(node_id=i + 1, broker_port=ports[1 + 2 * i], controller_port=ports[2 + 2 * i])
@@ -138,11 +138,13 @@ def up(config: LocalClusterConfig, progress: Progress = _quiet) -> ClusterInfo:
         if config.nodes:
             target = local_target(str(data_dir), str(config.cluster_file.resolve()), info.zk_connect, bootstrap,
                                   config.topic_prefix, config.zk_root)  # fmt: skip
-            node_ports = ports[1 + 2 * config.brokers :]
+            node_ports = ports[1 + 2 * config.brokers : 1 + 2 * config.brokers + config.nodes]
+            metrics_ports = ports[1 + 2 * config.brokers + config.nodes :]
             records = []
             for i in range(1, config.nodes + 1):
-                spec = node_spec(i, target, node_ports[i - 1])
-                progress(f"starting storage node {spec.server_id} (scans on {spec.flight_host}:{spec.flight_port})")
+                spec = node_spec(i, target, node_ports[i - 1], metrics_ports[i - 1])
+                progress(f"starting storage node {spec.server_id} (scans on {spec.flight_host}:{spec.flight_port}, "
+                         f"metrics on :{spec.metrics_port})")  # fmt: skip
                 records.append(storage_nodes.start(spec))
                 started.append(records[-1])
             cluster_file.write(config.cluster_file, replace(info, processes=tuple(started)))
@@ -168,8 +170,11 @@ def status(info: ClusterInfo) -> dict[str, Any]:
             healthy = running and p.port is not None and zookeeper.is_healthy(p.port)
         else:
             healthy = running
-        procs.append({"name": p.name, "pid": p.pid, "port": p.port, "running": running, "healthy": healthy,
-                      "log": p.log_path})  # fmt: skip
+        entry: dict[str, Any] = {"name": p.name, "pid": p.pid, "port": p.port, "running": running,
+                                 "healthy": healthy, "log": p.log_path}  # fmt: skip
+        if p.metrics_port is not None:
+            entry["metrics_url"] = f"http://127.0.0.1:{p.metrics_port}/metrics"
+        procs.append(entry)
     brokers_seen = kafka.broker_count(info.bootstrap_servers, timeout_s=3.0) if procs else 0
     kafka_ok = brokers_seen >= info.brokers
     node_names = [p["name"] for p in procs if p["name"].startswith("node-") and p["running"]]

@@ -30,6 +30,8 @@ class ProcessRecord:
     marker: str
     log_path: str
     port: int | None = None
+    metrics_port: int | None = None
+    """A storage node's Prometheus ``/metrics`` port (None for other processes)."""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -42,6 +44,7 @@ class ProcessRecord:
             marker=str(data["marker"]),
             log_path=str(data["log_path"]),
             port=None if data.get("port") is None else int(data["port"]),
+            metrics_port=None if data.get("metrics_port") is None else int(data["metrics_port"]),
         )
 
 
@@ -54,6 +57,7 @@ def spawn(
     env: Mapping[str, str] | None = None,
     cwd: Path | None = None,
     port: int | None = None,
+    metrics_port: int | None = None,
 ) -> ProcessRecord:
     """Start ``argv`` detached in its own session, logging to ``log_path``."""
     if marker not in " ".join(argv):
@@ -75,7 +79,8 @@ def spawn(
             raise RuntimeLaunchError(f"cannot start {name}: {exc}") from exc
     _CHILDREN[proc.pid] = proc
     log.info("started %s pid=%d log=%s", name, proc.pid, log_path)
-    return ProcessRecord(name=name, pid=proc.pid, marker=marker, log_path=str(log_path), port=port)
+    return ProcessRecord(name=name, pid=proc.pid, marker=marker, log_path=str(log_path), port=port,
+                         metrics_port=metrics_port)  # fmt: skip
 
 
 _CHILDREN: dict[int, subprocess.Popen[bytes]] = {}

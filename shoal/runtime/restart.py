@@ -67,7 +67,7 @@ def restart_process(
             info.topic_prefix,
             str(info.extra.get("zk_root", "/shoal")),
         )
-        record = storage_nodes.start(node_spec(int(match.group(2)), target, old.port))
+        record = storage_nodes.start(node_spec(int(match.group(2)), target, old.port, old.metrics_port))
     else:
         raise RuntimeLaunchError(f"cannot restart {name!r}: not zookeeper, kafka-N or node-N")
     new_info = replace(info, processes=tuple(record if p.name == name else p for p in info.processes))

@@ -24,7 +24,7 @@ def start(spec: NodeSpec, inherited_env: Mapping[str, str] | None = None) -> Pro
     Path(spec.data_dir).mkdir(parents=True, exist_ok=True)
     env = process_env(spec, os.environ if inherited_env is None else inherited_env)
     return spawn(spec.server_id, spec.argv, log_path=Path(spec.log_path), marker=spec.marker, env=env,
-                 port=spec.flight_port)  # fmt: skip
+                 port=spec.flight_port, metrics_port=spec.metrics_port)  # fmt: skip
 
 
 def registered(zk_connect: str, zk_root: str, server_ids: Iterable[str], timeout_s: float = 5.0) -> set[str]:

@@ -19,6 +19,16 @@ from shoal.testing.wait import wait_until
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
+def _get(url: str) -> str:
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            return str(resp.read().decode())
+    except OSError:
+        return ""
+
+
 def shoal(
     *args: str, data_dir: Path, check: bool = True, env: dict[str, str] | None = None, stdin: str | None = None
 ) -> subprocess.CompletedProcess[str]:
@@ -88,6 +98,10 @@ def test_up_with_storage_nodes_writes_and_scans(tmp_path: Path) -> None:
         status = json.loads(shoal("status", "--output", "json", data_dir=data).stdout)
         assert status["healthy"] is True and status["nodes_registered"] == ["node-1", "node-2"]
         assert {p["name"]: p["healthy"] for p in status["processes"]}["node-2"] is True
+        # Each node serves Prometheus metrics on the port recorded in the cluster file.
+        metrics_url = {p["name"]: p.get("metrics_url") for p in status["processes"]}["node-1"]
+        assert metrics_url is not None
+        assert wait_until(lambda: "shoal_node_" in _get(metrics_url), 30)
 
         # Through the CLI as a user would: a table with RF 2 over both nodes, written and scanned back.
         env: dict[str, str] = {}  # no addresses: every command (write included) finds them in the cluster file
