@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 .PHONY: setup system-deps jars demo test lint typecheck unit integration clean-cluster help bench
 
 help:
-	@echo "make demo   - set up, start the local cluster, run the round trip, stop"
+	@echo "make demo   - set up, then the full demo: 3 nodes, Spark ingest, a leader killed, compaction, verify"
 	@echo "make test   - set up, lint, type-check and run every test (starts its own cluster)"
 	@echo "make bench  - the write-path and fast-forward benchmarks with small defaults (a few minutes)"
 

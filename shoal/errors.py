@@ -57,3 +57,7 @@ class StaleEpochError(MetadataError):
 
 class SparkJobError(ShoalError):
     """A Spark session or job could not be created or failed."""
+
+
+class PartitionUnavailableError(ShoalError):
+    """A partition cannot answer right now (e.g. its new leader is still recovering); retry shortly."""

@@ -37,6 +37,7 @@ from metadata.metadata_file import MetadataFile
 from metadata.node_registry import node_path, register_node
 from metadata.notify import TableWatcher
 from metadata.table import TableDefinition
+from shoal.errors import PartitionUnavailableError
 from shoal.topics import TopicNames
 from storage_node.config import NodeConfig
 from storage_node.partition import PartitionLeader, PartitionReplica
@@ -142,12 +143,22 @@ class StorageNode:
             return dict(self._held)
 
     def replicas(self, table: str, partition_id: str | None) -> list[PartitionReplica]:
+        """The replicas a scan reads. A replica whose leader role is still starting (replaying its WAL,
+        adopting the other placements' channels) holds only part of the rows: scanning it is refused
+        with a retryable error rather than answered with a partial result."""
         with self._lock:
-            return [
-                h.replica
+            held = [
+                h
                 for h in self._held.values()
                 if h.table.name == table and (partition_id is None or h.partition_id == partition_id)
             ]
+        for h in held:
+            leader = h.leader
+            if leader is not None and not leader.ready.is_set() and not leader.stopped.is_set():
+                raise PartitionUnavailableError(
+                    f"{h.replica.name} is taking over as leader (replaying and adopting WAL channels); retry shortly"
+                )
+        return [h.replica for h in held]
 
     def run(self) -> None:
         """Run until ``stop()`` or SIGTERM/SIGINT (when called on the main thread)."""

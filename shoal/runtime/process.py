@@ -102,7 +102,10 @@ def is_running(record: ProcessRecord) -> bool:
     except (FileNotFoundError, ProcessLookupError, PermissionError):
         return False
     state = stat.rsplit(")", 1)[-1].split()[0] if ")" in stat else "?"
-    return state not in ("Z", "X") and record.marker in cmdline
+    if state in ("Z", "X"):
+        return False
+    # Right after fork/exec /proc/PID/cmdline can be empty for a moment: alive, not yet checkable.
+    return not cmdline.strip() or record.marker in cmdline
 
 
 def stop(record: ProcessRecord, *, timeout_s: float = 20.0) -> bool:

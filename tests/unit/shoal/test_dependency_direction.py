@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 COMPONENTS = ("metadata", "producer", "storage_node", "spark_jobs", "monitor")
 
 # package -> top-level packages it must not import
