@@ -82,6 +82,46 @@ def wait_for(pred: Callable[[], bool], timeout_s: float, what: str, poll_s: floa
         time.sleep(poll_s)
 
 
+def cache_dir() -> Path:
+    """The jar cache (``SHOAL_CACHE_DIR`` or ``~/.cache/shoal``)."""
+    from shoal.runtime import jars
+
+    return jars.cache_dir_from(os.environ)
+
+
+def ready_leaders(node: Any) -> list[Any]:
+    """The partition leaders of an in-process StorageNode that finished recovery."""
+    return [h.leader for h in node.partitions().values() if h.leader is not None and h.leader.ready.is_set()]
+
+
+@contextlib.contextmanager
+def leading_node(
+    ep: Endpoints, meta: Any, table: Any, data_dir: Path, *, flush: Any, split_points: Sequence[bytes] = (),
+    server_id: str = "bench-1",
+) -> Iterator[Any]:  # fmt: skip
+    """Create ``table`` on one in-process storage node, wait until it leads every partition, stop it at the end."""
+    import threading
+
+    from metadata.client import MetadataClient
+    from storage_node.config import NodeConfig
+    from storage_node.node import StorageNode
+
+    with MetadataClient(meta) as client:
+        client.coordinator.create_table(table, [server_id], list(split_points))
+    config = NodeConfig(server_id, data_dir, ep.zk_connect, ep.bootstrap_servers, meta.topic_prefix, meta.zk_root,
+                        flush=flush, table_poll_s=0.2)  # fmt: skip
+    node = StorageNode(config, metadata=meta)
+    thread = threading.Thread(target=node.run, daemon=True, name="bench-node")
+    thread.start()
+    try:
+        wait_for(node.ready.is_set, 60, "node start")
+        wait_for(lambda: len(ready_leaders(node)) == len(split_points) + 1, 120, "leaders ready", 0.1)
+        yield node
+    finally:
+        node.stop()
+        thread.join(60)
+
+
 @dataclass(frozen=True)
 class Endpoints:
     bootstrap_servers: str
@@ -100,7 +140,7 @@ def cluster(args: argparse.Namespace, progress: Callable[[str], None]) -> Iterat
     from shoal.runtime import launcher
 
     data_dir = Path(tempfile.mkdtemp(prefix="shoal-bench-"))
-    cache = Path(os.environ.get("SHOAL_CACHE_DIR") or Path.home() / ".cache" / "shoal")
+    cache = cache_dir()
     config = launcher.LocalClusterConfig(data_dir=data_dir, cache_dir=cache, fresh=True)
     progress(f"starting a throwaway local cluster in {data_dir}")
     try:

@@ -12,10 +12,8 @@ input segments' bytes. Issue 6 (benchmark); DESIGN.md sections 5 and 9.
 
 from __future__ import annotations
 
-import os
 import shutil
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -31,17 +29,16 @@ def main(argv: list[str] | None = None) -> None:
     args = p.parse_args(argv)
     say = common.progress_printer(args.output)
 
-    from metadata.client import MetadataClient, MetadataConfig
+    from metadata.client import MetadataConfig
     from metadata.table import Column, ColumnType, TableDefinition
     from producer import Producer, ProducerConfig
     from shoal.segments import lww_merge, read_segment, write_segment
     from spark_jobs.compaction.policy import CompactionPolicy
     from spark_jobs.compaction.service import CompactionConfig, CompactionService
     from spark_jobs.session import SparkConfig, build_session
-    from storage_node.config import FlushPolicy, NodeConfig
-    from storage_node.node import StorageNode
+    from storage_node.config import FlushPolicy
 
-    cache = Path(os.environ.get("SHOAL_CACHE_DIR") or Path.home() / ".cache" / "shoal")
+    cache = common.cache_dir()
     work = Path(tempfile.mkdtemp(prefix="shoal-bench-compaction-"))
     prefix = f"benchc{int(time.time())}"
     table = TableDefinition("bench_compact", (Column("k", ColumnType.UINT64, False), Column("v", ColumnType.STRING)),
@@ -49,50 +46,44 @@ def main(argv: list[str] | None = None) -> None:
     try:
         with common.cluster(args, say) as ep:
             meta = MetadataConfig(zk_hosts=ep.zk_connect, bootstrap_servers=ep.bootstrap_servers, topic_prefix=prefix)
-            with MetadataClient(meta) as client:
-                client.coordinator.create_table(table, ["bench-1"])
-            node_config = NodeConfig("bench-1", work / "node", ep.zk_connect, ep.bootstrap_servers, prefix,
-                                     flush=FlushPolicy(max_age_s=1.0), table_poll_s=0.2)  # fmt: skip
-            node = StorageNode(node_config, metadata=meta)
-            threading.Thread(target=node.run, daemon=True).start()
             spark = None
-            try:
-                common.wait_for(lambda: any(h.leader is not None and h.leader.ready.is_set()
-                                            for h in node.partitions().values()), 90, "the leader")  # fmt: skip
-                held = next(iter(node.partitions().values()))
-                say(f"writing {args.rounds} rounds of {args.rows_per_round} rows")
-                with Producer(ProducerConfig(ep.bootstrap_servers, ep.zk_connect, prefix)) as producer:
-                    for r in range(args.rounds):
-                        before = len(held.replica.chain.since_latest_major())
-                        start = r * args.rows_per_round // 2  # half of each round overwrites the previous one
-                        producer.write(table.name, [{"k": k, "v": f"{r}" * args.value_bytes}
-                                                    for k in range(start, start + args.rows_per_round)])  # fmt: skip
-                        producer.sync(120)
-                        common.wait_for(lambda b=before: len(held.replica.chain.since_latest_major()) > b, 120,
-                                        "a segment flush")  # fmt: skip
-                spark = build_session(SparkConfig(cache_dir=cache, master=args.master, app_name="bench-compaction"))
-                config = CompactionConfig(meta, CompactionPolicy(min_minors=1), table=table.name, work_dir=work / "out")
-                with CompactionService(spark, config) as service:
-                    entries = held.replica.chain.since_latest_major()
-                    common.wait_for(lambda: _published(service, held.partition_id, len(entries)), 120, "publishing")
-                    mb = sum(held.replica.chain.get(e.segment_id) is not None and
-                             (held.replica.directory / f"{e.segment_id}.parquet").stat().st_size
-                             for e in entries) / 1e6  # fmt: skip
-                    say("Spark compaction (compute + write the major)")
-                    with common.timer() as spark_s:
-                        prepared = service.prepare(held.partition_id, force=True)
-                    assert prepared is not None
-                    out_rows = prepared.manifest.row_count
-                    say("pyarrow read + lww_merge + write")
-                    with common.timer() as arrow_s:
-                        merged = lww_merge([read_segment(held.replica.directory, e.segment_id) for e in entries],
-                                           list(table.primary_key))  # fmt: skip
-                        write_segment(work, "0" * 32, merged, key_columns=list(table.primary_key))
-                    assert merged.num_rows == out_rows, (merged.num_rows, out_rows)
-            finally:
-                if spark is not None:
-                    spark.stop()
-                node.stop()
+            with common.leading_node(ep, meta, table, work / "node", flush=FlushPolicy(max_age_s=1.0)) as node:
+                try:
+                    held = next(iter(node.partitions().values()))
+                    say(f"writing {args.rounds} rounds of {args.rows_per_round} rows")
+                    with Producer(ProducerConfig(ep.bootstrap_servers, ep.zk_connect, prefix)) as producer:
+                        for r in range(args.rounds):
+                            before = len(held.replica.chain.since_latest_major())
+                            start = r * args.rows_per_round // 2  # half of each round overwrites the previous one
+                            keys = range(start, start + args.rows_per_round)
+                            producer.write(table.name, [{"k": k, "v": f"{r}" * args.value_bytes} for k in keys])
+                            producer.sync(120)
+                            common.wait_for(lambda b=before: len(held.replica.chain.since_latest_major()) > b, 120,
+                                            "a segment flush")  # fmt: skip
+                    spark = build_session(SparkConfig(cache_dir=cache, master=args.master, app_name="bench-compaction"))
+                    config = CompactionConfig(
+                        meta, CompactionPolicy(min_minors=1), table=table.name, work_dir=work / "out"
+                    )
+                    with CompactionService(spark, config) as service:
+                        entries = held.replica.chain.since_latest_major()
+                        common.wait_for(lambda: _published(service, held.partition_id, len(entries)), 120, "publishing")
+                        mb = sum(held.replica.chain.get(e.segment_id) is not None and
+                                 (held.replica.directory / f"{e.segment_id}.parquet").stat().st_size
+                                 for e in entries) / 1e6  # fmt: skip
+                        say("Spark compaction (compute + write the major)")
+                        with common.timer() as spark_s:
+                            prepared = service.prepare(held.partition_id, force=True)
+                        assert prepared is not None
+                        out_rows = prepared.manifest.row_count
+                        say("pyarrow read + lww_merge + write")
+                        with common.timer() as arrow_s:
+                            merged = lww_merge([read_segment(held.replica.directory, e.segment_id) for e in entries],
+                                               list(table.primary_key))  # fmt: skip
+                            write_segment(work, "0" * 32, merged, key_columns=list(table.primary_key))
+                        assert merged.num_rows == out_rows, (merged.num_rows, out_rows)
+                finally:
+                    if spark is not None:
+                        spark.stop()
     finally:
         shutil.rmtree(work, ignore_errors=True)
     rows = [

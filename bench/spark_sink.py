@@ -10,10 +10,8 @@ relative to Spark's fastest local sink. Issue 6 (benchmark); DESIGN.md section 9
 
 from __future__ import annotations
 
-import os
 import shutil
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -21,32 +19,14 @@ from typing import Any
 from bench import common
 
 
-def _node(ep: common.Endpoints, prefix: str, data_dir: Path, partitions: int) -> tuple[Any, Any]:
-    from metadata.client import MetadataClient, MetadataConfig
+def _meta_and_table(ep: common.Endpoints, prefix: str) -> tuple[Any, Any]:
+    from metadata.client import MetadataConfig
     from metadata.table import Column, ColumnType, TableDefinition
-    from storage_node.config import FlushPolicy, NodeConfig
-    from storage_node.node import StorageNode
 
     meta = MetadataConfig(zk_hosts=ep.zk_connect, bootstrap_servers=ep.bootstrap_servers, topic_prefix=prefix)
     table = TableDefinition("bench_sink", (Column("k", ColumnType.UINT64, False), Column("v", ColumnType.STRING),
                             Column("n", ColumnType.INT64)), ("k",), "k", 1)  # fmt: skip
-    step = 2**63 // partitions
-    with MetadataClient(meta) as client:
-        client.coordinator.create_table(
-            table, ["bench-1"], [(step * i).to_bytes(8, "big") for i in range(1, partitions)]
-        )
-    node = StorageNode(NodeConfig("bench-1", data_dir, ep.zk_connect, ep.bootstrap_servers, prefix,
-                                  flush=FlushPolicy(max_age_s=2.0), table_poll_s=0.2), metadata=meta)  # fmt: skip
-    threading.Thread(target=node.run, daemon=True).start()
-    common.wait_for(node.ready.is_set, 60, "the storage node start")
-
-    def leading() -> bool:
-        return (
-            sum(1 for h in node.partitions().values() if h.leader is not None and h.leader.ready.is_set()) >= partitions
-        )
-
-    common.wait_for(leading, 90, "leaders")
-    return node, meta
+    return meta, table
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -61,36 +41,41 @@ def main(argv: list[str] | None = None) -> None:
     from spark_jobs.datasource import register
     from spark_jobs.session import SparkConfig, build_session
 
-    cache = Path(os.environ.get("SHOAL_CACHE_DIR") or Path.home() / ".cache" / "shoal")
+    cache = common.cache_dir()
     work = Path(tempfile.mkdtemp(prefix="shoal-bench-sink-"))
     prefix = f"bench{int(time.time())}"
     try:
         with common.cluster(args, say) as ep:
-            node, meta = _node(ep, prefix, work / "node", args.partitions)
+            from storage_node.config import FlushPolicy
+
+            meta, table = _meta_and_table(ep, prefix)
+            step = 2**63 // args.partitions
+            splits = [(step * i).to_bytes(8, "big") for i in range(1, args.partitions)]
             spark = None
-            try:
-                spark = build_session(SparkConfig(cache_dir=cache, master=args.master, app_name="bench-sink"))
-                register(spark)
-                df = (
-                    spark.range(args.rows, numPartitions=args.spark_partitions)
-                    .selectExpr(
-                        f"id * {(2**63 - 1) // args.rows} as k", f"repeat('x', {args.value_bytes}) as v", "id as n"
+            with common.leading_node(ep, meta, table, work / "node", flush=FlushPolicy(max_age_s=2.0),
+                                     split_points=splits):  # fmt: skip
+                try:
+                    spark = build_session(SparkConfig(cache_dir=cache, master=args.master, app_name="bench-sink"))
+                    register(spark)
+                    df = (
+                        spark.range(args.rows, numPartitions=args.spark_partitions)
+                        .selectExpr(
+                            f"id * {(2**63 - 1) // args.rows} as k", f"repeat('x', {args.value_bytes}) as v", "id as n"
+                        )
+                        .cache()
                     )
-                    .cache()
-                )
-                df.count()
-                say("Spark -> Parquet")
-                with common.timer() as parquet_s:
-                    df.write.mode("overwrite").parquet(str(work / "parquet"))
-                options = {"table": "bench_sink", "zk": meta.zk_hosts, "bootstrapServers": meta.bootstrap_servers,
-                           "topicPrefix": prefix}  # fmt: skip
-                say("Spark -> shoal sink (until the leaders accepted every row)")
-                with common.timer() as sink_s:
-                    df.write.format("shoal").options(**options).mode("append").save()
-            finally:
-                if spark is not None:
-                    spark.stop()
-                node.stop()
+                    df.count()
+                    say("Spark -> Parquet")
+                    with common.timer() as parquet_s:
+                        df.write.mode("overwrite").parquet(str(work / "parquet"))
+                    options = {"table": "bench_sink", "zk": meta.zk_hosts, "bootstrapServers": meta.bootstrap_servers,
+                               "topicPrefix": prefix}  # fmt: skip
+                    say("Spark -> shoal sink (until the leaders accepted every row)")
+                    with common.timer() as sink_s:
+                        df.write.format("shoal").options(**options).mode("append").save()
+                finally:
+                    if spark is not None:
+                        spark.stop()
     finally:
         shutil.rmtree(work, ignore_errors=True)
     rows = [

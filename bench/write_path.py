@@ -56,60 +56,50 @@ def _wal_end(bootstrap: str, topic: str) -> int:
 
 
 def run_shoal(ep: common.Endpoints, args: argparse.Namespace, rows: pa.Table, say: Any) -> dict[str, Any]:
-    from metadata.client import MetadataClient, MetadataConfig
+    from metadata.client import MetadataConfig
     from metadata.keyspace import Keyspace
     from producer import Producer, ProducerConfig
-    from storage_node.config import FlushPolicy, NodeConfig
-    from storage_node.node import StorageNode
+    from storage_node.config import FlushPolicy
 
     run = uuid.uuid4().hex[:10]
     prefix, zk_root = f"bench{run}", f"/bench_{run}"
     meta = MetadataConfig(zk_hosts=ep.zk_connect, bootstrap_servers=ep.bootstrap_servers, topic_prefix=prefix,
                           zk_root=zk_root)  # fmt: skip
     splits = [Keyspace.UINT64.encode((2**64 // args.partitions) * i) for i in range(1, args.partitions)]
-    with MetadataClient(meta) as client, tempfile.TemporaryDirectory(prefix="shoal-bench-node-") as node_dir:
-        client.coordinator.create_table(_table_definition(), ["node-1"], splits)
-        flush = FlushPolicy(max_rows=args.segment_rows, max_age_s=args.segment_age)
-        config = NodeConfig("node-1", Path(node_dir), ep.zk_connect, ep.bootstrap_servers, prefix, zk_root,
-                            flush=flush, table_poll_s=0.2)  # fmt: skip
-        node = StorageNode(config, metadata=meta)
-        thread = threading.Thread(target=node.run, daemon=True, name="bench-node")
-        thread.start()
-        try:
-            common.wait_for(node.ready.is_set, 60, "node start")
+    flush = FlushPolicy(max_rows=args.segment_rows, max_age_s=args.segment_age)
+    with (
+        tempfile.TemporaryDirectory(prefix="shoal-bench-node-") as node_dir,
+        common.leading_node(ep, meta, _table_definition(), Path(node_dir), flush=flush, split_points=splits,
+                            server_id="node-1") as node,
+    ):  # fmt: skip
 
-            def leaders() -> list[Any]:
-                held = node.partitions().values()
-                return [h.leader for h in held if h.leader is not None and h.leader.ready.is_set()]
+        def leaders() -> list[Any]:
+            return common.ready_leaders(node)
 
-            common.wait_for(lambda: len(leaders()) == args.partitions, 120, "leaders ready", 0.1)
-            say(f"shoal: writing {rows.num_rows:,} rows into {args.partitions} partition(s)")
-            pconf = ProducerConfig(ep.bootstrap_servers, ep.zk_connect, topic_prefix=prefix, zk_root=zk_root,
-                                   linger_ms=args.linger_ms, max_message_bytes=args.max_message_bytes,
-                                   kafka_config={"batch.size": args.batch_bytes})  # fmt: skip
-            with Producer(pconf) as producer:
-                producer.partition_map("bench")  # metadata and topics first: not part of the measurement
-                producer.write("bench", rows.slice(0, 1)).wait(60)
-                producer.sync(60)
-                base_rows = sum(ld.stats.rows for ld in leaders())
-                with common.timer() as elapsed:
-                    result = producer.write("bench", rows)
-                    producer.flush()
-                    t_acked = elapsed()
-                    common.wait_for(lambda: sum(ld.stats.rows for ld in leaders()) >= base_rows + rows.num_rows,
-                                    600, "leaders accepting every row")  # fmt: skip
-                    t_accepted = elapsed()
-                    ends = {ld.wal_topic: _wal_end(ep.bootstrap_servers, ld.wal_topic) for ld in leaders()}
-                    common.wait_for(
-                        lambda: all(ld.replica.covered_end() >= ends[ld.wal_topic] - 1 for ld in leaders()),
-                        600, "segments covering the WAL to its end",
-                    )  # fmt: skip
-                payload = sum(len(m) for m in _payloads(rows, args))
-                messages = len(result.futures)
-            segments = sum(ld.stats.segments for ld in leaders())
-        finally:
-            node.stop()
-            thread.join(60)
+        say(f"shoal: writing {rows.num_rows:,} rows into {args.partitions} partition(s)")
+        pconf = ProducerConfig(ep.bootstrap_servers, ep.zk_connect, topic_prefix=prefix, zk_root=zk_root,
+                               linger_ms=args.linger_ms, max_message_bytes=args.max_message_bytes,
+                               kafka_config={"batch.size": args.batch_bytes})  # fmt: skip
+        with Producer(pconf) as producer:
+            producer.partition_map("bench")  # metadata and topics first: not part of the measurement
+            producer.write("bench", rows.slice(0, 1)).wait(60)
+            producer.sync(60)
+            base_rows = sum(ld.stats.rows for ld in leaders())
+            with common.timer() as elapsed:
+                result = producer.write("bench", rows)
+                producer.flush()
+                t_acked = elapsed()
+                common.wait_for(lambda: sum(ld.stats.rows for ld in leaders()) >= base_rows + rows.num_rows,
+                                600, "leaders accepting every row")  # fmt: skip
+                t_accepted = elapsed()
+                ends = {ld.wal_topic: _wal_end(ep.bootstrap_servers, ld.wal_topic) for ld in leaders()}
+                common.wait_for(
+                    lambda: all(ld.replica.covered_end() >= ends[ld.wal_topic] - 1 for ld in leaders()),
+                    600, "segments covering the WAL to its end",
+                )  # fmt: skip
+            payload = sum(len(m) for m in _payloads(rows, args))
+            messages = len(result.futures)
+        segments = sum(ld.stats.segments for ld in leaders())
     t = elapsed()
     return {"pipeline": "shoal (producer -> durable segments)", "rows": rows.num_rows, "messages": messages,
             "MB": payload / 1e6, "seconds": t, "rows/s": rows.num_rows / t, "MB/s": payload / 1e6 / t,

@@ -16,6 +16,7 @@ import pytest
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoAuthError
 
+from shoal.runtime import jars
 from shoal.testing.cluster import TestCluster, from_environment
 
 SERVER_FIXTURES = {"cluster", "zk", "zk_hosts", "kafka_admin", "spark"}
@@ -44,7 +45,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 
 def _cache_dir() -> Path:
-    return Path(os.environ.get("SHOAL_CACHE_DIR") or Path.home() / ".cache" / "shoal")
+    return jars.cache_dir_from(os.environ)
 
 
 @pytest.fixture(scope="session")

@@ -16,11 +16,10 @@ from typing import Any
 import click
 
 from shoal.errors import ShoalError
-from shoal.runtime import cluster_file
+from shoal.runtime import cluster_file, jars
 from shoal.runtime.cluster_file import ClusterInfo
 
 DEFAULT_DATA_DIR = Path.home() / ".shoal" / "local"
-DEFAULT_CACHE_DIR = Path.home() / ".cache" / "shoal"
 
 
 @dataclass(frozen=True)
@@ -35,7 +34,7 @@ class CliContext:
 
 def context_from_env(data_dir: str | None, cluster_file_opt: str | None) -> CliContext:
     data = Path(data_dir or os.environ.get("SHOAL_DATA_DIR") or DEFAULT_DATA_DIR).expanduser()
-    cache = Path(os.environ.get("SHOAL_CACHE_DIR") or DEFAULT_CACHE_DIR).expanduser()
+    cache = jars.cache_dir_from(os.environ)
     cf = Path(cluster_file_opt or os.environ.get("SHOAL_CLUSTER_FILE") or data / "cluster.json").expanduser()
     return CliContext(data_dir=data, cache_dir=cache, cluster_file_path=cf)
 

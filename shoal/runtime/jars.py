@@ -12,6 +12,7 @@ import logging
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from xml.sax.saxutils import escape
@@ -22,6 +23,14 @@ from shoal.runtime import versions
 log = logging.getLogger(__name__)
 
 _MARKER = ".complete"
+DEFAULT_CACHE_DIR = Path.home() / ".cache" / "shoal"
+
+
+def cache_dir_from(environ: Mapping[str, str]) -> Path:
+    """The jar cache: ``SHOAL_CACHE_DIR`` if set, else ``~/.cache/shoal`` (entry points pass their environment)."""
+    return Path(environ.get("SHOAL_CACHE_DIR") or DEFAULT_CACHE_DIR).expanduser()
+
+
 MAVEN_CENTRAL = "https://repo.maven.apache.org/maven2"
 
 _SETTINGS = """<?xml version="1.0" encoding="UTF-8"?>

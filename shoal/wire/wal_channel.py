@@ -5,8 +5,8 @@ The channel is written only inside Kafka transactions by the placement that owns
 ``isolation.level=read_committed``: aborted records never appear. Offsets are not dense:
 every committed transaction leaves a control record, which consumers never see.
 
-Writing happens in :mod:`storage_node.partition.leader`, inside the same transaction that
-commits the ingest offsets.
+Writing happens on the storage node (the leader role), inside the same transaction that commits
+the ingest offsets; reading to the end is :func:`shoal.kafka_channel.read_to_end`.
 """
 
 from __future__ import annotations
@@ -15,9 +15,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
-
-from shoal.errors import KafkaOperationError
+from shoal.kafka_channel import read_to_end
 from shoal.wire.records import WalRecord
 
 
@@ -25,20 +23,6 @@ from shoal.wire.records import WalRecord
 class ChannelRecord:
     offset: int
     record: WalRecord
-
-
-def _consumer(bootstrap_servers: str, extra: Mapping[str, Any] | None) -> Consumer:
-    return Consumer(
-        {
-            "bootstrap.servers": bootstrap_servers,
-            "group.id": "shoal-wal-reader",  # never commits; assign() only
-            "enable.auto.commit": False,
-            "isolation.level": "read_committed",
-            "enable.partition.eof": True,
-            "fetch.message.max.bytes": 64 * 1024 * 1024,
-            **dict(extra or {}),
-        }
-    )
 
 
 def read_channel(
@@ -55,36 +39,10 @@ def read_channel(
     (``init_transactions``), so nothing is in flight. A record that does not decode raises
     :class:`~shoal.errors.WireFormatError`: a WAL channel has one writer, so that is corruption.
     """
-    consumer = _consumer(bootstrap_servers, extra)
-    try:
-        try:
-            low, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=timeout_s)
-        except KafkaException as exc:
-            raise KafkaOperationError(f"cannot read the offsets of WAL channel {topic}: {exc}") from exc
-        start = max(start_offset, low)
-        if start >= high:
-            return
-        consumer.assign([TopicPartition(topic, 0, start)])
-        idle = 0.0
-        while True:
-            msg = consumer.poll(0.5)
-            if msg is None:
-                idle += 0.5
-                if idle >= timeout_s:
-                    raise KafkaOperationError(f"WAL channel {topic}: no progress reading to offset {high}")
-                continue
-            idle = 0.0
-            err = msg.error()
-            if err is not None:
-                if err.code() == KafkaError._PARTITION_EOF:
-                    return
-                raise KafkaOperationError(f"WAL channel {topic}: {err}")
-            offset = int(msg.offset() or 0)
-            yield ChannelRecord(offset, WalRecord.from_bytes(msg.value()))
-            if offset + 1 >= high:
-                return
-    finally:
-        consumer.close()
+    settings = {"fetch.message.max.bytes": 64 * 1024 * 1024, **dict(extra or {})}
+    for msg in read_to_end(bootstrap_servers, topic, start_offset, what="WAL channel", group_id="shoal-wal-reader",
+                           timeout_s=timeout_s, extra=settings):  # fmt: skip
+        yield ChannelRecord(int(msg.offset() or 0), WalRecord.from_bytes(msg.value()))
 
 
 def read_record_at(

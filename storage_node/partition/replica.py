@@ -16,7 +16,7 @@ import contextlib
 import logging
 import threading
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -155,30 +155,12 @@ class PartitionReplica:
             assert frozen.end_offset is not None
             self.memtable = Memtable(start_offset=frozen.end_offset)
             self._frozen.append(frozen)
-            root = self._list.chain.root
         try:
             rows = frozen.merged(self.key_columns)
             if rows is None:  # only empty WAL records: an empty segment still records the coverage
                 rows = self._empty_versioned()
-            sid = new_segment_id()
-            written = write_segment(self.directory, sid, rows, key_columns=self.key_columns)
-            entry = SegmentEntry(
-                segment_id=sid,
-                base_segment_id=root,
-                placement_id=self.placement_id,
-                epoch=epoch,
-                is_major=root is None,
-                covered=(WalRange(self.partition_id, self.placement_id, frozen.start_offset, frozen.end_offset),),
-            )
-            record = SegmentRecord(
-                entry=entry, sha256=written.sha256, row_count=written.row_count, size_bytes=written.size_bytes
-            )
-            with self._lock:
-                if root is None:
-                    self._list.fast_forward_add(record)
-                else:
-                    self._list.fast_forward(record)
-                self._frozen.remove(frozen)
+            covered = (WalRange(self.partition_id, self.placement_id, frozen.start_offset, frozen.end_offset),)
+            record = self._write_on_root(rows, covered, epoch, then=lambda: self._frozen.remove(frozen))
         except BaseException:
             with self._lock:  # put the rows back in front of the current memtable
                 if frozen in self._frozen:
@@ -189,8 +171,34 @@ class PartitionReplica:
                     frozen.end_offset = self.memtable.end_offset or frozen.end_offset
                     self.memtable = frozen
             raise
-        log.info("%s: flushed segment %s (%d rows, WAL [%d, %d))", self.name, sid, written.row_count,
+        log.info("%s: flushed segment %s (%d rows, WAL [%d, %d))", self.name, record.segment_id, record.row_count,
                  frozen.start_offset, frozen.end_offset)  # fmt: skip
+        return record
+
+    def _write_on_root(
+        self, rows: pa.Table, covered: tuple[WalRange, ...], epoch: int, *, then: Callable[[], None] | None = None
+    ) -> SegmentRecord:
+        """Write ``rows`` as a durable segment file, then (under the lock) add it on the current root
+        and make it root: the first segment of a replica (root NULL) is a major (source section 3).
+        ``then`` runs under the same lock, so scans see the new segment and lose its source at once."""
+        sid = new_segment_id()
+        written = write_segment(self.directory, sid, rows, key_columns=self.key_columns)
+        with self._lock:
+            root = self._list.chain.root
+            entry = SegmentEntry(
+                segment_id=sid,
+                base_segment_id=root,
+                placement_id=self.placement_id,
+                epoch=epoch,
+                is_major=root is None,
+                covered=covered,
+            )
+            record = SegmentRecord(
+                entry=entry, sha256=written.sha256, row_count=written.row_count, size_bytes=written.size_bytes
+            )
+            self._list.fast_forward(record)
+            if then is not None:
+                then()
         return record
 
     def commit_major(self, record: SegmentRecord, *, leader_epoch: int) -> SegmentChain:
@@ -212,23 +220,7 @@ class PartitionReplica:
         The rows keep their GTIDs (merge = re-insert keeping GTIDs); the entry covers ``covered``.
         """
         rows = lww_merge(tables, self.key_columns) if any(t.num_rows for t in tables) else self._empty_versioned()
-        sid = new_segment_id()
-        written = write_segment(self.directory, sid, rows, key_columns=self.key_columns)
-        with self._lock:
-            root = self._list.chain.root
-            entry = SegmentEntry(
-                segment_id=sid,
-                base_segment_id=root,
-                placement_id=self.placement_id,
-                epoch=epoch,
-                is_major=root is None,
-                covered=covered if isinstance(covered, tuple) else (covered,),
-            )
-            record = SegmentRecord(
-                entry=entry, sha256=written.sha256, row_count=written.row_count, size_bytes=written.size_bytes
-            )
-            self._list.fast_forward(record)
-        return record
+        return self._write_on_root(rows, covered if isinstance(covered, tuple) else (covered,), epoch)
 
     def merge_detached(self, record: SegmentRecord, epoch: int) -> SegmentRecord:
         """Source 3.5 "accept and merge": a received segment the chain does not reference.

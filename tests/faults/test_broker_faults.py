@@ -37,7 +37,7 @@ from metadata.node_registry import lookup_node
 from metadata.table import Column, ColumnType, TableDefinition
 from producer import Producer, ProducerConfig
 from shoal.cli.verify import verify_table
-from shoal.runtime import cluster_file, launcher
+from shoal.runtime import cluster_file, jars, launcher
 from shoal.runtime.cluster_file import ClusterInfo
 from shoal.runtime.process import ProcessRecord, is_running, kill
 from shoal.runtime.restart import restart_process
@@ -51,7 +51,7 @@ TABLE = "events"
 
 
 def _cache_dir() -> Path:
-    return Path(os.environ.get("SHOAL_CACHE_DIR") or Path.home() / ".cache" / "shoal")
+    return jars.cache_dir_from(os.environ)
 
 
 def _table(replication_factor: int) -> TableDefinition:

@@ -24,6 +24,7 @@ from spark_it_support import SparkCluster, spark_cluster, start_node, wait_for_l
 
 from producer import Producer, ProducerConfig
 from shoal.cli.node import scan_command
+from shoal.runtime import jars
 from shoal.testing.wait import wait_until
 from shoal.topics import TopicNames
 from spark_jobs.datasource import register
@@ -131,7 +132,7 @@ def test_stream_killed_mid_batch_and_replayed_writes_each_row_once(
         # 1. a driver process writes batch 0 but blocks in sync() (no leader yet): kill -9 it mid-batch.
         options = {**sc.options, "syncTimeout": "600"}
         env = {**os.environ, "PYTHONPATH": os.getcwd()}
-        cache = os.environ.get("SHOAL_CACHE_DIR") or str(Path.home() / ".cache" / "shoal")
+        cache = str(jars.cache_dir_from(os.environ))
         proc = subprocess.Popen(
             [sys.executable, str(HERE / "sink_driver_proc.py"), json.dumps(options), str(checkpoint), str(source),
              cache],
