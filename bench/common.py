@@ -2,7 +2,7 @@
 
 Benchmarks are not tests: they measure, print, and never assert on speed. A benchmark that needs
 Kafka and ZooKeeper either uses the ones named by ``--bootstrap-servers``/``--zk`` or starts a
-throwaway local cluster (``shoal.runtime.launcher``) in a temporary directory and stops it at the end.
+throwaway local cluster (``shoal_app.runtime.launcher``) in a temporary directory and stops it at the end.
 Issue 4 item 6.
 """
 
@@ -84,7 +84,7 @@ def wait_for(pred: Callable[[], bool], timeout_s: float, what: str, poll_s: floa
 
 def cache_dir() -> Path:
     """The jar cache (``SHOAL_CACHE_DIR`` or ``~/.cache/shoal``)."""
-    from shoal.runtime import jars
+    from shoal.jvm import jars
 
     return jars.cache_dir_from(os.environ)
 
@@ -137,7 +137,7 @@ def cluster(args: argparse.Namespace, progress: Callable[[str], None]) -> Iterat
             raise SystemExit("--bootstrap-servers needs --zk as well")
         yield Endpoints(args.bootstrap_servers, args.zk, False)
         return
-    from shoal.runtime import launcher
+    from shoal_app.runtime import launcher
 
     data_dir = Path(tempfile.mkdtemp(prefix="shoal-bench-"))
     cache = cache_dir()

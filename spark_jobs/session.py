@@ -1,7 +1,7 @@
 """The SparkSession factory: local[*] by default, any master by config, Kafka connector loaded.
 
 The spark-sql-kafka connector and its dependencies come from the jar cache (see
-``shoal.runtime.jars``); jars that PySpark already ships (Scala, Hadoop client, slf4j ...) are
+``shoal.jvm.jars``); jars that PySpark already ships (Scala, Hadoop client, slf4j ...) are
 left out so only one copy of each is on the classpath.
 """
 
@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from shoal.errors import ConfigError, SparkJobError
-from shoal.runtime import jars
+from shoal.jvm import jars
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

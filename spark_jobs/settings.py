@@ -57,7 +57,7 @@ def resolve_connection(options: Mapping[str, Any], env: Mapping[str, str] | None
         elif env.get(_ENV[name]):
             values[name] = env[_ENV[name]]
     if not values.get("zk_hosts") or not values.get("bootstrap_servers"):
-        from shoal.runtime import cluster_file
+        from shoal import cluster_file
 
         try:
             info = cluster_file.read(_cluster_file(env))

@@ -16,8 +16,8 @@ import pytest
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoAuthError
 
-from shoal.runtime import jars
-from shoal.testing.cluster import TestCluster, from_environment
+from shoal.jvm import jars
+from shoal_app.testing.cluster import TestCluster, from_environment
 
 SERVER_FIXTURES = {"cluster", "zk", "zk_hosts", "kafka_admin", "spark"}
 

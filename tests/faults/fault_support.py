@@ -15,9 +15,9 @@ from metadata.client import MetadataClient, MetadataConfig
 from metadata.election import read_epoch
 from metadata.node_registry import lookup_node
 from producer import Producer, ProducerConfig
-from shoal.cli.verify import verify_table
 from shoal.scan import ScanRequest, describe_remote, scan_remote
-from shoal.testing.wait import wait_until
+from shoal_app.cli.verify import verify_table
+from shoal_app.testing.wait import wait_until
 
 NODES = ("node-1", "node-2", "node-3")
 __all__ = ["NODES", "NodeProcesses", "Writer", "make_table", "wait_until"]

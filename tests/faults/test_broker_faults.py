@@ -1,10 +1,10 @@
 """Kafka broker faults under writes (issue 5): nothing acknowledged is lost.
 
-Each test starts its OWN local cluster (``shoal.runtime.launcher.up`` in a temp dir: ZooKeeper,
+Each test starts its OWN local cluster (``shoal_app.runtime.launcher.up`` in a temp dir: ZooKeeper,
 KRaft brokers, storage node processes), so killing a broker never hurts the session's cluster:
 
 - three brokers, three nodes, a table with RF 3: kill -9 one broker mid-stream, keep writing,
-  restart it in place (:func:`shoal.runtime.restart.restart_process`), keep writing;
+  restart it in place (:func:`shoal_app.runtime.restart.restart_process`), keep writing;
 - one broker, two nodes (RF 2): kill -9 the only broker, writers retry through the outage, restart it.
 
 A write is acknowledged only when its Kafka delivery succeeded AND ``Producer.sync()`` returned after
@@ -36,14 +36,16 @@ from metadata.election import read_epoch
 from metadata.node_registry import lookup_node
 from metadata.table import Column, ColumnType, TableDefinition
 from producer import Producer, ProducerConfig
-from shoal.cli.verify import verify_table
-from shoal.runtime import cluster_file, jars, launcher
-from shoal.runtime.cluster_file import ClusterInfo
-from shoal.runtime.process import ProcessRecord, is_running, kill
-from shoal.runtime.restart import restart_process
+from shoal import cluster_file
+from shoal.cluster_file import ClusterInfo, ProcessRecord
+from shoal.jvm import jars
 from shoal.scan import ScanRequest, scan_remote
-from shoal.testing.wait import wait_until
 from shoal.topics import TopicNames
+from shoal_app.cli.verify import verify_table
+from shoal_app.runtime import launcher
+from shoal_app.runtime.process import is_running, kill
+from shoal_app.runtime.restart import restart_process
+from shoal_app.testing.wait import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -194,7 +196,7 @@ def shoal_verify(cluster_path: Path) -> dict[str, Any]:
         [
             sys.executable,
             "-m",
-            "shoal.cli.main",
+            "shoal_app.cli.main",
             "--cluster-file",
             str(cluster_path),
             "verify",

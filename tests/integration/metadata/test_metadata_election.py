@@ -15,7 +15,7 @@ from metadata.errors import LeadershipLostError, NotEligibleError
 from metadata.zk_layout import ZkLayout
 from shoal.errors import StaleEpochError
 from shoal.ids import new_partition_id
-from shoal.testing.wait import wait_until
+from shoal_app.testing.wait import wait_until
 
 pytestmark = pytest.mark.integration
 

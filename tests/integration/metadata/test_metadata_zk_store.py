@@ -29,9 +29,9 @@ from metadata.partition_map import CachedPartitionMap
 from metadata.placements import PlacementAllocator
 from metadata.security import ZkSecurity
 from metadata.zk_layout import TableHead, ZkLayout
-from shoal.cli.table import table_group
 from shoal.errors import InvalidIdError, SchemaError
-from shoal.testing.wait import wait_until
+from shoal_app.cli.table import table_group
+from shoal_app.testing.wait import wait_until
 
 pytestmark = pytest.mark.integration
 U = Keyspace.UINT64.encode

@@ -11,8 +11,8 @@ from click.testing import CliRunner
 from confluent_kafka import Consumer, Producer, TopicPartition
 from monitor_it_support import ChannelWriter, StandInFollower, chunk, make_env, manifest
 
-from shoal.cli.main import cli
 from shoal.kafka_admin import create_topic
+from shoal_app.cli.main import cli
 
 pytestmark = pytest.mark.integration
 

@@ -26,8 +26,8 @@ from metadata.election import read_epoch
 from monitor.collector import Collector
 from monitor.config import MonitorConfig
 from monitor.topology import read_topology
-from shoal.testing.wait import wait_until
 from shoal.topics import TopicNames
+from shoal_app.testing.wait import wait_until
 
 pytestmark = pytest.mark.integration
 

@@ -16,8 +16,8 @@ from monitor_it_support import ChannelWriter, StandInFollower, chunk, make_colle
 
 from monitor.kafka_offsets import KafkaOffsets
 from shoal.kafka_admin import create_topic, delete_topics
-from shoal.testing.wait import wait_until
 from shoal.wire.records import WalOffsetRange
+from shoal_app.testing.wait import wait_until
 
 pytestmark = pytest.mark.integration
 

@@ -22,7 +22,7 @@ import pytest
 from monitor_it_support import ChannelWriter, StandInFollower, make_collector, make_env
 
 from monitor.web import CHART_COLOUR, MonitorService
-from shoal.testing.wait import wait_until
+from shoal_app.testing.wait import wait_until
 
 pytestmark = pytest.mark.integration
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -153,7 +153,7 @@ def test_shoal_monitor_command_serves_and_keeps_history(
 ) -> None:
     env = make_env(cluster.bootstrap_servers, zk_hosts, topic_prefix)
     history = tmp_path / "hist"
-    cmd = [sys.executable, "-m", "shoal.cli.main", "monitor", env.table, "--port", "0", "--interval", "0.3",
+    cmd = [sys.executable, "-m", "shoal_app.cli.main", "monitor", env.table, "--port", "0", "--interval", "0.3",
            "--window", "4", "--history-dir", str(history), "--zk", zk_hosts, "--bootstrap-servers",
            cluster.bootstrap_servers, "--topic-prefix", topic_prefix]  # fmt: skip
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

@@ -16,8 +16,8 @@ from metadata.keyspace import Keyspace
 from metadata.node_registry import lookup_node
 from producer import Producer, ProducerConfig
 from shoal.scan import ScanRequest, scan_remote
-from shoal.testing.wait import wait_until
 from shoal.topics import TopicNames
+from shoal_app.testing.wait import wait_until
 from storage_node.config import FlushPolicy, NodeConfig
 from storage_node.node import StorageNode
 

@@ -15,9 +15,9 @@ from producer_it_support import commit_as_leader, create, events_table, make_sto
 from metadata.coordinator import MetadataCoordinator
 from metadata.keyspace import Keyspace
 from producer import Producer, ProducerConfig, RowValidationError, SyncPolicy, SyncTimeoutError
-from shoal.cli.write import write_command
 from shoal.topics import TopicNames
 from shoal.wire.ingest import DELETED_COLUMN
+from shoal_app.cli.write import write_command
 
 pytestmark = pytest.mark.integration
 U = Keyspace.UINT64.encode

@@ -8,7 +8,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from shoal.kafka_admin import create_topic, log_start_and_end
-from shoal.testing.cluster import TestCluster
+from shoal_app.testing.cluster import TestCluster
 
 pytestmark = pytest.mark.integration
 

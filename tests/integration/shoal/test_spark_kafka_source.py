@@ -8,7 +8,7 @@ import pytest
 from confluent_kafka import Producer
 
 from shoal.kafka_admin import create_topic
-from shoal.testing.cluster import TestCluster
+from shoal_app.testing.cluster import TestCluster
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 

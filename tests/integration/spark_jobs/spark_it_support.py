@@ -17,7 +17,7 @@ from metadata.metadata_file import MetadataFile
 from metadata.node_registry import lookup_node
 from metadata.table import Column, ColumnType, TableDefinition
 from shoal.scan import ScanRequest, scan_remote
-from shoal.testing.wait import wait_until
+from shoal_app.testing.wait import wait_until
 from storage_node.config import FlushPolicy, NodeConfig
 from storage_node.node import StorageNode
 

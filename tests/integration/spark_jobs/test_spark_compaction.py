@@ -20,13 +20,13 @@ from click.testing import CliRunner
 from spark_it_support import SparkCluster, spark_cluster
 
 from producer import Producer, ProducerConfig
-from shoal.cli.spark import spark_group
 from shoal.ids import new_segment_id
 from shoal.segments import read_segment
 from shoal.segments.channel_reader import read_manifests
 from shoal.segments.parquet_io import segment_path
-from shoal.testing.wait import wait_until
 from shoal.topics import TopicNames
+from shoal_app.cli.spark import spark_group
+from shoal_app.testing.wait import wait_until
 from spark_jobs.compaction.policy import CompactionPolicy
 from spark_jobs.compaction.publish import publish_major
 from spark_jobs.compaction.service import CompactionConfig, CompactionService

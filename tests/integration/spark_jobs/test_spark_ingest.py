@@ -17,10 +17,10 @@ from click.testing import CliRunner
 from confluent_kafka import Consumer, Producer, TopicPartition
 from spark_it_support import SparkCluster, spark_cluster
 
-from shoal.cli.spark import spark_group
 from shoal.kafka_admin import admin_client, create_topic
-from shoal.testing.wait import wait_until
 from shoal.topics import TopicNames
+from shoal_app.cli.spark import spark_group
+from shoal_app.testing.wait import wait_until
 from spark_jobs.ingest import IngestConfig, SourceFormat, start_ingest
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]

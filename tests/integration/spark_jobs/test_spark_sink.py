@@ -23,10 +23,10 @@ from confluent_kafka import Consumer, TopicPartition
 from spark_it_support import SparkCluster, spark_cluster, start_node, wait_for_leaders
 
 from producer import Producer, ProducerConfig
-from shoal.cli.node import scan_command
-from shoal.runtime import jars
-from shoal.testing.wait import wait_until
+from shoal.jvm import jars
 from shoal.topics import TopicNames
+from shoal_app.cli.node import scan_command
+from shoal_app.testing.wait import wait_until
 from spark_jobs.datasource import register
 from storage_node.config import FlushPolicy
 

@@ -131,7 +131,7 @@ class NodeProcesses:
 
     def start(self, server_id: str, *extra: str) -> None:
         """Start ``shoal -v node --id server_id`` (``extra``: more ``shoal node`` options)."""
-        code = "from shoal.cli.main import main; main()"
+        code = "from shoal_app.cli.main import main; main()"
         data = str(self.data_dir(server_id))
         args = [sys.executable, "-c", code, "-v", "node", "--id", server_id, "--data-dir", data,
                 "--flush-rows", str(self.flush_rows), "--flush-age", str(self.flush_age), *extra]  # fmt: skip

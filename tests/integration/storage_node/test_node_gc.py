@@ -22,13 +22,13 @@ import pytest
 from node_it_support import make_table, produce_rows, rows
 
 from metadata.client import MetadataClient, MetadataConfig
-from shoal.cli.verify import verify_table
 from shoal.ids import new_segment_id
 from shoal.segments import SegmentRecord, lww_merge, read_segment, write_segment
 from shoal.segments.compaction import compaction_entry, segments_to_compact
 from shoal.segments.parquet_io import segment_path
-from shoal.testing.wait import wait_until
 from shoal.topics import TopicNames
+from shoal_app.cli.verify import verify_table
+from shoal_app.testing.wait import wait_until
 from storage_node.config import FlushPolicy, NodeConfig
 from storage_node.node import HeldPartition, StorageNode
 from storage_node.wal.indexes import channel_indexes

@@ -14,8 +14,8 @@ import pytest
 from node_it_support import LeaderFixture, produce_rows, read_all, rows
 
 from shoal.errors import StaleEpochError
-from shoal.testing.wait import wait_until
 from shoal.wire.records import GENESIS_HASH, WalRecord, verify_chain
+from shoal_app.testing.wait import wait_until
 from storage_node.partition import FencedError, LeaderRoleState
 
 pytestmark = pytest.mark.integration

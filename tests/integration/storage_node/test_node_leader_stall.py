@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from node_it_support import LeaderFixture, produce_rows, rows
 
-from shoal.testing.wait import wait_until
+from shoal_app.testing.wait import wait_until
 from storage_node.partition.compaction import minor_backlog
 
 pytestmark = pytest.mark.integration

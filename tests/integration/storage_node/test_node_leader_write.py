@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 from node_it_support import LeaderFixture, committed, produce, produce_rows, read_all, rows
 
-from shoal.testing.wait import wait_until
 from shoal.wire.arrow_ipc import encode_batch
 from shoal.wire.records import GENESIS_HASH, WalRecord, verify_chain
+from shoal_app.testing.wait import wait_until
 from storage_node.partition import KeyFilter
 
 pytestmark = pytest.mark.integration

@@ -9,8 +9,8 @@ import pyarrow.compute as pc
 import pytest
 from node_it_support import LeaderFixture, rows
 
-from shoal.testing.wait import wait_until
 from shoal.wire.records import Gtid
+from shoal_app.testing.wait import wait_until
 from storage_node.config import LeaderConfig
 from storage_node.partition import PartitionLeader, PartitionReplica, versioned_rows
 from storage_node.replication.publish import push_segments

@@ -17,9 +17,9 @@ from node_it_support import NodeProcesses, make_table, produce_rows, rows
 
 from metadata.client import MetadataClient, MetadataConfig
 from monitor.node_metrics import COUNTER_HELP, GAUGE_HELP
-from shoal.runtime.ports import free_ports
-from shoal.testing.wait import wait_until
 from shoal.topics import TopicNames
+from shoal_app.runtime.ports import free_ports
+from shoal_app.testing.wait import wait_until
 
 pytestmark = pytest.mark.integration
 

@@ -17,10 +17,10 @@ from node_it_support import make_table, produce_rows, rows
 from metadata.client import MetadataClient, MetadataConfig
 from metadata.election import read_epoch
 from metadata.node_registry import lookup_node
-from shoal.cli.node import scan_command
 from shoal.scan import ScanRequest, scan_remote
-from shoal.testing.wait import wait_until
 from shoal.topics import TopicNames
+from shoal_app.cli.node import scan_command
+from shoal_app.testing.wait import wait_until
 from storage_node.config import FlushPolicy, NodeConfig
 from storage_node.node import StorageNode
 
@@ -74,7 +74,7 @@ def test_node_leads_its_partitions_and_serves_scans(
 
 
 def test_node_process_stops_on_sigterm(cluster: Any, zk_hosts: str, topic_prefix: str, tmp_path: Path) -> None:
-    code = "from shoal.cli.node import node_command; node_command()"
+    code = "from shoal_app.cli.node import node_command; node_command()"
     env = {**os.environ, "SHOAL_ZK_CONNECT": zk_hosts, "SHOAL_BOOTSTRAP_SERVERS": cluster.bootstrap_servers,
            "SHOAL_TOPIC_PREFIX": topic_prefix, "PYTHONPATH": os.getcwd()}  # fmt: skip
     proc = subprocess.Popen([sys.executable, "-c", code, "--id", "node-7", "--data-dir", str(tmp_path / "n7")], env=env)

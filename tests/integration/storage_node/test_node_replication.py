@@ -11,10 +11,10 @@ from node_it_support import NodeProcesses, make_table, produce_rows, rows
 
 from metadata.client import MetadataClient, MetadataConfig
 from metadata.election import read_epoch
-from shoal.cli.verify import verify_command, verify_table
 from shoal.segments.parquet_io import segment_path
-from shoal.testing.wait import wait_until
 from shoal.topics import TopicNames
+from shoal_app.cli.verify import verify_command, verify_table
+from shoal_app.testing.wait import wait_until
 from storage_node.wal.indexes import channel_indexes
 
 pytestmark = pytest.mark.integration

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from shoal.runtime import compose, images, kafka
-from shoal.runtime.node_spec import COMPOSE_FLIGHT_PORT, compose_target, local_target, node_spec
+from shoal_app.runtime import compose, images, kafka
+from shoal_app.runtime.node_spec import COMPOSE_FLIGHT_PORT, compose_target, local_target, node_spec
 
 COMPOSE_FILE = Path(__file__).resolve().parents[3] / "docker" / "docker-compose.yml"
 
@@ -52,7 +52,7 @@ def test_docker_compose_config_accepts_the_file() -> None:
 
 def test_file_is_what_the_generator_renders() -> None:
     assert COMPOSE_FILE.read_text(encoding="utf-8") == compose.render(), (
-        "docker/docker-compose.yml is out of date: run python -m shoal.runtime.compose --write"
+        "docker/docker-compose.yml is out of date: run python -m shoal_app.runtime.compose --write"
     )
 
 
@@ -118,7 +118,7 @@ def test_every_shoal_command_in_compose_parses_with_the_real_cli(resolved: dict[
     line is parsed by the click command it names (without running it)."""
     import click
 
-    from shoal.cli.main import cli
+    from shoal_app.cli.main import cli
 
     checked = []
     for name, service in resolved["services"].items():

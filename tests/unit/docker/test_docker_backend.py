@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from shoal.errors import ConfigError, RuntimeLaunchError
-from shoal.runtime import images, kafka
-from shoal.testing import cluster
+from shoal_app.runtime import images, kafka
+from shoal_app.testing import cluster
 
 
 def test_without_a_docker_engine_the_backend_says_so(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

@@ -11,8 +11,8 @@ from metadata.retry import Clock, RetryPolicy
 from metadata.security import ZkSecurity
 from metadata.store import KafkaStoreConfig, MemoryFileStore
 from metadata.zk_layout import EpochRecord, TableHead, ZkLayout
-from shoal.cli.table import table_group
 from shoal.errors import ConfigError, InvalidIdError
+from shoal_app.cli.table import table_group
 
 
 class FakeClock:

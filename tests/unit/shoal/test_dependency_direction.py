@@ -1,72 +1,30 @@
-"""DESIGN.md section 1: dependencies point one way.
+"""DESIGN.md section 1: dependencies point one way and no package has an import cycle.
 
-spark_jobs and producer use metadata and the core; storage_node uses metadata and the core; nothing
-imports storage_node except its own entry point (``shoal node``) and tests. The core (``shoal``)
-imports none of the component packages except in the CLI, the demo, the local runtime (which
-starts nodes and waits for their registration) and the test fixtures: the entry points.
+The contracts live in ``pyproject.toml`` (``[tool.importlinter]``) and ``make lint`` runs them;
+this test runs the same contracts so that a plain ``pytest`` catches a wrong-way import too.
 """
 
 from __future__ import annotations
 
-import ast
+import os
 from pathlib import Path
 
-import pytest
+from importlinter import cli
 
 ROOT = Path(__file__).resolve().parents[3]
-COMPONENTS = ("metadata", "producer", "storage_node", "spark_jobs", "monitor")
-
-# package -> top-level packages it must not import
-FORBIDDEN = {
-    "metadata": {"producer", "storage_node", "spark_jobs", "monitor"},
-    "producer": {"storage_node", "spark_jobs", "monitor"},
-    "spark_jobs": {"storage_node", "monitor"},
-    "monitor": {"storage_node", "spark_jobs", "producer"},
-    "storage_node": {"producer", "spark_jobs"},
-}
-ENTRY_POINTS = {ROOT / "shoal" / "cli" / "node.py"}
 
 
-def _imports(path: Path) -> set[str]:
-    tree = ast.parse(path.read_text(), filename=str(path))
-    out: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            out.update(alias.name.split(".")[0] for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            out.add(node.module.split(".")[0])
-    return out
+def test_import_contracts_are_kept() -> None:
+    cwd = os.getcwd()
+    os.chdir(ROOT)
+    try:
+        assert cli.lint_imports(no_cache=True) == cli.EXIT_STATUS_SUCCESS
+    finally:
+        os.chdir(cwd)
 
 
-def _files(package: str) -> list[Path]:
-    return sorted((ROOT / package).rglob("*.py"))
-
-
-@pytest.mark.parametrize("package", sorted(FORBIDDEN))
-def test_component_imports_point_one_way(package: str) -> None:
-    bad = {
-        str(p.relative_to(ROOT)): sorted(_imports(p) & FORBIDDEN[package])
-        for p in _files(package)
-        if _imports(p) & FORBIDDEN[package]
-    }
-    assert not bad, f"{package} must not import {sorted(FORBIDDEN[package])}: {bad}"
-
-
-def test_only_the_node_entry_point_imports_storage_node_from_the_core() -> None:
-    core = [p for p in _files("shoal") if p not in ENTRY_POINTS]
-    bad = [str(p.relative_to(ROOT)) for p in core if "storage_node" in _imports(p)]
-    assert not bad, f"only shoal/cli/node.py may import storage_node: {bad}"
-
-
-def test_the_core_library_imports_no_component() -> None:
-    library = [
-        p
-        for p in _files("shoal")
-        if not any(part in {"cli", "demo", "testing", "runtime"} for part in p.relative_to(ROOT / "shoal").parts)
-    ]
-    bad = {
-        str(p.relative_to(ROOT)): sorted(_imports(p) & set(COMPONENTS))
-        for p in library
-        if _imports(p) & set(COMPONENTS)
-    }
-    assert not bad, f"the core must not depend on the components: {bad}"
+def test_the_contracts_cover_every_top_level_package() -> None:
+    text = (ROOT / "pyproject.toml").read_text()
+    packages = sorted(p.name for p in ROOT.iterdir() if (p / "__init__.py").exists() and p.name not in {"bench"})
+    for package in packages:
+        assert f'"{package}"' in text.split("[tool.importlinter]")[1], package

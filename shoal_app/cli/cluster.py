@@ -1,0 +1,95 @@
+"""`shoal up`, `shoal status`, `shoal down`, `shoal jars`: the embedded local cluster."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from shoal.jvm import jars
+from shoal_app.cli.context import CliContext, emit_json, output_option, progress
+from shoal_app.runtime import launcher
+
+
+@click.command("up")
+@click.option("--nodes", type=int, default=0, show_default=True,
+              help="Storage nodes to start (node-1..node-N, ready once registered in ZooKeeper).")  # fmt: skip
+@click.option("--brokers", type=int, default=1, show_default=True, help="Kafka brokers (KRaft, combined mode).")
+@click.option("--data-dir", type=click.Path(path_type=Path), default=None, help="Where servers keep data and logs.")
+@click.option("--fresh", is_flag=True, help="Delete the data dir first instead of reusing its data.")
+@output_option
+@click.pass_obj
+def up_command(obj: CliContext, nodes: int, brokers: int, data_dir: Path | None, fresh: bool, output: str) -> None:
+    """Start ZooKeeper, Kafka and N storage nodes on 127.0.0.1 and write the cluster file."""
+    data = (data_dir or obj.data_dir).expanduser()
+    cfg = launcher.LocalClusterConfig(data_dir=data, cache_dir=obj.cache_dir, brokers=brokers, nodes=nodes,
+                                      fresh=fresh)  # fmt: skip
+    info = launcher.up(cfg, progress=progress)
+    if output == "json":
+        emit_json(info.to_json())
+        return
+    click.echo(f"local cluster up ({brokers} broker(s), {nodes} storage node(s))")
+    click.echo(f"  bootstrap servers: {info.bootstrap_servers}")
+    click.echo(f"  zookeeper:         {info.zk_connect}")
+    for p in info.processes:
+        if p.name.startswith("node-"):
+            click.echo(f"  {p.name + ':':<19}scans on 127.0.0.1:{p.port}, log {p.log_path}")
+    click.echo(f"  cluster file:      {cfg.cluster_file}")
+    click.echo("stop it with: shoal down")
+
+
+@click.command("status")
+@output_option
+@click.pass_obj
+def status_command(obj: CliContext, output: str) -> None:
+    """Say what runs and whether it is healthy (exit 0 only if everything is)."""
+    report = launcher.status(obj.cluster())
+    if output == "json":
+        emit_json(report)
+    else:
+        click.echo(f"cluster {report['kafka_cluster_id']}  healthy={report['healthy']}")
+        click.echo(f"  bootstrap servers: {report['bootstrap_servers']}  (brokers seen "
+                   f"{report['brokers_seen']}/{report['brokers_expected']})")  # fmt: skip
+        click.echo(f"  zookeeper:         {report['zk_connect']}")
+        if report["nodes_expected"]:
+            click.echo(f"  storage nodes:     {len(report['nodes_registered'])}/{report['nodes_expected']} registered "
+                       f"({', '.join(report['nodes_registered']) or 'none'})")  # fmt: skip
+        for p in report["processes"]:
+            state = "healthy" if p["healthy"] else "RUNNING, UNHEALTHY" if p["running"] else "STOPPED"
+            click.echo(f"  {p['name']:<12} pid {p['pid']:<8} port {p['port']!s:<6} {state:<18} {p['log']}")
+        if not report["processes"]:
+            click.echo("  nothing is running (start it with `shoal up`)")
+    raise SystemExit(0 if report["healthy"] else 1)
+
+
+@click.command("down")
+@output_option
+@click.pass_obj
+def down_command(obj: CliContext, output: str) -> None:
+    """Stop everything `shoal up` started, by pid."""
+    stopped = launcher.down(obj.cluster_file_path, progress=progress)
+    if output == "json":
+        emit_json({"stopped": stopped})
+    else:
+        click.echo("stopped: " + (", ".join(stopped) if stopped else "nothing was running"))
+
+
+@click.command("jars")
+@output_option
+@click.pass_obj
+def jars_command(obj: CliContext, output: str) -> None:
+    """Fetch the pinned Kafka, ZooKeeper and Spark connector jars (once; cached)."""
+    result = {}
+    for bundle in jars.all_bundles():
+        cached = jars.is_complete(bundle, obj.cache_dir)
+        if not cached:
+            progress(f"fetching {bundle.name} {bundle.version} from Maven Central")
+        folder = jars.ensure_bundle(bundle, obj.cache_dir)
+        result[bundle.name] = {"version": bundle.version, "dir": str(folder), "cached": cached,
+                               "jars": len(list(folder.glob("*.jar")))}  # fmt: skip
+    if output == "json":
+        emit_json(result)
+    else:
+        for name, r in result.items():
+            click.echo(f"{name:<16} {r['version']:<8} {r['jars']:>3} jars  {'cached' if r['cached'] else 'fetched'}"
+                       f"  {r['dir']}")  # fmt: skip

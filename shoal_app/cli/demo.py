@@ -1,0 +1,201 @@
+"""`shoal demo`: the full demo (issue 8 item 1), or with --roundtrip the foundation round trip.
+
+The full demo starts its own cluster in ``--data-dir`` (default ~/.shoal/demo), shows ingest,
+replication, a leader killed and the failover, a restart, a compaction and ``shoal verify``, and
+stops everything it started (see :mod:`shoal_app.demo.full`). Exit code 0 only if everything held.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import click
+
+from shoal.cluster_file import ClusterInfo
+from shoal.errors import ClusterFileError, ShoalError
+from shoal_app.cli.context import CliContext, emit_json, output_option, progress
+from shoal_app.runtime import launcher
+
+DEFAULT_DEMO_DIR = Path.home() / ".shoal" / "demo"
+
+
+def _running_cluster(obj: CliContext) -> ClusterInfo | None:
+    try:
+        info = obj.cluster()
+    except ClusterFileError:
+        return None
+    return info if launcher.status(info)["healthy"] else None
+
+
+def _echo_err(line: str) -> None:
+    click.echo(line, err=True)
+
+
+@click.command("demo")
+@click.option("--roundtrip", is_flag=True, help="Only the foundation round trip (ZooKeeper CAS, Kafka txn, Spark).")
+@click.option("--stop", "stop_kept", is_flag=True, help="Stop a demo left running by --keep-running, and exit.")
+@click.option(
+    "--data-dir",
+    "demo_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Where the demo cluster lives (default ~/.shoal/demo; emptied and re-made at each run).",
+)
+@click.option(
+    "--events",
+    type=click.IntRange(10, 10_000_000),
+    default=20_000,
+    show_default=True,
+    help="Events the generator writes.",
+)
+@click.option(
+    "--rate", type=click.FloatRange(1, 1_000_000), default=400.0, show_default=True, help="Events per second."
+)
+@click.option(
+    "--partitions",
+    type=click.IntRange(2, 64),
+    default=4,
+    show_default=True,
+    help="Partitions of the demo table (split points on event_id).",
+)
+@click.option(
+    "--kill-at",
+    type=click.FloatRange(0.01, 0.99),
+    default=0.4,
+    show_default=True,
+    help="Kill a leader once this fraction of the events is in shoal (or the generator is nearly done).",
+)
+@click.option(
+    "--monitor-port",
+    type=click.IntRange(0, 65535),
+    default=0,
+    show_default=True,
+    help="Port of `shoal monitor` (0: a free port).",
+)
+@click.option(
+    "--keep-running", is_flag=True, help="Leave the cluster, monitor and ingest job running, to explore (stop: --stop)."
+)
+@click.option("--spark-master", default="local[2]", show_default=True, help="Spark master URL.")
+@output_option
+@click.pass_obj
+def demo_command(
+    obj: CliContext,
+    roundtrip: bool,
+    stop_kept: bool,
+    demo_dir: Path | None,
+    events: int,
+    rate: float,
+    partitions: int,
+    kill_at: float,
+    monitor_port: int,
+    keep_running: bool,
+    spark_master: str,
+    output: str,
+) -> None:
+    """Run the full demo: a 3-node cluster, Spark ingest, a leader killed, failover, compaction, verify.
+
+    Prints progress to stderr and a summary to stdout (--output json: one object). Exit code 0 only if
+    the failover happened, a compaction was committed, `shoal verify` agreed and every acknowledged
+    event is in shoal exactly once. Everything it starts is stopped at the end, on failure and on
+    Ctrl-C/SIGTERM, unless --keep-running.
+    """
+    if roundtrip:
+        _roundtrip(obj, keep_running, spark_master, output)
+        return
+    from shoal_app.demo import full
+    from shoal_app.demo.processes import check_data_dir
+    from shoal_app.demo.report import explore_lines, summary_lines
+
+    data_dir = (demo_dir or DEFAULT_DEMO_DIR).expanduser().absolute()
+    if stop_kept:
+        stopped = full.stop_kept(data_dir, progress)
+        if output == "json":
+            emit_json({"stopped": stopped})
+        else:
+            click.echo("stopped: " + (", ".join(stopped) if stopped else "nothing was running"))
+        return
+    check_data_dir(data_dir)  # a foreign or still-running dir is refused before anything starts
+    config = full.FullDemoConfig(
+        data_dir=data_dir,
+        cache_dir=obj.cache_dir,
+        events=events,
+        rate_per_s=rate,
+        partitions=partitions,
+        kill_at=kill_at,
+        spark_master=spark_master,
+        monitor_port=monitor_port,
+        keep_running=keep_running,
+    )
+    try:
+        summary = full.run(config, _echo_err)
+    except (KeyboardInterrupt, full.DemoInterrupted):
+        click.echo("interrupted: everything the demo started was stopped", err=True)
+        sys.exit(130)
+    if output == "json":
+        emit_json(summary)
+    else:
+        for line in summary_lines(summary):
+            click.echo(line)
+        if summary["kept_running"]:
+            for line in explore_lines(summary["data_dir"], summary["table"], summary["monitor"]["url"]):
+                click.echo(line)
+    if not summary["ok"]:
+        sys.exit(1)
+
+
+def _roundtrip(obj: CliContext, keep_running: bool, spark_master: str, output: str) -> None:
+    """The foundation round trip on the embedded local cluster (the demo before issue 8)."""
+    from shoal_app.demo import roundtrip
+    from spark_jobs.session import SparkConfig, build_session
+
+    t0 = time.monotonic()
+    info = _running_cluster(obj)
+    started_here = info is None
+    if info is None:
+        click.echo("starting the local cluster (ZooKeeper + Kafka)...", err=True)
+        info = launcher.up(
+            launcher.LocalClusterConfig(data_dir=obj.data_dir, cache_dir=obj.cache_dir), progress=progress
+        )
+    else:
+        click.echo(f"using the running cluster at {info.bootstrap_servers}", err=True)
+    run_id = uuid.uuid4().hex[:10]
+    topic = f"shoal-demo-{run_id}"
+    results: list[roundtrip.StepResult] = []
+    spark = None
+    try:
+        click.echo("1/3 ZooKeeper compare-and-swap...", err=True)
+        results.append(roundtrip.zookeeper_cas(info.zk_connect, run_id))
+        click.echo("2/3 Kafka transaction...", err=True)
+        results.append(roundtrip.kafka_transaction(info.bootstrap_servers, topic, run_id))
+        click.echo("3/3 Spark Structured Streaming read of the topic (starting Spark)...", err=True)
+        spark = build_session(SparkConfig(cache_dir=obj.cache_dir, master=spark_master, app_name="shoal-demo"))
+        results.append(roundtrip.spark_streaming_read(spark, info.bootstrap_servers, topic))
+        roundtrip.cleanup_topic(info.bootstrap_servers, topic)
+    finally:
+        if spark is not None:
+            spark.stop()
+        if started_here and not keep_running:
+            click.echo("stopping the local cluster...", err=True)
+            launcher.down(obj.cluster_file_path, progress=progress)
+    ok = all(r.ok for r in results)
+    if output == "json":
+        emit_json(
+            {
+                "ok": ok,
+                "seconds": round(time.monotonic() - t0, 1),
+                "steps": [{"name": r.name, "ok": r.ok, "seconds": round(r.seconds, 2), **r.details} for r in results],
+            }
+        )
+    else:
+        for r in results:
+            click.echo(f"[{'ok' if r.ok else 'FAILED'}] {r.name} ({r.seconds:.1f}s)")
+            for k, v in r.details.items():
+                click.echo(f"       {k}: {v}")
+        click.echo(f"round trip {'passed' if ok else 'FAILED'} in {time.monotonic() - t0:.1f}s")
+        if started_here and keep_running:
+            click.echo(f"cluster left running: {info.bootstrap_servers} (stop it with `shoal down`)")
+    if not ok:
+        raise ShoalError("the round trip failed; see the steps above")

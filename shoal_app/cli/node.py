@@ -1,0 +1,156 @@
+"""``shoal node`` (run a storage node) and ``shoal scan`` (read a table through the nodes)."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import click
+import pyarrow as pa
+
+from metadata.client import MetadataClient
+from metadata.election import read_epoch
+from metadata.table import ColumnType, TableDefinition
+from shoal.errors import SchemaError, ShoalError
+from shoal_app.cli.connection import connection_options, metadata_config
+from shoal_app.cli.context import CliContext
+
+log = logging.getLogger(__name__)
+
+
+@click.command("node")
+@click.option("--id", "server_id", required=True, help="This node's server id (e.g. node-1).")
+@click.option("--data-dir", "node_data_dir", type=click.Path(path_type=Path), default=None,
+              help="Where this node keeps segments (default <cluster data dir>/nodes/<id>).")  # fmt: skip
+@click.option("--flight-host", default="127.0.0.1", show_default=True, help="Address to serve scans on.")
+@click.option("--flight-port", type=int, default=0, show_default=True, help="Port for scans (0 = any free port).")
+@click.option("--flush-rows", type=int, default=None, help="Flush the memtable at this many rows.")
+@click.option("--flush-age", type=float, default=None, help="Flush the memtable at this age in seconds.")
+@click.option("--metrics-port", type=click.IntRange(0, 65535), default=None,
+              help="Serve Prometheus /metrics on this port (0 = any free port; default: no exporter).")  # fmt: skip
+@click.option("--metrics-host", default="127.0.0.1", show_default=True, help="Address to serve /metrics on.")
+@click.option("--max-minors-before-stall", type=click.IntRange(0), default=64, show_default=True,
+              help="Slow ingest (writer stall) while more minor segments than this await compaction.")  # fmt: skip
+@click.option("--minor-stall", "minor_stall_s", type=click.FloatRange(0, 60), default=0.2, show_default=True,
+              help="Seconds the leader sleeps per batch while stalled (0 = never stall).")  # fmt: skip
+@connection_options
+@click.pass_context
+def node_command(
+    ctx: click.Context,
+    server_id: str,
+    node_data_dir: Path | None,
+    flight_host: str,
+    flight_port: int,
+    flush_rows: int | None,
+    flush_age: float | None,
+    metrics_port: int | None,
+    metrics_host: str,
+    max_minors_before_stall: int,
+    minor_stall_s: float,
+    **conn: Any,
+) -> None:
+    """Run one storage node until SIGTERM: it leads the partitions discovery gives it."""
+    from storage_node.config import FlushPolicy, NodeConfig
+    from storage_node.node import StorageNode
+
+    try:
+        meta = metadata_config(conn)
+        obj = ctx.find_object(CliContext)
+        base = obj.data_dir if obj is not None else Path.home() / ".shoal" / "local"
+        defaults = FlushPolicy()
+        flush = FlushPolicy(
+            max_rows=flush_rows or defaults.max_rows,
+            max_bytes=defaults.max_bytes,
+            max_age_s=flush_age or defaults.max_age_s,
+        )
+        config = NodeConfig(
+            server_id=server_id,
+            data_dir=node_data_dir or base / "nodes" / server_id,
+            zk_hosts=meta.zk_hosts,
+            bootstrap_servers=meta.bootstrap_servers,
+            topic_prefix=meta.topic_prefix,
+            zk_root=meta.zk_root,
+            flight_host=flight_host,
+            flight_port=flight_port,
+            flush=flush,
+            metrics_port=metrics_port,
+            metrics_host=metrics_host,
+            max_minors_before_stall=max_minors_before_stall,
+            minor_stall_s=minor_stall_s,
+        )
+        StorageNode(config, metadata=meta).run()
+    except ShoalError as exc:
+        raise click.ClickException(f"{type(exc).__name__}: {exc}") from exc
+
+
+def _parse_key(table: TableDefinition, text: str | None) -> int | str | None:
+    if text is None:
+        return None
+    col = table.column(table.primary_key[0])
+    if col.type in (ColumnType.STRING,):
+        return text
+    try:
+        return int(text)
+    except ValueError as exc:
+        raise SchemaError(f"key column {col.name!r} is {col.type.value}: {text!r} is not an integer") from exc
+
+
+@click.command("scan")
+@click.argument("table_name")
+@click.option("--node", "server_id", default=None, help="Ask this node (its replicas) instead of the leaders.")
+@click.option("--key", default=None, help="Only the row(s) with this first primary-key value.")
+@click.option("--from", "low", default=None, help="First primary-key value (inclusive).")
+@click.option("--to", "high", default=None, help="Last primary-key value (exclusive).")
+@click.option("--output", "-o", type=click.Choice(["table", "json"]), default="table", show_default=True,
+              help="table for people, json (one object per line) for scripts.")  # fmt: skip
+@connection_options
+@click.pass_context
+def scan_command(
+    ctx: click.Context,
+    table_name: str,
+    server_id: str | None,
+    key: str | None,
+    low: str | None,
+    high: str | None,
+    output: str,
+    **conn: Any,
+) -> None:
+    """Read TABLE: the newest version of every row (tombstones hidden), from the nodes over Arrow Flight."""
+    from metadata.node_registry import lookup_node
+    from shoal.scan import ScanRequest, scan_remote
+
+    if key is not None and (low is not None or high is not None):
+        raise click.UsageError("use either --key or --from/--to")
+    try:
+        with MetadataClient(metadata_config(conn)) as client:
+            file = client.coordinator.current(table_name)
+            definition = file.table
+            bounds = {"key": _parse_key(definition, key), "low": _parse_key(definition, low),
+                      "high": _parse_key(definition, high)}  # fmt: skip
+            parts: list[pa.Table] = []
+            if server_id is not None:
+                location = lookup_node(client.zk, client.layout, server_id)
+                parts.append(scan_remote(location, ScanRequest(table_name, None, **bounds)))
+            else:
+                for entry in file.partitions:
+                    leader = read_epoch(client.zk, client.layout, entry.partition_id).server_id
+                    if leader is None:
+                        raise ShoalError(f"partition {entry.partition_id} of {table_name} has no leader yet")
+                    location = lookup_node(client.zk, client.layout, leader)
+                    parts.append(scan_remote(location, ScanRequest(table_name, entry.partition_id, **bounds)))
+    except ShoalError as exc:
+        raise click.ClickException(f"{type(exc).__name__}: {exc}") from exc
+    result = pa.concat_tables(parts).sort_by([(k, "ascending") for k in definition.primary_key])
+    if output == "json":
+        for row in result.to_pylist():
+            click.echo(json.dumps(row, default=str, sort_keys=True))
+        return
+    names = result.column_names
+    rows = [[("" if v is None else str(v)) for v in r.values()] for r in result.to_pylist()]
+    widths = [max([len(n)] + [len(r[i]) for r in rows]) for i, n in enumerate(names)]
+    click.echo("  ".join(n.ljust(w) for n, w in zip(names, widths, strict=True)))
+    for r in rows:
+        click.echo("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)))
+    click.echo(f"({result.num_rows} rows)", err=True)

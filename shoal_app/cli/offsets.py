@@ -1,0 +1,212 @@
+"""``shoal offsets [TABLE]``: replication indexes, lag and status of every channel (issue 7).
+
+For each partition: leader and epoch; the ingest topic (accepted-by-leader index and lag); per WAL
+channel the Append and Tail indexes and, per replica, Consume and Ack indexes with lag in records,
+seconds and (estimated) bytes and a Burrow-style status; per segments channel which replicas acked
+each recent segment; and every Spark ingest query's lag. ``--output json`` prints the snapshot
+documented in :mod:`monitor.collector` (``--watch``: one JSON document per line, per poll).
+
+A status needs a window of polls: a single run sees only what one poll can prove (ERR: truncated
+past an Ack, a recreated topic; REWIND), unless ``--history-dir`` points at a window kept by an
+earlier run or by ``shoal monitor``. ``--watch`` polls every ``--interval`` seconds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import click
+
+from metadata.client import MetadataClient
+from monitor.collector import Collector
+from monitor.config import MonitorConfig
+from monitor.topology import read_topology
+from shoal.errors import ShoalError
+from shoal_app.cli.connection import connection_options, metadata_config
+from shoal_app.cli.context import output_option
+
+
+@contextlib.contextmanager
+def open_collector(
+    conn: dict[str, Any],
+    table: str | None,
+    *,
+    interval_s: float,
+    window_samples: int,
+    warn_samples: int | None = None,
+    history_dir: Path | None,
+) -> Iterator[Collector]:
+    """A collector over the cluster named by ``conn`` (options > env > cluster file), closed on exit."""
+    try:
+        meta = metadata_config(conn)
+        config = MonitorConfig(
+            bootstrap_servers=meta.bootstrap_servers,
+            topic_prefix=meta.topic_prefix,
+            interval_s=interval_s,
+            window_samples=window_samples,
+            warn_samples=warn_samples,
+            history_dir=history_dir,
+        )
+    except ShoalError as exc:
+        raise click.ClickException(f"{type(exc).__name__}: {exc}") from exc
+    client = MetadataClient(meta)
+    try:
+        if table is not None:
+            client.coordinator.head(table)  # an unknown table is an error now, not an empty report
+        collector = Collector(config, lambda: read_topology(config.topics, client.coordinator, table))
+        try:
+            yield collector
+        finally:
+            collector.close()
+    finally:
+        client.close()
+
+
+def _num(v: Any) -> str:
+    return "-" if v is None else str(v)
+
+
+def _lag(r: dict[str, Any]) -> str:
+    parts = [f"lag {r.get('lag_records', '-')}"]
+    if r.get("lag_seconds") is not None:
+        parts.append(f"{r['lag_seconds']:.1f}s")
+    if r.get("lag_bytes_estimate") is not None:
+        parts.append(f"~{r['lag_bytes_estimate']} B")
+    return ", ".join(parts)
+
+
+def format_table(snap: dict[str, Any]) -> str:
+    """The snapshot for people, one block per partition (like ``kafka-consumer-groups --describe``)."""
+    out = [f"cluster {snap['cluster_id']}  status {snap['status']}"]
+    for t in snap["tables"]:
+        for p in t["partitions"]:
+            lead = p["leader"]
+            who = "none" if lead is None else f"{lead['server_id']}#{lead['placement_id']}"
+            if lead is not None and not lead["alive"]:
+                who += " (not alive)"
+            out.append(
+                f"table {t['table']} partition {p['partition_id']}  leader {who} epoch {p['epoch']} "
+                f"(leader changes {p['leader_changes']})  {p['status']}"
+            )
+            ing = p["ingest"]
+            if ing["exists"]:
+                out.append(
+                    f"  ingest   accepted {_num(ing['accepted_index'])} / end {ing['log_end']}  {_lag(ing)}  "
+                    f"{ing['status']}  {ing['reason']}"
+                )
+            else:
+                out.append(f"  ingest   no topic  {ing['status']}")
+            for c in p["wal"]:
+                name = f"wal#{c['owner']['placement_id']} ({c['owner']['server_id']}"
+                name += ", leader)" if c["is_leader_channel"] else ")"
+                if not c["exists"]:
+                    if c["status"] != "OK":
+                        out.append(f"  {name}  {c['status']}  {c['reason']}")
+                    continue
+                out.append(f"  {name}  append {c['append_index']}  tail {c['tail_index']}")
+                for r in c["replicas"]:
+                    out.append(
+                        f"    {r['server_id']}#{r['placement_id']}  ack {_num(r['ack_index'])}  consume "
+                        f"{_num(r['consume_index'])}  {_lag(r)}  {r['status']}  {r['reason']}"
+                    )
+            for c in p["segments"]:
+                if not c["exists"]:
+                    if c["status"] != "OK":
+                        out.append(f"  segments#{c['owner']['placement_id']}  {c['status']}  {c['reason']}")
+                    continue
+                out.append(
+                    f"  segments#{c['owner']['placement_id']} ({c['owner']['server_id']})  {c['manifests']} segments, "
+                    f"{c['majors']} major, {c['minors_awaiting_compaction']} minors awaiting compaction"
+                )
+                for r in c["replicas"]:
+                    out.append(
+                        f"    {r['server_id']}#{r['placement_id']}  ack {_num(r['ack_index'])}  unacked segments "
+                        f"{r['unacked_segments']}  {_lag(r)}  {r['status']}  {r['reason']}"
+                    )
+                for s in c["recent"]:
+                    kind = "major" if s["is_major"] else "minor"
+                    acked = ", ".join(f"#{a}" for a in s["acked_by"]) or "nobody"
+                    out.append(f"      @{s['offset']} {s['segment_id']} {kind}  acked by {acked}")
+    for q in snap["spark_queries"]:
+        out.append(f"spark query {q['query']}  lag {q['lag_records']}  {q['status']}")
+        for pp in q["partitions"]:
+            out.append(
+                f"  {pp['topic']}[{pp['partition']}]  committed {_num(pp['committed'])} / end {pp['log_end']}  "
+                f"{_lag(pp)}  {pp['status']}"
+            )
+    if snap["problems"]:
+        out.append("problems:")
+        out += [f"  {pr['status']:<6} {pr['where']}: {pr['reason']}" for pr in snap["problems"]]
+    return "\n".join(out)
+
+
+@click.command("offsets")
+@click.argument("table", required=False)
+@click.option("--watch", is_flag=True, help="Poll again every --interval seconds until interrupted.")
+@click.option(
+    "--interval", type=click.FloatRange(0.05, 3600), default=5.0, show_default=True, help="Seconds between polls."
+)
+@click.option(
+    "--window", type=click.IntRange(2, 10_000), default=12, show_default=True, help="Polls in the status window."
+)
+@click.option(
+    "--warn-samples",
+    type=click.IntRange(1, 10_000),
+    default=None,
+    help="Polls of growing lag before WARN (default half the window).",
+)
+@click.option("--count", type=click.IntRange(1), default=None, help="With --watch: stop after this many polls.")
+@click.option(
+    "--history-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Keep (and reuse) the window in DIR/monitor-history.json, e.g. the one of `shoal monitor`.",
+)
+@output_option
+@connection_options
+def offsets_command(
+    table: str | None,
+    watch: bool,
+    interval: float,
+    window: int,
+    warn_samples: int | None,
+    count: int | None,
+    history_dir: Path | None,
+    output: str,
+    **conn: Any,
+) -> None:
+    """Replication indexes, lag and status of every channel of TABLE (or of every table)."""
+    if warn_samples is not None and warn_samples > window:
+        raise click.BadParameter(f"must be at most --window ({window})", param_hint="--warn-samples")
+    polls = (count or 0) if watch else 1
+    with open_collector(
+        conn, table, interval_s=interval, window_samples=window, warn_samples=warn_samples, history_dir=history_dir
+    ) as collector:
+        n = 0
+        while True:
+            started = time.monotonic()
+            try:
+                snap = collector.poll()
+            except ShoalError as exc:
+                raise click.ClickException(f"{type(exc).__name__}: {exc}") from exc
+            n += 1
+            if output == "json":
+                click.echo(json.dumps(snap, sort_keys=True, indent=None if watch else 2))
+            else:
+                if watch:
+                    click.echo(f"--- poll {n} at {time.strftime('%H:%M:%S')}")
+                click.echo(format_table(snap))
+            if not watch or (polls and n >= polls):
+                return
+            try:
+                time.sleep(max(0.0, interval - (time.monotonic() - started)))
+            except KeyboardInterrupt:
+                return
+
+
+__all__ = ["format_table", "offsets_command", "open_collector"]

@@ -1,0 +1,235 @@
+"""``shoal spark ingest`` (Kafka topic -> table) and ``shoal spark compact`` (the compaction service).
+
+Both start their own SparkSession (``--master``, default local[*]; the Kafka connector jars come from
+the jar cache) and run until SIGTERM/SIGINT, or until the input is processed with ``--available-now``
+/ ``--once``. Connection settings: options > SHOAL_* environment > the cluster file of ``shoal up``.
+DESIGN.md section 9.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import signal
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import click
+
+from shoal.errors import ShoalError
+from shoal_app.cli.connection import connection_options, metadata_config
+from shoal_app.cli.context import CliContext, emit_json, output_option
+
+log = logging.getLogger(__name__)
+
+
+def _context() -> CliContext:
+    ctx = click.get_current_context()
+    obj = ctx.find_object(CliContext)
+    if obj is None:
+        from shoal_app.cli.context import context_from_env
+
+        obj = context_from_env(None, None)
+    return obj
+
+
+def _session(master: str, app: str) -> Any:
+    from spark_jobs.session import SparkConfig, build_session
+
+    return build_session(SparkConfig(cache_dir=_context().cache_dir, master=master, app_name=app))
+
+
+@contextlib.contextmanager
+def _stop_on_signals() -> Iterator[threading.Event]:
+    """An event set by SIGTERM/SIGINT while the block runs (the previous handlers are restored after)."""
+    stop = threading.Event()
+
+    def handler(signum: int, _frame: FrameType | None) -> None:
+        log.info("signal %d: stopping", signum)
+        stop.set()
+
+    previous = {}
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            previous[sig] = signal.signal(sig, handler)
+    try:
+        yield stop
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+master_option = click.option(
+    "--master", default="local[*]", show_default=True, help="Spark master URL (local[*], spark://host:7077, ...)."
+)
+
+
+@click.group("spark")
+def spark_group() -> None:
+    """Spark jobs: Kafka ingest into a table, and the compaction service."""
+
+
+@spark_group.command("ingest")
+@click.option("--topic", "source_topic", required=True, help="The external Kafka topic to read.")
+@click.option("--table", required=True, help="The shoal table to write to.")
+@click.option("--format", "fmt", type=click.Choice(["json", "avro"]), default="json", show_default=True,
+              help="How the source records are encoded (avro: schemaless Avro binary).")  # fmt: skip
+@click.option("--avro-schema", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+              help="Writer schema (.avsc) of Avro records (default: the table's Avro schema).")  # fmt: skip
+@click.option("--starting-offsets", default="earliest", show_default=True,
+              help="Where a new query starts: earliest, latest or Spark's JSON offsets (not on restart).")  # fmt: skip
+@click.option("--max-offsets-per-trigger", type=click.IntRange(min=1), default=None,
+              help="At most this many source records per micro-batch.")  # fmt: skip
+@click.option("--checkpoint", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Checkpoint (default <data dir>/spark/ingest/<query name>); a restart continues there.")  # fmt: skip
+@click.option("--query-name", default=None, help="Query name (default ingest-<table>); its offsets are mirrored "
+              "to consumer group <prefix>.spark.<query name>.")  # fmt: skip
+@click.option("--fail-on-data-loss/--no-fail-on-data-loss", default=True, show_default=True,
+              help="Fail when source offsets were deleted (retention) or the topic was reset.")  # fmt: skip
+@click.option("--source-bootstrap-servers", default=None, help="Kafka of the source topic (default: shoal's).")
+@click.option("--available-now", is_flag=True, help="Process what the topic holds now, then stop.")
+@click.option("--trigger-interval", default=None, help="Micro-batch interval, e.g. '10 seconds' (default: ASAP).")
+@master_option
+@output_option
+@connection_options
+def ingest_command(
+    source_topic: str,
+    table: str,
+    fmt: str,
+    avro_schema: Path | None,
+    starting_offsets: str,
+    max_offsets_per_trigger: int | None,
+    checkpoint: Path | None,
+    query_name: str | None,
+    fail_on_data_loss: bool,
+    source_bootstrap_servers: str | None,
+    available_now: bool,
+    trigger_interval: str | None,
+    master: str,
+    output: str,
+    **conn: Any,
+) -> None:
+    """Read a Kafka topic with Structured Streaming, parse it, and write it to TABLE with the shoal sink.
+
+    Malformed records go to the deadletter topic with a reason (and are counted); the rest are written.
+    """
+    from spark_jobs.ingest import IngestConfig, SourceFormat, start_ingest
+
+    if avro_schema is not None and fmt != "avro":
+        raise click.UsageError("--avro-schema is only used with --format avro")
+    name = query_name or f"ingest-{table}"
+    try:
+        config = IngestConfig(
+            source_topic=source_topic,
+            table=table,
+            connection=metadata_config(conn),
+            checkpoint=checkpoint or _context().data_dir / "spark" / "ingest" / name,
+            query_name=name,
+            format=SourceFormat(fmt),
+            avro_schema=avro_schema.read_text(encoding="utf-8") if avro_schema is not None else None,
+            source_bootstrap_servers=source_bootstrap_servers,
+            starting_offsets=starting_offsets,
+            max_offsets_per_trigger=max_offsets_per_trigger,
+            fail_on_data_loss=fail_on_data_loss,
+            available_now=available_now,
+            trigger_interval=trigger_interval,
+        )
+        spark = _session(master, f"shoal-ingest-{name}")
+        job = start_ingest(spark, config)
+        try:
+            with _stop_on_signals() as stop:
+                while not stop.is_set() and job.query.isActive:
+                    job.await_termination(1)
+        finally:
+            error = job.query.exception()
+            job.stop()
+    except ShoalError as exc:
+        raise click.ClickException(f"{type(exc).__name__}: {exc}") from exc
+    summary = {
+        "query": name,
+        "query_id": str(job.query.id),
+        "checkpoint": str(config.checkpoint),
+        "malformed_to_deadletter": job.malformed_count,
+        "batches": job.mirror.batches,
+        "consumer_group": config.group,
+        "mirrored_offsets": {f"{t}/{p}": o for (t, p), o in sorted(job.mirror.committed.items())},
+        "error": None if error is None else str(error)[:2000],
+    }
+    if output == "json":
+        emit_json(summary)
+    else:
+        for key, value in summary.items():
+            click.echo(f"{key:26} {value}")
+    if error is not None:
+        raise click.ClickException(f"the ingest query failed: {str(error)[:500]}")
+
+
+@spark_group.command("compact")
+@click.option("--table", default=None, help="Only this table (default: every table with segments).")
+@click.option("--once", is_flag=True, help="Read the segments channels now, compact what is due, wait, exit.")
+@click.option("--min-minors", type=click.IntRange(min=1), default=8, show_default=True,
+              help="Compact a partition with at least this many minors since its latest major.")  # fmt: skip
+@click.option("--min-bytes", type=click.IntRange(min=1), default=256 * 1024 * 1024, show_default=True,
+              help="... or at least this many bytes of such minors.")  # fmt: skip
+@click.option("--max-age", type=click.FloatRange(min=0, min_open=True), default=3600.0, show_default=True,
+              help="... or whose oldest such minor is older than this many seconds.")  # fmt: skip
+@click.option("--full", is_flag=True, help="Also drop tombstones (a full compaction).")
+@click.option("--check-interval", type=click.FloatRange(min=0, min_open=True), default=30.0, show_default=True,
+              help="Seconds between checks of the age threshold (the service mode).")  # fmt: skip
+@click.option("--commit-timeout", type=click.FloatRange(min=0, min_open=True), default=120.0, show_default=True,
+              help="Seconds to wait for the leader to commit a published major.")  # fmt: skip
+@master_option
+@output_option
+@connection_options
+def compact_command(
+    table: str | None,
+    once: bool,
+    min_minors: int,
+    min_bytes: int,
+    max_age: float,
+    full: bool,
+    check_interval: float,
+    commit_timeout: float,
+    master: str,
+    output: str,
+    **conn: Any,
+) -> None:
+    """Compact partitions: fold the minors since each latest major into a new major, committed by the leader."""
+    from spark_jobs.compaction.policy import CompactionPolicy
+    from spark_jobs.compaction.service import CompactionConfig, CompactionService, describe
+
+    try:
+        config = CompactionConfig(
+            connection=metadata_config(conn),
+            policy=CompactionPolicy(min_minors=min_minors, min_bytes=min_bytes, max_age_s=max_age, full=full),
+            table=table,
+            check_interval_s=check_interval,
+            commit_timeout_s=commit_timeout,
+        )
+        spark = _session(master, "shoal-compaction")
+        with CompactionService(spark, config) as service:
+            if once:
+                outcomes = service.run_once()
+            else:
+                with _stop_on_signals() as stop:
+                    service.run(stop)
+                outcomes = service.outcomes
+    except ShoalError as exc:
+        raise click.ClickException(f"{type(exc).__name__}: {exc}") from exc
+    rows = describe(outcomes)
+    failures = list(service.failures)
+    if output == "json":
+        emit_json(rows)
+    elif not rows and not failures:
+        click.echo("nothing to compact")
+    for r in rows:
+        state = {True: "committed", False: "not committed", None: "published"}[r["committed"]]
+        if output != "json":
+            click.echo(f"{r['partition_id']}  {r['segment_id']}  {state}  {r['rows']} rows  {r['bytes']} bytes  "
+                       f"{r['folded']} segments  epoch {r['epoch']}  ({r['reason']})")  # fmt: skip
+    if failures:
+        detail = "; ".join(f"{pid}: {err}" for pid, err in failures)
+        raise click.ClickException(f"{len(failures)} compaction(s) failed: {detail[:2000]}")

@@ -1,0 +1,254 @@
+"""``shoal table``: create, describe, list and history of tables (their METADATA files)."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+import click
+
+from metadata.client import MetadataClient
+from metadata.coordinator import MetadataCoordinator
+from metadata.metadata_file import MetadataFile, Placement
+from metadata.table import Column, TableDefinition
+from shoal.errors import ShoalError
+from shoal_app.cli.connection import connection_options, metadata_config
+from shoal_app.cli.context import output_option
+
+T = TypeVar("T")
+
+
+@contextmanager
+def _coordinator(
+    zk_hosts: str | None, bootstrap_servers: str | None, topic_prefix: str | None, zk_root: str | None
+) -> Iterator[MetadataCoordinator]:
+    try:
+        config = metadata_config(
+            {"zk_hosts": zk_hosts, "bootstrap_servers": bootstrap_servers, "topic_prefix": topic_prefix,
+             "zk_root": zk_root}
+        )  # fmt: skip
+        with MetadataClient(config) as client:
+            yield client.coordinator
+    except ShoalError as exc:
+        raise click.ClickException(f"{type(exc).__name__}: {exc}") from exc
+
+
+@click.group("table")
+def table_group() -> None:
+    """Tables and their partitioning (METADATA files)."""
+
+
+@table_group.command("create")
+@click.argument("name")
+@click.option("--column", "columns", multiple=True, metavar="NAME:TYPE[:not_null]", help="A column (repeatable).")
+@click.option("--schema-file", type=click.File("r"), help="JSON table definition {columns, primary_key, ...}.")
+@click.option("--primary-key", "primary_key", multiple=True, help="Primary key column (repeatable, in order).")
+@click.option("--partition-key", help="The partition key column (uint64 or string; part of the primary key).")
+@click.option("--replication-factor", type=int, default=None, help="Replicas per partition (default 3).")
+@click.option("--server", "servers", multiple=True, required=True, help="A server to place partitions on.")
+@click.option("--split-point", "split_points", multiple=True, help="Initial split point (repeatable, ascending).")
+@connection_options
+def create(
+    name: str,
+    columns: tuple[str, ...],
+    schema_file: Any,
+    primary_key: tuple[str, ...],
+    partition_key: str | None,
+    replication_factor: int | None,
+    servers: tuple[str, ...],
+    split_points: tuple[str, ...],
+    **conn: Any,
+) -> None:
+    """Create table NAME with one partition, or one more than the given split points."""
+    try:
+        if schema_file is not None:
+            try:
+                data = json.load(schema_file)
+            except json.JSONDecodeError as exc:
+                raise click.BadParameter(f"not JSON: {exc}", param_hint="--schema-file") from exc
+            if not isinstance(data, dict):
+                raise click.BadParameter("must be a JSON object", param_hint="--schema-file")
+            data = {**data, "name": name}
+            if primary_key:
+                data["primary_key"] = list(primary_key)
+            if partition_key:
+                data["partition_key"] = partition_key
+            if replication_factor is not None:
+                data["replication_factor"] = replication_factor
+            table = TableDefinition.from_json(data)
+        else:
+            if not columns:
+                raise click.UsageError("give --column NAME:TYPE (repeatable) or --schema-file")
+            if not primary_key:
+                raise click.UsageError("give --primary-key")
+            table = TableDefinition(
+                name,
+                tuple(Column.parse(c) for c in columns),
+                primary_key,
+                partition_key or primary_key[0],
+                3 if replication_factor is None else replication_factor,
+            )
+        points = [table.keyspace.parse_text(p) for p in split_points]
+    except ShoalError as exc:
+        raise click.ClickException(f"{type(exc).__name__}: {exc}") from exc
+    with _coordinator(**conn) as coord:
+        try:
+            file = coord.create_table(table, servers, points)
+        except ShoalError as exc:
+            raise click.ClickException(f"{type(exc).__name__}: {exc}") from exc
+    click.echo(f"created table {file.table.name}: txnid {file.txnid}, {len(file.partitions)} partition(s)")
+
+
+def _placements(ps: tuple[Placement, ...]) -> list[dict[str, Any]]:
+    return [{"server_id": p.server_id, "placement_id": p.placement_id} for p in ps]
+
+
+def describe_json(coord: MetadataCoordinator, name: str) -> dict[str, Any]:
+    head = coord.head(name)
+    file = coord.current(name)
+    ks = file.table.keyspace
+    parts = []
+    for entry, krange in file.ranges():
+        status = coord.partition_status(entry.partition_id)
+        part: dict[str, Any] = {
+            "partition_id": entry.partition_id,
+            "begin": ks.to_json(krange.begin),
+            "end": ks.to_json(krange.end),
+            "servers": _placements(entry.servers),
+            "servers_joining": _placements(entry.servers_joining),
+            "servers_leaving": _placements(entry.servers_leaving),
+            "leader": None
+            if status.leader_server_id is None
+            else {
+                "server_id": status.leader_server_id,
+                "placement_id": status.leader_placement_id,
+                "alive": status.leader_alive,
+            },
+            "epoch": status.epoch,
+            "splitting": entry.splitting,
+        }
+        if entry.splitting:
+            part["split"] = {
+                "split_point": ks.to_json(entry.split_point),
+                "split_partition_id_low": entry.split_partition_id_low,
+                "split_partition_id_high": entry.split_partition_id_high,
+                "split_servers_low": _placements(entry.split_servers_low),
+                "split_servers_high": _placements(entry.split_servers_high),
+            }
+        parts.append(part)
+    return {
+        "table": file.table.to_json(),
+        "metadata_txnid": head.metadata_txnid,
+        "metadata_sequence": head.metadata_sequence,
+        "metadata_servers": list(head.metadata_servers),
+        "partitions": parts,
+    }
+
+
+def _fmt_placements(ps: list[dict[str, Any]]) -> str:
+    return ", ".join(f"{p['server_id']}#{p['placement_id']}" for p in ps) or "-"
+
+
+@table_group.command("describe")
+@click.argument("name")
+@output_option
+@connection_options
+def describe(name: str, output: str, **conn: Any) -> None:
+    """Show the current METADATA of table NAME, with the leader and epoch of each partition."""
+    with _coordinator(**conn) as coord:
+        try:
+            info = describe_json(coord, name)
+        except ShoalError as exc:
+            raise click.ClickException(f"{type(exc).__name__}: {exc}") from exc
+    if output == "json":
+        click.echo(json.dumps(info, indent=2, sort_keys=True))
+        return
+    t = info["table"]
+    cols = ", ".join(f"{c['name']} {c['type']}{'' if c['nullable'] else ' not null'}" for c in t["columns"])
+    click.echo(f"table {t['name']} ({cols})")
+    click.echo(f"  primary key {', '.join(t['primary_key'])}; partition key {t['partition_key']} ({t['keyspace']})")
+    click.echo(f"  replication factor {t['replication_factor']}")
+    click.echo(f"  metadata txnid {info['metadata_txnid']} sequence {info['metadata_sequence']}")
+    click.echo(f"  metadata servers {', '.join(info['metadata_servers']) or '-'}")
+    for p in info["partitions"]:
+        begin = "-inf" if p["begin"] is None else repr(p["begin"])
+        end = "+inf" if p["end"] is None else repr(p["end"])
+        leader = p["leader"]
+        lead = "none" if leader is None else f"{leader['server_id']}#{leader['placement_id']}"
+        if leader is not None and not leader["alive"]:
+            lead += " (not alive)"
+        click.echo(f"  partition {p['partition_id']} [{begin}, {end})  leader {lead} epoch {p['epoch']}")
+        click.echo(f"    servers {_fmt_placements(p['servers'])}")
+        if p["servers_joining"]:
+            click.echo(f"    joining {_fmt_placements(p['servers_joining'])}")
+        if p["servers_leaving"]:
+            click.echo(f"    leaving {_fmt_placements(p['servers_leaving'])}")
+        if p["splitting"]:
+            s = p["split"]
+            click.echo(
+                f"    splitting at {s['split_point']!r} into {s['split_partition_id_low']} "
+                f"({_fmt_placements(s['split_servers_low'])}) and {s['split_partition_id_high']} "
+                f"({_fmt_placements(s['split_servers_high'])})"
+            )
+
+
+@table_group.command("list")
+@output_option
+@connection_options
+def list_tables(output: str, **conn: Any) -> None:
+    """List the tables."""
+    with _coordinator(**conn) as coord:
+        try:
+            rows = [(name, coord.head(name)) for name in coord.list_tables()]
+        except ShoalError as exc:
+            raise click.ClickException(f"{type(exc).__name__}: {exc}") from exc
+    if output == "json":
+        click.echo(
+            json.dumps(
+                [
+                    {"table": n, "metadata_txnid": h.metadata_txnid, "metadata_sequence": h.metadata_sequence}
+                    for n, h in rows
+                ],
+                indent=2,
+            )
+        )
+        return
+    for name, head in rows:
+        click.echo(f"{name}\tsequence {head.metadata_sequence}\ttxnid {head.metadata_txnid}")
+
+
+def _history_row(f: MetadataFile) -> dict[str, Any]:
+    return {
+        "sequence": f.sequence,
+        "txnid": f.txnid,
+        "parent_txnid": f.parent_txnid,
+        "change": f.change.value,
+        "summary": f.change_summary,
+        "created_at_ms": f.created_at_ms,
+        "partitions": len(f.partitions),
+    }
+
+
+@table_group.command("history")
+@click.argument("name")
+@output_option
+@connection_options
+def history(name: str, output: str, **conn: Any) -> None:
+    """The committed METADATA transactions of table NAME, oldest first."""
+    with _coordinator(**conn) as coord:
+        try:
+            chain = coord.history(name)
+        except ShoalError as exc:
+            raise click.ClickException(f"{type(exc).__name__}: {exc}") from exc
+    if output == "json":
+        click.echo(json.dumps([_history_row(f) for f in chain], indent=2))
+        return
+    for f in chain:
+        when = _dt.datetime.fromtimestamp(f.created_at_ms / 1000, tz=_dt.UTC).strftime("%Y-%m-%d %H:%M:%S")
+        click.echo(f"{f.sequence:>6}  {when}  {f.txnid}  {f.change.value:<16} {f.change_summary}")
+
+
+__all__ = ["describe_json", "table_group"]

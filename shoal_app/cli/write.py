@@ -1,0 +1,105 @@
+"""``shoal write TABLE [FILE|-]``: write JSON lines (one object per line) to a table through the producer.
+
+All-or-nothing per chunk (``--chunk-rows``, default: the whole input is one chunk): every line of a
+chunk is parsed and validated before any of it is sent. A bad line is reported with its line number
+and column, and nothing of its chunk is sent. ``--delete`` treats each line as a primary key to delete.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import IO, Any
+
+import click
+
+from producer import DeliveryReport, Producer, ProducerConfig, RowValidationError
+from shoal.errors import ShoalError
+from shoal_app.cli.connection import connection_options, with_cluster_defaults
+from shoal_app.cli.context import emit_json, output_option
+
+
+def _chunks(stream: IO[str], chunk_rows: int) -> Any:
+    """Yield (rows, line numbers) chunks; raise ClickException on a line that is not a JSON object."""
+    rows: list[Any] = []
+    lines: list[int] = []
+    for number, line in enumerate(stream, start=1):
+        if not line.strip():
+            continue
+        try:
+            value = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise click.ClickException(f"line {number}: not valid JSON: {exc.msg}") from exc
+        if not isinstance(value, dict):
+            raise click.ClickException(f"line {number}: expected a JSON object, got {type(value).__name__}")
+        rows.append(value)
+        lines.append(number)
+        if chunk_rows and len(rows) >= chunk_rows:
+            yield rows, lines
+            rows, lines = [], []
+    if rows:
+        yield rows, lines
+
+
+@click.command("write")
+@click.argument("table")
+@click.argument("file", type=click.File("r"), default="-")
+@click.option("--delete", "delete", is_flag=True, help="Each line is a primary key (a JSON object) to delete.")
+@click.option("--chunk-rows", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Validate and send this many lines at a time (0 = the whole input at once).")  # fmt: skip
+@click.option("--sync/--no-sync", "do_sync", default=False, help="Wait until the leaders accepted the rows.")
+@click.option("--timeout", type=float, default=60.0, show_default=True, help="Seconds for flush and sync.")
+@output_option
+@connection_options
+def write_command(
+    table: str,
+    file: IO[str],
+    delete: bool,
+    chunk_rows: int,
+    do_sync: bool,
+    timeout: float,
+    output: str,
+    **conn: Any,
+) -> None:
+    """Write JSON lines from FILE (or stdin) to TABLE."""
+    reports: list[DeliveryReport] = []
+    rows_sent = 0
+    try:
+        conn = with_cluster_defaults(conn)
+        config = ProducerConfig.from_env(
+            zk_hosts=conn.get("zk_hosts"),
+            bootstrap_servers=conn.get("bootstrap_servers"),
+            topic_prefix=conn.get("topic_prefix"),
+            zk_root=conn.get("zk_root"),
+        )
+        with Producer(config, on_delivery=reports.append) as producer:
+            for rows, lines in _chunks(file, chunk_rows):
+                try:
+                    result = producer.delete(table, rows) if delete else producer.write(table, rows)
+                except RowValidationError as exc:
+                    where = f"line {lines[exc.row]}" if exc.row is not None and exc.row < len(lines) else "input"
+                    column = f", column {exc.column!r}" if exc.column else ""
+                    sent = f" ({rows_sent} rows of earlier chunks were sent)" if rows_sent else " (nothing was sent)"
+                    raise click.ClickException(f"{where}{column}: {exc.reason}{sent}") from exc
+                rows_sent += result.rows
+            producer.flush(timeout)
+            if do_sync:
+                producer.sync(timeout)
+    except ShoalError as exc:
+        raise click.ClickException(f"{type(exc).__name__}: {exc}") from exc
+    if output == "json":
+        emit_json(
+            {
+                "table": table,
+                "rows": rows_sent,
+                "batches": len(reports),
+                "synced": do_sync,
+                "deliveries": [r.to_json() for r in reports],
+            }
+        )
+    else:
+        partitions = len({r.partition_id for r in reports})
+        verb = "deleted" if delete else "wrote"
+        click.echo(
+            f"{verb} {rows_sent} rows to {table} in {len(reports)} batch(es) over {partitions} partition(s)"
+            + (" (accepted by the leaders)" if do_sync else "")
+        )

@@ -1,0 +1,186 @@
+"""Apache Kafka brokers in KRaft mode (combined broker + controller) on 127.0.0.1.
+
+With B brokers every node is also a controller voter (a static quorum of B). The replication
+defaults follow B: replication factor min(B, 3), min.insync.replicas min(B, 2), so B=3 gives the
+production shape RF=3 / min ISR=2.
+"""
+
+from __future__ import annotations
+
+import base64
+import subprocess
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from shoal.cluster_file import ProcessRecord
+from shoal.errors import RuntimeLaunchError
+from shoal.jvm import jars
+from shoal.jvm.java import java_executable, jvm_options
+from shoal_app.runtime.ports import is_listening
+from shoal_app.runtime.process import spawn
+
+_LOG4J2 = """status = warn
+appender.out.type = Console
+appender.out.name = OUT
+appender.out.layout.type = PatternLayout
+appender.out.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = WARN
+rootLogger.appenderRef.out.ref = OUT
+logger.server.name = kafka.server
+logger.server.level = INFO
+logger.raft.name = org.apache.kafka.raft
+logger.raft.level = WARN
+"""
+
+
+@dataclass(frozen=True)
+class BrokerPorts:
+    node_id: int
+    broker_port: int
+    controller_port: int
+
+
+def new_cluster_id() -> str:
+    """A Kafka cluster id: 16 random bytes, base64url without padding (Kafka's Uuid form).
+
+    Never starting with '-': ``kafka-storage format -t -xyz`` would read it as an option (Kafka's own
+    ``Uuid.randomUuid`` redraws such ids for the same reason)."""
+    while True:
+        cid = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cid.startswith("-"):
+            return cid
+
+
+def replication_defaults(brokers: int) -> dict[str, int]:
+    return {
+        "replication_factor": min(brokers, 3),
+        "min_insync_replicas": min(brokers, 2),
+    }
+
+
+def cluster_settings(brokers: int) -> dict[str, str | int]:
+    """Broker settings that do not depend on addresses: the same for ``shoal up`` and the compose cluster."""
+    d = replication_defaults(brokers)
+    return {
+        "num.partitions": 1,
+        "default.replication.factor": d["replication_factor"],
+        "min.insync.replicas": d["min_insync_replicas"],
+        "offsets.topic.replication.factor": d["replication_factor"],
+        "offsets.topic.num.partitions": 10,
+        "transaction.state.log.replication.factor": d["replication_factor"],
+        "transaction.state.log.min.isr": d["min_insync_replicas"],
+        "transaction.state.log.num.partitions": 10,
+        "share.coordinator.state.topic.replication.factor": d["replication_factor"],
+        "share.coordinator.state.topic.min.isr": d["min_insync_replicas"],
+        "group.initial.rebalance.delay.ms": 0,
+        "auto.create.topics.enable": "false",
+        "log.segment.bytes": 64 * 1024 * 1024,
+        "log.retention.check.interval.ms": 30000,
+        "transaction.abort.timed.out.transaction.cleanup.interval.ms": 5000,
+        "transaction.remove.expired.transaction.cleanup.interval.ms": 60000,
+    }
+
+
+def docker_env(settings: dict[str, str | int]) -> dict[str, str]:
+    """Broker settings as environment of the apache/kafka image (``a.b-c_d`` -> ``KAFKA_A_B___C__D``)."""
+    out = {}
+    for key, value in settings.items():
+        name = key.replace("_", "__").replace("-", "___").replace(".", "_").upper()
+        out[f"KAFKA_{name}"] = str(value)
+    return out
+
+
+def server_properties(node: BrokerPorts, all_nodes: list[BrokerPorts], log_dir: Path) -> str:
+    voters = ",".join(f"{n.node_id}@127.0.0.1:{n.controller_port}" for n in all_nodes)
+    props: dict[str, str | int] = {
+        "process.roles": "broker,controller",
+        "node.id": node.node_id,
+        "controller.quorum.voters": voters,
+        "listeners": f"PLAINTEXT://127.0.0.1:{node.broker_port},CONTROLLER://127.0.0.1:{node.controller_port}",
+        "advertised.listeners": f"PLAINTEXT://127.0.0.1:{node.broker_port}",
+        "controller.listener.names": "CONTROLLER",
+        "inter.broker.listener.name": "PLAINTEXT",
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        "log.dirs": str(log_dir),
+        **cluster_settings(len(all_nodes)),
+    }
+    return "".join(f"{k}={v}\n" for k, v in props.items())
+
+
+def _base_argv(directory: Path, cache_dir: Path, heap_mb: int) -> list[str]:
+    (directory / "log4j2.properties").write_text(_LOG4J2, encoding="utf-8")
+    return [
+        java_executable(),
+        *jvm_options(heap_mb),
+        f"-Dlog4j2.configurationFile={directory / 'log4j2.properties'}",
+        f"-Dkafka.logs.dir={directory / 'logs'}",
+        "-cp",
+        jars.classpath(jars.kafka_bundle(), cache_dir),
+    ]
+
+
+def format_storage(
+    directory: Path, node: BrokerPorts, all_nodes: list[BrokerPorts], cluster_id: str, cache_dir: Path
+) -> Path:
+    """Write server.properties and format the log dir (skipped when already formatted)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    log_dir = directory / "data"
+    config = directory / "server.properties"
+    config.write_text(server_properties(node, all_nodes, log_dir), encoding="utf-8")
+    if (log_dir / "meta.properties").exists():
+        return config
+    argv = [
+        *_base_argv(directory, cache_dir, 256),
+        "kafka.tools.StorageTool",
+        "format",
+        "-t",
+        cluster_id,
+        "-c",
+        str(config),
+    ]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
+    if proc.returncode != 0:
+        raise RuntimeLaunchError(f"kafka storage format failed for node {node.node_id}:\n{proc.stdout}{proc.stderr}")
+    return config
+
+
+def start(directory: Path, node: BrokerPorts, cache_dir: Path, heap_mb: int = 768) -> ProcessRecord:
+    config = directory / "server.properties"
+    argv = [*_base_argv(directory, cache_dir, heap_mb), "kafka.Kafka", str(config)]
+    return spawn(
+        f"kafka-{node.node_id}",
+        argv,
+        log_path=directory / "kafka.log",
+        marker=str(config),
+        port=node.broker_port,
+    )
+
+
+def broker_count(bootstrap_servers: str, timeout_s: float = 5.0) -> int:
+    """How many brokers the cluster reports (0 if it does not answer)."""
+    from confluent_kafka.admin import AdminClient
+
+    first = bootstrap_servers.split(",")[0].rsplit(":", 1)
+    if len(first) == 2 and first[1].isdigit() and not is_listening(int(first[1]), first[0]):
+        return 0
+    admin = AdminClient(
+        {"bootstrap.servers": bootstrap_servers, "socket.timeout.ms": int(timeout_s * 1000), "log_level": 2}
+    )
+    try:
+        md = admin.list_topics(timeout=timeout_s)
+    except Exception:
+        return 0
+    finally:
+        del admin
+    return len(md.brokers)
+
+
+def wait_ready(bootstrap_servers: str, brokers: int, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if broker_count(bootstrap_servers, timeout_s=3.0) >= brokers:
+            return True
+        time.sleep(0.5)
+    return False
