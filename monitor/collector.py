@@ -1,49 +1,14 @@
 """One poll of the monitor: topology + Kafka offsets -> samples -> Burrow status -> the snapshot.
 
-The snapshot is the JSON that ``shoal offsets --output json`` prints and ``/api/snapshot`` serves.
-Its shape (``version`` 1; offsets are Kafka offsets, times are seconds or ms since the epoch)::
+The snapshot (:class:`monitor.models.Snapshot`, its fields documented there) is the JSON that
+``shoal offsets --output json`` prints and ``/api/snapshot`` serves.
 
-    {
-      "version": 1, "generated_at": <s>, "cluster_id": str|null, "status": <worst status>,
-      "window": {"samples": int, "interval_s": float, "warn_samples": int},
-      "tables": [{"table": str, "status": str, "partitions": [{
-          "partition_id": str, "status": str,
-          "leader": {"server_id": str, "placement_id": int, "alive": bool} | null,
-          "epoch": int, "leader_changes": int,
-          "ingest": {"topic", "exists", "log_start", "log_end", "group", "accepted_index",
-                     "lag_records", "lag_seconds", "lag_bytes_estimate", "status", "reason", "series"},
-          "wal": [{"topic", "exists", "topic_id", "owner": {"server_id", "placement_id", "role"},
-                   "is_leader_channel", "append_index", "tail_index", "covered_index", "status", "reason",
-                   "replicas": [{"server_id", "placement_id", "role", "ack_group", "ack_index",
-                                 "consume_group", "consume_index", "consume_lag_records",
-                                 "lag_records", "lag_seconds", "lag_bytes_estimate",
-                                 "status", "reason", "series"}]}],
-          "segments": [{"topic", "exists", "topic_id", "owner", "is_leader_channel", "log_start",
-                        "log_end", "manifests", "majors", "minors_awaiting_compaction",
-                        "invalid_manifests", "status", "reason",
-                        "recent": [{"offset", "segment_id", "is_major", "created_at_ms",
-                                    "size_bytes", "row_count", "acked_by": [placement_id, ...]}],
-                        "replicas": [{"server_id", "placement_id", "role", "ack_group", "ack_index",
-                                      "unacked_segments", "lag_records", "lag_seconds",
-                                      "lag_bytes_estimate", "status", "reason", "series"}]}]}]}],
-      "spark_queries": [{"query": str, "group": str, "status": str, "lag_records": int,
-                         "partitions": [{"topic", "partition", "committed", "log_start", "log_end",
-                                         "lag_records", "lag_seconds", "status", "reason", "series"}]}],
-      "problems": [{"where": str, "status": str, "reason": str}]
-    }
-
-``lag_records`` counts offsets from the first data record the group has not committed to the log
-end (0 when only transaction markers are left); ``lag_seconds`` is the age of that record;
-``lag_bytes_estimate`` is ``lag_records`` times the mean size of the records the monitor read on
-that topic. ``series`` names the history series plotted on the web page (``/api/history``).
-``covered_index`` of a WAL channel is the highest offset of it that segment manifests of the
-partition cover (``covered_wal_offsets``), or null. On an old leader's channel (not the current
-leader's), a replica whose only lag is covered by segments is OK: the new leader adopted those
-records into segments, so the replica never acks them there (DESIGN.md section 7). Likewise on
-an old leader's segments channel only the current leader is expected to ack (it adopts the old
-leader's segments); the other replicas' lag there is shown but not alarmed.
-A channel whose topic does not exist (a placement that never led) has ``exists: false`` and no
-indexes; one that existed and vanished is ERR.
+On an old leader's channel (not the current leader's), a replica whose only lag is covered by
+segments is OK: the new leader adopted those records into segments, so the replica never acks
+them there (DESIGN.md section 7). Likewise on an old leader's segments channel only the current
+leader is expected to ack (it adopts the old leader's segments); the other replicas' lag there is
+shown but not alarmed. A channel whose topic does not exist (a placement that never led) has
+``exists: false`` and no indexes; one that existed and vanished is ERR.
 """
 
 from __future__ import annotations
@@ -57,12 +22,35 @@ from typing import Any
 from monitor.config import MonitorConfig
 from monitor.history import History
 from monitor.kafka_offsets import KafkaOffsets, RecordInfo
+from monitor.models import (
+    AbsentIngest,
+    AbsentSegmentsChannel,
+    AbsentWalChannel,
+    ChannelHead,
+    ChannelOwner,
+    HistoryView,
+    Ingest,
+    Leader,
+    PartitionReport,
+    Problem,
+    ReaderLag,
+    RecentSegment,
+    SegmentsChannel,
+    SegmentsReplica,
+    Series,
+    Snapshot,
+    SparkPartition,
+    SparkQuery,
+    TableReport,
+    WalChannel,
+    WalReplica,
+    Window,
+)
 from monitor.segments import SegmentsTracker
 from monitor.status import Sample, Status, Verdict, evaluate, worst
 from monitor.topology import Channel, PartitionTopology
 
 log = logging.getLogger(__name__)
-SNAPSHOT_VERSION = 1
 GLOBAL = "*"
 _MISSING = object()
 
@@ -99,7 +87,7 @@ class Collector:
         self._avg_size: dict[str, float] = {}
         self._labels: dict[str, str] = {}
         self._lock = threading.Lock()
-        self._snapshot: dict[str, Any] | None = None
+        self._snapshot: Snapshot | None = None
         self.polls = 0
         self.errors = 0
 
@@ -116,25 +104,25 @@ class Collector:
     # -- reading the results --------------------------------------------------------------------
 
     @property
-    def snapshot(self) -> dict[str, Any] | None:
+    def snapshot(self) -> Snapshot | None:
         with self._lock:
             return self._snapshot
 
-    def history_json(self) -> dict[str, Any]:
-        """``{"window_s", "series": {key: {"label", "points": [[ts, lag_records], ...]}}}`` for the charts."""
+    def history_view(self) -> HistoryView:
+        """The lag series of every channel reader seen by this process, for the charts."""
         with self._lock:
-            return {
-                "window_s": self.config.window_s,
-                "series": {
-                    key: {"label": self._labels.get(key, key), "points": [[s.ts, s.lag] for s in dq]}
+            return HistoryView(
+                window_s=self.config.window_s,
+                series={
+                    key: Series(label=self._labels.get(key, key), points=[(s.ts, s.lag) for s in dq])
                     for key, dq in self.history.series.items()
                     if key in self._labels
                 },
-            }
+            )
 
     # -- one poll -------------------------------------------------------------------------------
 
-    def poll(self) -> dict[str, Any]:
+    def poll(self) -> Snapshot:
         now = self._clock()
         try:
             snap = self._poll(now)
@@ -149,7 +137,7 @@ class Collector:
                 self.history.save(self.config.history_dir, now)
         return snap
 
-    def _poll(self, now: float) -> dict[str, Any]:
+    def _poll(self, now: float) -> Snapshot:
         parts = self._topology()
         cluster_id, existing = self.kafka.cluster_and_topics()
         hist = self.history
@@ -213,31 +201,29 @@ class Collector:
                 self._avg_size[topic] = info.size_bytes if prev is None else 0.8 * prev + 0.2 * info.size_bytes
 
         ctx = _PollContext(self, now, bounds, committed, members, records, existing)
-        tables: dict[str, list[dict[str, Any]]] = {}
+        tables: dict[str, list[PartitionReport]] = {}
         with self._lock:
             for p in parts:
                 tables.setdefault(p.table, []).append(self._partition(ctx, p))
             spark = [self._spark_query(ctx, g, spark_committed[g]) for g in spark_groups]
             hist.prune(now)
         table_list = [
-            {"table": t, "status": worst([Status(p["status"]) for p in ps]).value, "partitions": ps}
+            TableReport(table=t, status=worst([p.status for p in ps]), partitions=ps)
             for t, ps in sorted(tables.items())
         ]
-        all_status = [Status(t["status"]) for t in table_list] + [Status(q["status"]) for q in spark]
-        return {
-            "version": SNAPSHOT_VERSION,
-            "generated_at": now,
-            "cluster_id": cluster_id,
-            "status": worst(all_status).value,
-            "window": {
-                "samples": self.config.window_samples,
-                "interval_s": self.config.interval_s,
-                "warn_samples": self.config.warn_after,
-            },
-            "tables": table_list,
-            "spark_queries": spark,
-            "problems": ctx.problems,
-        }
+        return Snapshot(
+            generated_at=now,
+            cluster_id=cluster_id,
+            status=worst([t.status for t in table_list] + [q.status for q in spark]),
+            window=Window(
+                samples=self.config.window_samples,
+                interval_s=self.config.interval_s,
+                warn_samples=self.config.warn_after,
+            ),
+            tables=table_list,
+            spark_queries=spark,
+            problems=ctx.problems,
+        )
 
     # -- pieces ---------------------------------------------------------------------------------
 
@@ -254,7 +240,7 @@ class Collector:
         committed: int | None,
         truncated_status: Status = Status.ERR,
         settled: str | None = None,
-    ) -> dict[str, Any]:
+    ) -> ReaderLag:
         """Sample, history and verdict of one group on one topic partition.
 
         ``settled``: why this group is not expected to catch up on this channel (an old leader's
@@ -286,14 +272,14 @@ class Collector:
             verdict = Verdict(Status.OK, f"{settled} ({verdict.status.value} suppressed: {verdict.reason})")
         ctx.note(where, verdict)
         avg = self._avg_size.get(topic)
-        return {
-            "lag_records": lag,
-            "lag_seconds": None if lag_s is None else round(lag_s, 3),
-            "lag_bytes_estimate": None if avg is None else int(avg * lag),
-            "status": verdict.status.value,
-            "reason": verdict.reason,
-            "series": key,
-        }
+        return ReaderLag(
+            lag_records=lag,
+            lag_seconds=None if lag_s is None else round(lag_s, 3),
+            lag_bytes_estimate=None if avg is None else int(avg * lag),
+            status=verdict.status,
+            reason=verdict.reason,
+            series=key,
+        )
 
     def _absent(self, ctx: _PollContext, where: str, topic: str) -> Verdict:
         if topic in self.history.topic_ids:
@@ -305,44 +291,39 @@ class Collector:
             return v
         return Verdict(Status.OK, "no topic (this placement has not written the channel)")
 
-    def _partition(self, ctx: _PollContext, p: PartitionTopology) -> dict[str, Any]:
+    def _partition(self, ctx: _PollContext, p: PartitionTopology) -> PartitionReport:
         changes = self.history.note_leader(p.partition_id, p.epoch, p.leader_server_id)
         pid = p.partition_id
-        out: dict[str, Any] = {
-            "partition_id": pid,
-            "leader": None
-            if p.leader_server_id is None
-            else {"server_id": p.leader_server_id, "placement_id": p.leader_placement_id, "alive": p.leader_alive},
-            "epoch": p.epoch,
-            "leader_changes": changes,
-        }
-        statuses: list[Status] = []
         # ingest
         ing = p.ingest
         group = ing.readers[0].ack_group
-        ingest: dict[str, Any] = {"topic": ing.topic, "exists": (ing.topic, 0) in ctx.bounds, "group": group}
-        if ingest["exists"]:
+        ingest: Ingest | AbsentIngest
+        if (ing.topic, 0) in ctx.bounds:
             start, end = ctx.bounds[(ing.topic, 0)]
             accepted = ctx.committed.get(group, {}).get((ing.topic, 0))
-            ingest.update({"log_start": start, "log_end": end, "accepted_index": accepted})
-            ingest.update(
-                self._reader(
-                    ctx,
-                    key=f"ingest|{ing.topic}|{group}",
-                    label=f"{p.table}/{pid[:8]} ingest (leader)",
-                    where=f"{p.table}/{pid} ingest",
-                    topic=ing.topic,
-                    partition=0,
-                    group=group,
-                    committed=accepted,
-                )
+            lag = self._reader(
+                ctx,
+                key=f"ingest|{ing.topic}|{group}",
+                label=f"{p.table}/{pid[:8]} ingest (leader)",
+                where=f"{p.table}/{pid} ingest",
+                topic=ing.topic,
+                partition=0,
+                group=group,
+                committed=accepted,
+            )
+            ingest = Ingest(
+                topic=ing.topic,
+                exists=True,
+                group=group,
+                log_start=start,
+                log_end=end,
+                accepted_index=accepted,
+                **dict(lag),
             )
         else:
             v = self._absent(ctx, f"{p.table}/{pid} ingest", ing.topic)
-            ingest.update({"status": v.status.value, "reason": v.reason})
-        statuses.append(Status(ingest["status"]))
-        out["ingest"] = ingest
-        out["segments"] = [self._segments(ctx, p, c) for c in p.segments]
+            ingest = AbsentIngest(topic=ing.topic, exists=False, group=group, status=v.status, reason=v.reason)
+        segments = [self._segments(ctx, p, c) for c in p.segments]
         coverage: dict[str, int] = {}
         for c in p.segments:
             mans = self.segments.channels.get(c.topic)
@@ -350,78 +331,89 @@ class Collector:
                 cov_end = None if mans is None else mans.covered_end(w.topic)
                 if cov_end is not None:
                     coverage[w.topic] = max(cov_end, coverage.get(w.topic, cov_end))
-        out["wal"] = [self._wal(ctx, p, c, coverage.get(c.topic)) for c in p.wal]
-        statuses += [Status(c["status"]) for c in out["wal"] + out["segments"]]
-        out["status"] = worst(statuses).value
-        return out
+        wal = [self._wal(ctx, p, c, coverage.get(c.topic)) for c in p.wal]
+        return PartitionReport(
+            partition_id=pid,
+            leader=None
+            if p.leader_server_id is None
+            else Leader(server_id=p.leader_server_id, placement_id=p.leader_placement_id, alive=p.leader_alive),
+            epoch=p.epoch,
+            leader_changes=changes,
+            ingest=ingest,
+            segments=segments,
+            wal=wal,
+            status=worst([ingest.status] + [c.status for c in wal] + [c.status for c in segments]),
+        )
 
-    def _channel_head(self, ctx: _PollContext, p: PartitionTopology, c: Channel) -> dict[str, Any]:
+    def _channel_head(self, ctx: _PollContext, p: PartitionTopology, c: Channel) -> ChannelHead:
         assert c.owner is not None
-        return {
-            "topic": c.topic,
-            "exists": (c.topic, 0) in ctx.bounds,
-            "topic_id": self.history.topic_ids.get(c.topic),
-            "owner": {"server_id": c.owner.server_id, "placement_id": c.owner.placement_id, "role": c.owner.role},
-            "is_leader_channel": c.owner.placement_id == p.leader_placement_id,
-        }
+        return ChannelHead(
+            topic=c.topic,
+            exists=(c.topic, 0) in ctx.bounds,
+            topic_id=self.history.topic_ids.get(c.topic),
+            owner=ChannelOwner(server_id=c.owner.server_id, placement_id=c.owner.placement_id, role=c.owner.role),
+            is_leader_channel=c.owner.placement_id == p.leader_placement_id,
+        )
 
-    def _wal(self, ctx: _PollContext, p: PartitionTopology, c: Channel, covered: int | None) -> dict[str, Any]:
+    def _wal(
+        self, ctx: _PollContext, p: PartitionTopology, c: Channel, covered: int | None
+    ) -> WalChannel | AbsentWalChannel:
         head = self._channel_head(ctx, p, c)
-        where = f"{p.table}/{p.partition_id} wal#{head['owner']['placement_id']}"
-        if not head["exists"]:
+        where = f"{p.table}/{p.partition_id} wal#{head.owner.placement_id}"
+        if not head.exists:
             v = self._absent(ctx, where, c.topic)
-            return {**head, "replicas": [], "status": v.status.value, "reason": v.reason}
-        head["covered_index"] = covered
+            return AbsentWalChannel(**{**dict(head), "exists": False}, replicas=[], status=v.status, reason=v.reason)
         start, end = ctx.bounds[(c.topic, 0)]
         replicas = []
         for r in c.readers:
             ack = ctx.committed.get(r.ack_group, {}).get((c.topic, 0))
             consume = ctx.committed.get(r.consume_group, {}).get((c.topic, 0)) if r.consume_group else None
-            row: dict[str, Any] = {
-                "server_id": r.replica.server_id,
-                "placement_id": r.replica.placement_id,
-                "role": r.replica.role,
-                "ack_group": r.ack_group,
-                "ack_index": ack,
-                "consume_group": r.consume_group,
-                "consume_index": consume,
-                "consume_lag_records": None if consume is None else max(0, end - consume),
-            }
-            row.update(
-                self._reader(
-                    ctx,
-                    key=f"wal|{c.topic}|{r.ack_group}",
-                    label=f"{p.table}/{p.partition_id[:8]} wal#{head['owner']['placement_id']} -> "
-                    f"{r.replica.server_id}#{r.replica.placement_id}",
-                    where=f"{where} replica {r.replica.server_id}#{r.replica.placement_id}",
-                    topic=c.topic,
-                    partition=0,
-                    group=r.ack_group,
-                    committed=ack,
-                    settled=None
-                    if head["is_leader_channel"] or covered is None or covered < end - 1
-                    else f"old leader's channel: the offsets past this Ack are covered by segments up to offset "
-                    f"{covered}",
+            lag = self._reader(
+                ctx,
+                key=f"wal|{c.topic}|{r.ack_group}",
+                label=f"{p.table}/{p.partition_id[:8]} wal#{head.owner.placement_id} -> "
+                f"{r.replica.server_id}#{r.replica.placement_id}",
+                where=f"{where} replica {r.replica.server_id}#{r.replica.placement_id}",
+                topic=c.topic,
+                partition=0,
+                group=r.ack_group,
+                committed=ack,
+                settled=None
+                if head.is_leader_channel or covered is None or covered < end - 1
+                else f"old leader's channel: the offsets past this Ack are covered by segments up to offset {covered}",
+            )
+            replicas.append(
+                WalReplica(
+                    server_id=r.replica.server_id,
+                    placement_id=r.replica.placement_id,
+                    role=r.replica.role,
+                    ack_group=r.ack_group,
+                    ack_index=ack,
+                    consume_group=r.consume_group,
+                    consume_index=consume,
+                    consume_lag_records=None if consume is None else max(0, end - consume),
+                    **dict(lag),
                 )
             )
-            replicas.append(row)
-        st = worst([Status(r["status"]) for r in replicas])
-        return {
-            **head,
-            "append_index": end,
-            "tail_index": start,
-            "replicas": replicas,
-            "status": st.value,
-            "reason": "; ".join(r["reason"] for r in replicas if r["status"] != "OK") or "all replicas OK",
-        }
+        return WalChannel(
+            **{**dict(head), "exists": True},
+            covered_index=covered,
+            append_index=end,
+            tail_index=start,
+            replicas=replicas,
+            status=worst([r.status for r in replicas]),
+            reason="; ".join(r.reason for r in replicas if r.status is not Status.OK) or "all replicas OK",
+        )
 
-    def _segments(self, ctx: _PollContext, p: PartitionTopology, c: Channel) -> dict[str, Any]:
+    def _segments(self, ctx: _PollContext, p: PartitionTopology, c: Channel) -> SegmentsChannel | AbsentSegmentsChannel:
         head = self._channel_head(ctx, p, c)
-        where = f"{p.table}/{p.partition_id} segments#{head['owner']['placement_id']}"
-        if not head["exists"]:
+        where = f"{p.table}/{p.partition_id} segments#{head.owner.placement_id}"
+        if not head.exists:
             self.segments.forget(c.topic)
             v = self._absent(ctx, where, c.topic)
-            return {**head, "replicas": [], "recent": [], "status": v.status.value, "reason": v.reason}
+            return AbsentSegmentsChannel(
+                **{**dict(head), "exists": False}, replicas=[], recent=[], status=v.status, reason=v.reason
+            )
         start, end = ctx.bounds[(c.topic, 0)]
         if self.history.active_events(f"topic:{c.topic}", ctx.now, self.config.window_s):
             self.segments.forget(c.topic)
@@ -429,15 +421,15 @@ class Collector:
         acks = {r.replica.placement_id: ctx.committed.get(r.ack_group, {}).get((c.topic, 0)) for r in c.readers}
         recent = (
             [
-                {
-                    "offset": m.offset,
-                    "segment_id": m.segment_id,
-                    "is_major": m.is_major,
-                    "created_at_ms": m.created_at_ms,
-                    "size_bytes": m.size_bytes,
-                    "row_count": m.row_count,
-                    "acked_by": sorted(pl for pl, ack in acks.items() if mans.acked(ack, m)),
-                }
+                RecentSegment(
+                    offset=m.offset,
+                    segment_id=m.segment_id,
+                    is_major=m.is_major,
+                    created_at_ms=m.created_at_ms,
+                    size_bytes=m.size_bytes,
+                    row_count=m.row_count,
+                    acked_by=sorted(pl for pl, ack in acks.items() if mans.acked(ack, m)),
+                )
                 for m in mans.manifests[-self.config.recent_segments :]
             ]
             if self.config.recent_segments
@@ -446,84 +438,77 @@ class Collector:
         replicas = []
         for r in c.readers:
             ack = acks[r.replica.placement_id]
-            row: dict[str, Any] = {
-                "server_id": r.replica.server_id,
-                "placement_id": r.replica.placement_id,
-                "role": r.replica.role,
-                "ack_group": r.ack_group,
-                "ack_index": ack,
-                "unacked_segments": mans.unacked(ack),
-            }
-            row.update(
-                self._reader(
-                    ctx,
-                    key=f"segments|{c.topic}|{r.ack_group}",
-                    label=f"{p.table}/{p.partition_id[:8]} segments#{head['owner']['placement_id']} -> "
-                    f"{r.replica.server_id}#{r.replica.placement_id}",
-                    where=f"{where} replica {r.replica.server_id}#{r.replica.placement_id}",
-                    topic=c.topic,
-                    partition=0,
-                    group=r.ack_group,
-                    committed=ack,
-                    truncated_status=Status.REWIND,
-                    settled=None
-                    if head["is_leader_channel"] or r.replica.placement_id == p.leader_placement_id
-                    else "old leader's segments channel: only the current leader adopts it, this replica gets "
-                    "the data from the leader's channel",
-                )
+            lag = self._reader(
+                ctx,
+                key=f"segments|{c.topic}|{r.ack_group}",
+                label=f"{p.table}/{p.partition_id[:8]} segments#{head.owner.placement_id} -> "
+                f"{r.replica.server_id}#{r.replica.placement_id}",
+                where=f"{where} replica {r.replica.server_id}#{r.replica.placement_id}",
+                topic=c.topic,
+                partition=0,
+                group=r.ack_group,
+                committed=ack,
+                truncated_status=Status.REWIND,
+                settled=None
+                if head.is_leader_channel or r.replica.placement_id == p.leader_placement_id
+                else "old leader's segments channel: only the current leader adopts it, this replica gets "
+                "the data from the leader's channel",
             )
-            if row["status"] == Status.REWIND.value and ack is not None and ack < start:
-                row["reason"] += "; the replica must replay from the latest major on the channel"
+            row = SegmentsReplica(
+                server_id=r.replica.server_id,
+                placement_id=r.replica.placement_id,
+                role=r.replica.role,
+                ack_group=r.ack_group,
+                ack_index=ack,
+                unacked_segments=mans.unacked(ack),
+                **dict(lag),
+            )
+            if row.status is Status.REWIND and ack is not None and ack < start:
+                row.reason += "; the replica must replay from the latest major on the channel"
             replicas.append(row)
-        st = worst([Status(r["status"]) for r in replicas])
-        return {
-            **head,
-            "log_start": start,
-            "log_end": end,
-            "manifests": len(mans.manifests),
-            "majors": mans.majors,
-            "minors_awaiting_compaction": mans.minors_awaiting_compaction(),
-            "invalid_manifests": mans.invalid,
-            "recent": recent,
-            "replicas": replicas,
-            "status": st.value,
-            "reason": "; ".join(r["reason"] for r in replicas if r["status"] != "OK") or "all replicas OK",
-        }
+        return SegmentsChannel(
+            **{**dict(head), "exists": True},
+            log_start=start,
+            log_end=end,
+            manifests=len(mans.manifests),
+            majors=mans.majors,
+            minors_awaiting_compaction=mans.minors_awaiting_compaction(),
+            invalid_manifests=mans.invalid,
+            recent=recent,
+            replicas=replicas,
+            status=worst([r.status for r in replicas]),
+            reason="; ".join(r.reason for r in replicas if r.status is not Status.OK) or "all replicas OK",
+        )
 
-    def _spark_query(self, ctx: _PollContext, group: str, offsets: dict[tuple[str, int], int | None]) -> dict[str, Any]:
+    def _spark_query(self, ctx: _PollContext, group: str, offsets: dict[tuple[str, int], int | None]) -> SparkQuery:
         query = group[len(f"{self.config.topic_prefix}.spark.") :]
         parts = []
         for (topic, partition), committed in sorted(offsets.items()):
             if (topic, partition) not in ctx.bounds:
                 continue
             start, end = ctx.bounds[(topic, partition)]
-            row: dict[str, Any] = {
-                "topic": topic,
-                "partition": partition,
-                "committed": committed,
-                "log_start": start,
-                "log_end": end,
-            }
-            row.update(
-                self._reader(
-                    ctx,
-                    key=f"spark|{topic}|{partition}|{group}",
-                    label=f"spark {query} {topic}[{partition}]",
-                    where=f"spark query {query} {topic}[{partition}]",
-                    topic=topic,
-                    partition=partition,
-                    group=group,
-                    committed=committed,
+            lag = self._reader(
+                ctx,
+                key=f"spark|{topic}|{partition}|{group}",
+                label=f"spark {query} {topic}[{partition}]",
+                where=f"spark query {query} {topic}[{partition}]",
+                topic=topic,
+                partition=partition,
+                group=group,
+                committed=committed,
+            )
+            parts.append(
+                SparkPartition(
+                    topic=topic, partition=partition, committed=committed, log_start=start, log_end=end, **dict(lag)
                 )
             )
-            parts.append(row)
-        return {
-            "query": query,
-            "group": group,
-            "status": worst([Status(r["status"]) for r in parts]).value,
-            "lag_records": sum(r["lag_records"] for r in parts),
-            "partitions": parts,
-        }
+        return SparkQuery(
+            query=query,
+            group=group,
+            status=worst([r.status for r in parts]),
+            lag_records=sum(r.lag_records for r in parts),
+            partitions=parts,
+        )
 
 
 class _PollContext:
@@ -544,8 +529,8 @@ class _PollContext:
         self.members = members
         self.records = records
         self.existing = existing
-        self.problems: list[dict[str, Any]] = []
+        self.problems: list[Problem] = []
 
     def note(self, where: str, verdict: Verdict) -> None:
         if verdict.status is not Status.OK:
-            self.problems.append({"where": where, "status": verdict.status.value, "reason": verdict.reason})
+            self.problems.append(Problem(where=where, status=verdict.status, reason=verdict.reason))

@@ -6,13 +6,7 @@ at start, so a restarted monitor evaluates with the window it had instead of sta
 also notices a topic recreated or a cluster replaced while it was down (the ids it remembers no
 longer match). Samples older than ``keep_s`` are dropped on load.
 
-File shape (``version`` 1)::
-
-    {"version": 1, "saved_at": <s>, "cluster_id": str|null,
-     "topic_ids": {topic: id},
-     "partitions": {partition_id: {"epoch": int, "leader": str|null, "leader_changes": int}},
-     "series": {key: [[ts, committed|null, log_start, log_end, lag, members], ...]},
-     "events": {key: [[ts, text], ...]}}
+The file's shape is :class:`monitor.models.HistoryFile` (``version`` 1).
 """
 
 from __future__ import annotations
@@ -23,13 +17,15 @@ import tempfile
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+
+from pydantic import ValidationError
 
 from monitor.errors import HistoryFileError
+from monitor.models import HISTORY_VERSION, HistoryFile, PartitionMemoryFile
 from monitor.status import Sample
 
 FILE_NAME = "monitor-history.json"
-VERSION = 1
+VERSION = HISTORY_VERSION
 
 
 @dataclass
@@ -94,27 +90,26 @@ class History:
 
     # -- persistence ----------------------------------------------------------------------------
 
-    def to_json(self, now: float) -> dict[str, Any]:
-        return {
-            "version": VERSION,
-            "saved_at": now,
-            "cluster_id": self.cluster_id,
-            "topic_ids": dict(self.topic_ids),
-            "partitions": {
-                pid: {"epoch": m.epoch, "leader": m.leader, "leader_changes": m.leader_changes}
+    def to_file(self, now: float) -> HistoryFile:
+        return HistoryFile(
+            saved_at=now,
+            cluster_id=self.cluster_id,
+            topic_ids=dict(self.topic_ids),
+            partitions={
+                pid: PartitionMemoryFile(epoch=m.epoch, leader=m.leader, leader_changes=m.leader_changes)
                 for pid, m in self.partitions.items()
             },
-            "series": {
-                key: [[s.ts, s.committed, s.log_start, s.log_end, s.lag, s.members] for s in dq]
+            series={
+                key: [(s.ts, s.committed, s.log_start, s.log_end, s.lag, s.members) for s in dq]
                 for key, dq in self.series.items()
             },
-            "events": {key: [[ts, text] for ts, text in evs] for key, evs in self.events.items()},
-        }
+            events={key: list(evs) for key, evs in self.events.items()},
+        )
 
     def save(self, directory: Path, now: float) -> Path:
         directory.mkdir(parents=True, exist_ok=True)
         path = directory / FILE_NAME
-        data = json.dumps(self.to_json(now), separators=(",", ":")).encode()
+        data = self.to_file(now).model_dump_json().encode()
         fd, tmp = tempfile.mkstemp(prefix=".monitor-history.", dir=directory)
         try:
             with os.fdopen(fd, "wb") as f:
@@ -143,28 +138,17 @@ class History:
                 f"history file {path} is not a version {VERSION} monitor history; remove it to start afresh"
             )
         try:
-            hist.cluster_id = obj["cluster_id"]
-            hist.topic_ids = {str(k): str(v) for k, v in obj["topic_ids"].items()}
-            hist.partitions = {
-                str(pid): PartitionMemory(int(m["epoch"]), m["leader"], int(m["leader_changes"]))
-                for pid, m in obj["partitions"].items()
-            }
-            for key, rows in obj["series"].items():
-                dq: deque[Sample] = deque(maxlen=keep_samples)
-                for ts, committed, start, end, lag, members in rows:
-                    dq.append(
-                        Sample(
-                            float(ts),
-                            None if committed is None else int(committed),
-                            int(start),
-                            int(end),
-                            int(lag),
-                            int(members),
-                        )
-                    )
-                hist.series[str(key)] = dq
-            hist.events = {str(k): [(float(ts), str(t)) for ts, t in evs] for k, evs in obj["events"].items()}
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            saved = HistoryFile.model_validate(obj)
+        except ValidationError as exc:
             raise HistoryFileError(f"history file {path} is malformed: {exc!r}; remove it to start afresh") from exc
+        hist.cluster_id = saved.cluster_id
+        hist.topic_ids = dict(saved.topic_ids)
+        hist.partitions = {
+            pid: PartitionMemory(m.epoch, m.leader, m.leader_changes) for pid, m in saved.partitions.items()
+        }
+        hist.series = {
+            key: deque((Sample(*row) for row in rows), maxlen=keep_samples) for key, rows in saved.series.items()
+        }
+        hist.events = {key: list(evs) for key, evs in saved.events.items()}
         hist.prune(now)
         return hist

@@ -40,15 +40,11 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector as PromCollector
 
 from monitor.collector import Collector
-from monitor.status import Status
+from monitor.models import PartitionReport
 
 _P = ["table", "partition"]
 _CH = [*_P, "placement", "server"]
 _RP = [*_CH, "replica_placement", "replica_server"]
-
-
-def _code(status: str) -> int:
-    return Status(status).code
 
 
 class _Families:
@@ -88,77 +84,77 @@ class SnapshotMetrics(PromCollector):
         f.counter("shoal_monitor_poll_errors", "Polls that failed.", []).add_metric([], c.errors)
         snap = c.snapshot
         if snap is not None:
-            _set(f.gauge("shoal_monitor_status_code", "Worst status (0 OK .. 5 ERR).", []), [], _code(snap["status"]))
+            _set(f.gauge("shoal_monitor_status_code", "Worst status (0 OK .. 5 ERR).", []), [], snap.status.code)
             _set(
                 f.gauge("shoal_monitor_last_poll_timestamp_seconds", "When the snapshot was taken.", []),
                 [],
-                snap["generated_at"],
+                snap.generated_at,
             )
-            for t in snap["tables"]:
-                for p in t["partitions"]:
-                    self._partition(f, t["table"], p)
-            for q in snap["spark_queries"]:
+            for t in snap.tables:
+                for p in t.partitions:
+                    self._partition(f, t.table, p)
+            for q in snap.spark_queries:
                 _set(
                     f.gauge("shoal_spark_query_status_code", "Spark ingest query status.", ["query"]),
-                    [q["query"]],
-                    _code(q["status"]),
+                    [q.query],
+                    q.status.code,
                 )
-                for part in q["partitions"]:
-                    lab = [q["query"], part["topic"], str(part["partition"])]
+                for part in q.partitions:
+                    lab = [q.query, part.topic, str(part.partition)]
                     names = ["query", "topic", "kafka_partition"]
-                    _set(f.gauge("shoal_spark_query_lag_records", "Spark query lag.", names), lab, part["lag_records"])
+                    _set(f.gauge("shoal_spark_query_lag_records", "Spark query lag.", names), lab, part.lag_records)
                     _set(
                         f.gauge("shoal_spark_query_lag_seconds", "Spark query lag in seconds.", names),
                         lab,
-                        part["lag_seconds"],
+                        part.lag_seconds,
                     )
         yield from f.items.values()
 
-    def _partition(self, f: _Families, table: str, p: dict[str, Any]) -> None:
-        pl = [table, p["partition_id"]]
-        _set(f.gauge("shoal_partition_leader_epoch", "Leader epoch.", _P), pl, p["epoch"])
-        _set(f.counter("shoal_partition_leader_changes", "Leader changes seen.", _P), pl, p["leader_changes"])
-        _set(f.gauge("shoal_partition_status_code", "Worst channel status.", _P), pl, _code(p["status"]))
-        ing = p["ingest"]
-        if ing.get("exists"):
-            _set(f.gauge("shoal_ingest_log_end_offset", "Ingest topic log end.", _P), pl, ing["log_end"])
-            _set(f.gauge("shoal_ingest_accepted_index", "Accepted-by-leader index.", _P), pl, ing["accepted_index"])
-            _set(f.gauge("shoal_ingest_lag_records", "Ingest lag (records).", _P), pl, ing["lag_records"])
-            _set(f.gauge("shoal_ingest_lag_seconds", "Ingest lag (seconds).", _P), pl, ing["lag_seconds"])
-        _set(f.gauge("shoal_ingest_status_code", "Ingest status.", _P), pl, _code(ing["status"]))
-        for ch in p["wal"]:
-            if not ch["exists"]:
+    def _partition(self, f: _Families, table: str, p: PartitionReport) -> None:
+        pl = [table, p.partition_id]
+        _set(f.gauge("shoal_partition_leader_epoch", "Leader epoch.", _P), pl, p.epoch)
+        _set(f.counter("shoal_partition_leader_changes", "Leader changes seen.", _P), pl, p.leader_changes)
+        _set(f.gauge("shoal_partition_status_code", "Worst channel status.", _P), pl, p.status.code)
+        ing = p.ingest
+        if ing.exists:
+            _set(f.gauge("shoal_ingest_log_end_offset", "Ingest topic log end.", _P), pl, ing.log_end)
+            _set(f.gauge("shoal_ingest_accepted_index", "Accepted-by-leader index.", _P), pl, ing.accepted_index)
+            _set(f.gauge("shoal_ingest_lag_records", "Ingest lag (records).", _P), pl, ing.lag_records)
+            _set(f.gauge("shoal_ingest_lag_seconds", "Ingest lag (seconds).", _P), pl, ing.lag_seconds)
+        _set(f.gauge("shoal_ingest_status_code", "Ingest status.", _P), pl, ing.status.code)
+        for ch in p.wal:
+            if not ch.exists:
                 continue
-            cl = [*pl, str(ch["owner"]["placement_id"]), ch["owner"]["server_id"]]
-            _set(f.gauge("shoal_wal_append_index", "WAL Append index (log end).", _CH), cl, ch["append_index"])
-            _set(f.gauge("shoal_wal_tail_index", "WAL Tail index (log start).", _CH), cl, ch["tail_index"])
-            for r in ch["replicas"]:
-                rl = [*cl, str(r["placement_id"]), r["server_id"]]
-                _set(f.gauge("shoal_wal_ack_index", "Replica Ack index.", _RP), rl, r["ack_index"])
-                _set(f.gauge("shoal_wal_consume_index", "Replica Consume index.", _RP), rl, r["consume_index"])
-                _set(f.gauge("shoal_wal_lag_records", "Replica lag (records).", _RP), rl, r["lag_records"])
-                _set(f.gauge("shoal_wal_lag_seconds", "Replica lag (seconds).", _RP), rl, r["lag_seconds"])
+            cl = [*pl, str(ch.owner.placement_id), ch.owner.server_id]
+            _set(f.gauge("shoal_wal_append_index", "WAL Append index (log end).", _CH), cl, ch.append_index)
+            _set(f.gauge("shoal_wal_tail_index", "WAL Tail index (log start).", _CH), cl, ch.tail_index)
+            for r in ch.replicas:
+                rl = [*cl, str(r.placement_id), r.server_id]
+                _set(f.gauge("shoal_wal_ack_index", "Replica Ack index.", _RP), rl, r.ack_index)
+                _set(f.gauge("shoal_wal_consume_index", "Replica Consume index.", _RP), rl, r.consume_index)
+                _set(f.gauge("shoal_wal_lag_records", "Replica lag (records).", _RP), rl, r.lag_records)
+                _set(f.gauge("shoal_wal_lag_seconds", "Replica lag (seconds).", _RP), rl, r.lag_seconds)
                 _set(
                     f.gauge("shoal_wal_lag_bytes_estimate", "Replica lag (bytes, estimate).", _RP),
                     rl,
-                    r["lag_bytes_estimate"],
+                    r.lag_bytes_estimate,
                 )
-                _set(f.gauge("shoal_wal_status_code", "Replica status on the WAL.", _RP), rl, _code(r["status"]))
-        for ch in p["segments"]:
-            if not ch["exists"]:
+                _set(f.gauge("shoal_wal_status_code", "Replica status on the WAL.", _RP), rl, r.status.code)
+        for sc in p.segments:
+            if not sc.exists:
                 continue
-            cl = [*pl, str(ch["owner"]["placement_id"]), ch["owner"]["server_id"]]
-            _set(f.gauge("shoal_segments_manifests", "Segments published.", _CH), cl, ch["manifests"])
-            _set(f.gauge("shoal_segments_majors", "Major segments published.", _CH), cl, ch["majors"])
+            cl = [*pl, str(sc.owner.placement_id), sc.owner.server_id]
+            _set(f.gauge("shoal_segments_manifests", "Segments published.", _CH), cl, sc.manifests)
+            _set(f.gauge("shoal_segments_majors", "Major segments published.", _CH), cl, sc.majors)
             _set(
                 f.gauge("shoal_segments_minors_awaiting_compaction", "Minors after the latest major.", _CH),
                 cl,
-                ch["minors_awaiting_compaction"],
+                sc.minors_awaiting_compaction,
             )
-            for r in ch["replicas"]:
-                rl = [*cl, str(r["placement_id"]), r["server_id"]]
-                _set(f.gauge("shoal_segments_ack_index", "Replica ack on segments.", _RP), rl, r["ack_index"])
-                _set(f.gauge("shoal_segments_unacked", "Segments not acked.", _RP), rl, r["unacked_segments"])
-                _set(f.gauge("shoal_segments_lag_records", "Replica lag (records).", _RP), rl, r["lag_records"])
-                _set(f.gauge("shoal_segments_lag_seconds", "Replica lag (seconds).", _RP), rl, r["lag_seconds"])
-                _set(f.gauge("shoal_segments_status_code", "Replica status.", _RP), rl, _code(r["status"]))
+            for sr in sc.replicas:
+                rl = [*cl, str(sr.placement_id), sr.server_id]
+                _set(f.gauge("shoal_segments_ack_index", "Replica ack on segments.", _RP), rl, sr.ack_index)
+                _set(f.gauge("shoal_segments_unacked", "Segments not acked.", _RP), rl, sr.unacked_segments)
+                _set(f.gauge("shoal_segments_lag_records", "Replica lag (records).", _RP), rl, sr.lag_records)
+                _set(f.gauge("shoal_segments_lag_seconds", "Replica lag (seconds).", _RP), rl, sr.lag_seconds)
+                _set(f.gauge("shoal_segments_status_code", "Replica status.", _RP), rl, sr.status.code)

@@ -5,9 +5,8 @@ Routes (all GET):
 - ``/``              the page: a table of partitions and replicas with their status, and one chart
                      of lag over time per channel reader, updated live (inline JS polls the API;
                      charts are inline SVG, nothing is loaded from the network);
-- ``/api/snapshot``  the latest snapshot (shape in :mod:`monitor.collector`);
-- ``/api/history``   the lag series for the charts: ``{"window_s", "series": {key: {"label",
-                     "points": [[ts, lag_records], ...]}}}``;
+- ``/api/snapshot``  the latest snapshot (:class:`monitor.models.Snapshot`);
+- ``/api/history``   the lag series for the charts (:class:`monitor.models.HistoryView`);
 - ``/metrics``       Prometheus text format (names in :mod:`monitor.metrics`);
 - ``/healthz``       ``ok`` once a poll succeeded.
 """
@@ -97,10 +96,10 @@ class MonitorService:
         snap = self.collector.snapshot
         if snap is None:
             return 503, "application/json", json.dumps({"error": self.last_error or "no poll yet"}).encode()
-        return self._json(snap)
+        return self._json(snap.to_json())
 
     def _history(self) -> tuple[int, str, bytes]:
-        return self._json(self.collector.history_json())
+        return self._json(self.collector.history_view().to_json())
 
     def _metrics(self) -> tuple[int, str, bytes]:
         return 200, CONTENT_TYPE_LATEST, generate_latest(self.registry)
@@ -111,7 +110,11 @@ class MonitorService:
         return 200, "text/plain", b"ok\n"
 
     def _page(self) -> tuple[int, str, bytes]:
-        initial = {"snapshot": self.collector.snapshot, "history": self.collector.history_json()}
+        snap = self.collector.snapshot
+        initial = {
+            "snapshot": None if snap is None else snap.to_json(),
+            "history": self.collector.history_view().to_json(),
+        }
         data = json.dumps(initial).replace("</", "<\\/")
         refresh_ms = max(500, int(self.collector.config.interval_s * 1000))
         body = PAGE.replace("__INITIAL__", data).replace("__REFRESH_MS__", str(refresh_ms))

@@ -2,6 +2,11 @@
 
 ``shoal up`` writes it; every other command reads it by default. It holds addresses, ports,
 pids (with the marker that proves a pid is still ours) and log paths; never a secret.
+
+Its shape is typed: :class:`ClusterInfo` and :class:`ProcessRecord` are pydantic dataclasses, so
+reading validates every field and :func:`json_schema` gives the JSON Schema of the file (committed
+under ``docs/schemas/``). The file carries ``"version": FORMAT_VERSION``; any other version is
+refused before the fields are looked at.
 """
 
 from __future__ import annotations
@@ -9,10 +14,12 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any
+
+from pydantic import ConfigDict, TypeAdapter, ValidationError
+from pydantic.dataclasses import dataclass
 
 from shoal.errors import ClusterFileError
 
@@ -30,21 +37,21 @@ class ProcessRecord:
     """A storage node's Prometheus ``/metrics`` port (None for other processes)."""
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        return _PROCESS.dump_python(self, mode="json")
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> ProcessRecord:
-        return cls(
-            name=str(data["name"]),
-            pid=int(data["pid"]),
-            marker=str(data["marker"]),
-            log_path=str(data["log_path"]),
-            port=None if data.get("port") is None else int(data["port"]),
-            metrics_port=None if data.get("metrics_port") is None else int(data["metrics_port"]),
-        )
+    def from_json(cls, data: Any) -> ProcessRecord:
+        """A record from its JSON object (raises pydantic's ValidationError on a bad field)."""
+        return _PROCESS.validate_python(data)
 
 
-@dataclass(frozen=True)
+def _add_version(schema: dict[str, Any]) -> None:
+    """The file's ``version`` key is not an attribute: it is written and checked by the functions below."""
+    schema["properties"] = {"version": {"const": FORMAT_VERSION, "type": "integer"}, **schema["properties"]}
+    schema["required"] = ["version", *schema.get("required", [])]
+
+
+@dataclass(frozen=True, config=ConfigDict(json_schema_extra=_add_version))
 class ClusterInfo:
     data_dir: str
     bootstrap_servers: str
@@ -60,39 +67,27 @@ class ClusterInfo:
         return next((p for p in self.processes if p.name == name), None)
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "version": FORMAT_VERSION,
-            "data_dir": self.data_dir,
-            "bootstrap_servers": self.bootstrap_servers,
-            "zk_connect": self.zk_connect,
-            "kafka_cluster_id": self.kafka_cluster_id,
-            "brokers": self.brokers,
-            "topic_prefix": self.topic_prefix,
-            "started_at": self.started_at,
-            "processes": [p.to_json() for p in self.processes],
-            "extra": self.extra,
-        }
+        return {"version": FORMAT_VERSION, **_CLUSTER.dump_python(self, mode="json")}
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> ClusterInfo:
+    def from_json(cls, data: Any) -> ClusterInfo:
         if not isinstance(data, dict) or data.get("version") != FORMAT_VERSION:
             raise ClusterFileError(
                 f"unsupported cluster file version {data.get('version') if isinstance(data, dict) else data!r}"
             )
         try:
-            return cls(
-                data_dir=str(data["data_dir"]),
-                bootstrap_servers=str(data["bootstrap_servers"]),
-                zk_connect=str(data["zk_connect"]),
-                kafka_cluster_id=str(data["kafka_cluster_id"]),
-                brokers=int(data["brokers"]),
-                topic_prefix=str(data.get("topic_prefix", "shoal")),
-                started_at=float(data.get("started_at", 0.0)),
-                processes=tuple(ProcessRecord.from_json(p) for p in data.get("processes", [])),
-                extra=dict(data.get("extra", {})),
-            )
-        except (KeyError, TypeError, ValueError) as exc:
+            return _CLUSTER.validate_python({k: v for k, v in data.items() if k != "version"})
+        except ValidationError as exc:
             raise ClusterFileError(f"cluster file is missing or has a bad field: {exc}") from exc
+
+
+_PROCESS = TypeAdapter(ProcessRecord)
+_CLUSTER = TypeAdapter(ClusterInfo)
+
+
+def json_schema() -> dict[str, Any]:
+    """The JSON Schema of the cluster file."""
+    return _CLUSTER.json_schema()
 
 
 def write(path: Path, info: ClusterInfo) -> None:

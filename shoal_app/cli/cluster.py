@@ -7,13 +7,19 @@ from pathlib import Path
 import click
 
 from shoal.jvm import jars
-from shoal_app.cli.context import CliContext, emit_json, output_option, progress
+from shoal_app.cli.context import CliContext, emit, new_table, output_option, progress, show
+from shoal_app.cli.models import ClusterStatus, JarBundle, Jars, Stopped
 from shoal_app.runtime import launcher
 
 
 @click.command("up")
-@click.option("--nodes", type=int, default=0, show_default=True,
-              help="Storage nodes to start (node-1..node-N, ready once registered in ZooKeeper).")  # fmt: skip
+@click.option(
+    "--nodes",
+    type=int,
+    default=0,
+    show_default=True,
+    help="Storage nodes to start (node-1..node-N, ready once registered in ZooKeeper).",
+)
 @click.option("--brokers", type=int, default=1, show_default=True, help="Kafka brokers (KRaft, combined mode).")
 @click.option("--data-dir", type=click.Path(path_type=Path), default=None, help="Where servers keep data and logs.")
 @click.option("--fresh", is_flag=True, help="Delete the data dir first instead of reusing its data.")
@@ -22,20 +28,19 @@ from shoal_app.runtime import launcher
 def up_command(obj: CliContext, nodes: int, brokers: int, data_dir: Path | None, fresh: bool, output: str) -> None:
     """Start ZooKeeper, Kafka and N storage nodes on 127.0.0.1 and write the cluster file."""
     data = (data_dir or obj.data_dir).expanduser()
-    cfg = launcher.LocalClusterConfig(data_dir=data, cache_dir=obj.cache_dir, brokers=brokers, nodes=nodes,
-                                      fresh=fresh)  # fmt: skip
+    cfg = launcher.LocalClusterConfig(data_dir=data, cache_dir=obj.cache_dir, brokers=brokers, nodes=nodes, fresh=fresh)
     info = launcher.up(cfg, progress=progress)
     if output == "json":
-        emit_json(info.to_json())
+        emit(info)
         return
-    click.echo(f"local cluster up ({brokers} broker(s), {nodes} storage node(s))")
-    click.echo(f"  bootstrap servers: {info.bootstrap_servers}")
-    click.echo(f"  zookeeper:         {info.zk_connect}")
+    where = new_table("what", "where", header=False)
+    where.add_row("bootstrap servers", info.bootstrap_servers)
+    where.add_row("zookeeper", info.zk_connect)
     for p in info.processes:
         if p.name.startswith("node-"):
-            click.echo(f"  {p.name + ':':<19}scans on 127.0.0.1:{p.port}, log {p.log_path}")
-    click.echo(f"  cluster file:      {cfg.cluster_file}")
-    click.echo("stop it with: shoal down")
+            where.add_row(p.name, f"scans on 127.0.0.1:{p.port}, log {p.log_path}")
+    where.add_row("cluster file", str(cfg.cluster_file))
+    show(f"local cluster up ({brokers} broker(s), {nodes} storage node(s))", where, "stop it with: shoal down")
 
 
 @click.command("status")
@@ -43,23 +48,31 @@ def up_command(obj: CliContext, nodes: int, brokers: int, data_dir: Path | None,
 @click.pass_obj
 def status_command(obj: CliContext, output: str) -> None:
     """Say what runs and whether it is healthy (exit 0 only if everything is)."""
-    report = launcher.status(obj.cluster())
+    report = ClusterStatus.model_validate(launcher.status(obj.cluster()))
     if output == "json":
-        emit_json(report)
+        emit(report)
     else:
-        click.echo(f"cluster {report['kafka_cluster_id']}  healthy={report['healthy']}")
-        click.echo(f"  bootstrap servers: {report['bootstrap_servers']}  (brokers seen "
-                   f"{report['brokers_seen']}/{report['brokers_expected']})")  # fmt: skip
-        click.echo(f"  zookeeper:         {report['zk_connect']}")
-        if report["nodes_expected"]:
-            click.echo(f"  storage nodes:     {len(report['nodes_registered'])}/{report['nodes_expected']} registered "
-                       f"({', '.join(report['nodes_registered']) or 'none'})")  # fmt: skip
-        for p in report["processes"]:
-            state = "healthy" if p["healthy"] else "RUNNING, UNHEALTHY" if p["running"] else "STOPPED"
-            click.echo(f"  {p['name']:<12} pid {p['pid']:<8} port {p['port']!s:<6} {state:<18} {p['log']}")
-        if not report["processes"]:
-            click.echo("  nothing is running (start it with `shoal up`)")
-    raise SystemExit(0 if report["healthy"] else 1)
+        lines = [
+            f"cluster {report.kafka_cluster_id}  healthy={report.healthy}",
+            f"  bootstrap servers: {report.bootstrap_servers}  "
+            f"(brokers seen {report.brokers_seen}/{report.brokers_expected})",
+            f"  zookeeper:         {report.zk_connect}",
+        ]
+        if report.nodes_expected:
+            lines.append(
+                f"  storage nodes:     {len(report.nodes_registered)}/{report.nodes_expected} registered "
+                f"({', '.join(report.nodes_registered) or 'none'})"
+            )
+        show(*lines)
+        if report.processes:
+            procs = new_table("process", "pid", "port", "state", "log", right=("pid", "port"))
+            for p in report.processes:
+                state = "healthy" if p.healthy else "RUNNING, UNHEALTHY" if p.running else "STOPPED"
+                procs.add_row(p.name, str(p.pid), str(p.port), state, p.log)
+            show(procs)
+        else:
+            show("  nothing is running (start it with `shoal up`)")
+    raise SystemExit(0 if report.healthy else 1)
 
 
 @click.command("down")
@@ -69,9 +82,9 @@ def down_command(obj: CliContext, output: str) -> None:
     """Stop everything `shoal up` started, by pid."""
     stopped = launcher.down(obj.cluster_file_path, progress=progress)
     if output == "json":
-        emit_json({"stopped": stopped})
+        emit(Stopped(stopped=stopped))
     else:
-        click.echo("stopped: " + (", ".join(stopped) if stopped else "nothing was running"))
+        show("stopped: " + (", ".join(stopped) if stopped else "nothing was running"))
 
 
 @click.command("jars")
@@ -79,17 +92,19 @@ def down_command(obj: CliContext, output: str) -> None:
 @click.pass_obj
 def jars_command(obj: CliContext, output: str) -> None:
     """Fetch the pinned Kafka, ZooKeeper and Spark connector jars (once; cached)."""
-    result = {}
+    result: dict[str, JarBundle] = {}
     for bundle in jars.all_bundles():
         cached = jars.is_complete(bundle, obj.cache_dir)
         if not cached:
             progress(f"fetching {bundle.name} {bundle.version} from Maven Central")
         folder = jars.ensure_bundle(bundle, obj.cache_dir)
-        result[bundle.name] = {"version": bundle.version, "dir": str(folder), "cached": cached,
-                               "jars": len(list(folder.glob("*.jar")))}  # fmt: skip
+        result[bundle.name] = JarBundle(
+            version=bundle.version, dir=str(folder), cached=cached, jars=len(list(folder.glob("*.jar")))
+        )
     if output == "json":
-        emit_json(result)
+        emit(Jars(result))
     else:
+        t = new_table("bundle", "version", "jars", "state", "dir", right=("jars",))
         for name, r in result.items():
-            click.echo(f"{name:<16} {r['version']:<8} {r['jars']:>3} jars  {'cached' if r['cached'] else 'fetched'}"
-                       f"  {r['dir']}")  # fmt: skip
+            t.add_row(name, r.version, str(r.jars), "cached" if r.cached else "fetched", r.dir)
+        show(t)

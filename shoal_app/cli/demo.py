@@ -1,4 +1,4 @@
-"""`shoal demo`: the full demo (issue 8 item 1), or with --roundtrip the foundation round trip.
+"""`shoal demo`: the full demo, or with --roundtrip the foundation round trip.
 
 The full demo starts its own cluster in ``--data-dir`` (default ~/.shoal/demo), shows ingest,
 replication, a leader killed and the failover, a restart, a compaction and ``shoal verify``, and
@@ -16,7 +16,9 @@ import click
 
 from shoal.cluster_file import ClusterInfo
 from shoal.errors import ClusterFileError, ShoalError
-from shoal_app.cli.context import CliContext, emit_json, output_option, progress
+from shoal_app.cli.context import CliContext, console, emit, output_option, progress, show
+from shoal_app.cli.models import DemoSummary, Roundtrip, RoundtripStep, Stopped
+from shoal_app.demo.report import fmt_count
 from shoal_app.runtime import launcher
 
 DEFAULT_DEMO_DIR = Path.home() / ".shoal" / "demo"
@@ -31,7 +33,7 @@ def _running_cluster(obj: CliContext) -> ClusterInfo | None:
 
 
 def _echo_err(line: str) -> None:
-    click.echo(line, err=True)
+    console(stderr=True).print(line)
 
 
 @click.command("demo")
@@ -107,15 +109,14 @@ def demo_command(
         return
     from shoal_app.demo import full
     from shoal_app.demo.processes import check_data_dir
-    from shoal_app.demo.report import explore_lines, summary_lines
 
     data_dir = (demo_dir or DEFAULT_DEMO_DIR).expanduser().absolute()
     if stop_kept:
         stopped = full.stop_kept(data_dir, progress)
         if output == "json":
-            emit_json({"stopped": stopped})
+            emit(Stopped(stopped=stopped))
         else:
-            click.echo("stopped: " + (", ".join(stopped) if stopped else "nothing was running"))
+            show("stopped: " + (", ".join(stopped) if stopped else "nothing was running"))
         return
     check_data_dir(data_dir)  # a foreign or still-running dir is refused before anything starts
     config = full.FullDemoConfig(
@@ -130,24 +131,23 @@ def demo_command(
         keep_running=keep_running,
     )
     try:
-        summary = full.run(config, _echo_err)
+        summary_json = full.run(config, _echo_err)
     except (KeyboardInterrupt, full.DemoInterrupted):
         click.echo("interrupted: everything the demo started was stopped", err=True)
         sys.exit(130)
+    summary = DemoSummary.model_validate(summary_json)
     if output == "json":
-        emit_json(summary)
+        emit(summary)
     else:
-        for line in summary_lines(summary):
-            click.echo(line)
-        if summary["kept_running"]:
-            for line in explore_lines(summary["data_dir"], summary["table"], summary["monitor"]["url"]):
-                click.echo(line)
-    if not summary["ok"]:
+        show(*summary_lines(summary))
+        if summary.kept_running:
+            show(*explore_lines(summary.data_dir, summary.table, summary.monitor.url))
+    if not summary.ok:
         sys.exit(1)
 
 
 def _roundtrip(obj: CliContext, keep_running: bool, spark_master: str, output: str) -> None:
-    """The foundation round trip on the embedded local cluster (the demo before issue 8)."""
+    """The foundation round trip on the embedded local cluster: ZooKeeper CAS, a Kafka transaction, Spark."""
     from shoal_app.demo import roundtrip
     from spark_jobs.session import SparkConfig, build_session
 
@@ -182,13 +182,8 @@ def _roundtrip(obj: CliContext, keep_running: bool, spark_master: str, output: s
             launcher.down(obj.cluster_file_path, progress=progress)
     ok = all(r.ok for r in results)
     if output == "json":
-        emit_json(
-            {
-                "ok": ok,
-                "seconds": round(time.monotonic() - t0, 1),
-                "steps": [{"name": r.name, "ok": r.ok, "seconds": round(r.seconds, 2), **r.details} for r in results],
-            }
-        )
+        steps = [RoundtripStep(name=r.name, ok=r.ok, seconds=round(r.seconds, 2), **r.details) for r in results]
+        emit(Roundtrip(ok=ok, seconds=round(time.monotonic() - t0, 1), steps=steps))
     else:
         for r in results:
             click.echo(f"[{'ok' if r.ok else 'FAILED'}] {r.name} ({r.seconds:.1f}s)")
@@ -199,3 +194,93 @@ def _roundtrip(obj: CliContext, keep_running: bool, spark_master: str, output: s
             click.echo(f"cluster left running: {info.bootstrap_servers} (stop it with `shoal down`)")
     if not ok:
         raise ShoalError("the round trip failed; see the steps above")
+
+
+def summary_lines(s: DemoSummary) -> list[str]:
+    """The end-of-demo summary for people."""
+    gen, ing, fo, rs, comp, ver, content = (
+        s.generator,
+        s.ingest,
+        s.failover,
+        s.restart,
+        s.compaction,
+        s.verify,
+        s.content,
+    )
+    out = [f"shoal demo {'PASSED' if s.ok else 'FAILED'} in {s.seconds:.0f}s  (data dir {s.data_dir})"]
+    out.append(
+        f"  cluster       {s.cluster.brokers} Kafka brokers, {s.cluster.nodes} storage nodes, "
+        f"table {s.table}: {s.partitions} partitions x RF {s.replication_factor}"
+    )
+    out.append(
+        f"  generated     {gen.produced:,} events to topic {s.source_topic}, {gen.acknowledged:,} "
+        f"acknowledged, {gen.failed} failed"
+    )
+    out.append(
+        f"  ingested      {fmt_count(ing.rows_in_shoal)} rows in shoal by Spark query {ing.query} "
+        f"({ing.deadletter_records or 0} records in deadletter)"
+    )
+    if fo.happened:
+        for p in fo.partitions:
+            out.append(
+                f"  failover      partition {p.partition_id[:12]}: {p.old_leader} (epoch {p.old_epoch}, "
+                f"killed -9) -> {p.new_leader} (epoch {p.new_epoch}) in {fo.seconds or 0.0:.1f}s"
+            )
+    else:
+        out.append(f"  failover      DID NOT HAPPEN ({fo.error or 'no leader change seen'})")
+    if rs.pid:
+        out.append(
+            f"  restarted     {rs.server_id} as pid {rs.pid} (same command line: {rs.same_command_line}),"
+            f" registered in {rs.seconds or 0.0:.1f}s"
+        )
+    else:
+        out.append(f"  restarted     NO ({rs.error or '?'})")
+    out.append(
+        f"  compaction    {comp.committed} major(s) committed of {len(comp.majors)} computed"
+        + (f" ({comp.error})" if comp.error else "")
+    )
+    out.append(
+        f"  verify        {'every replica agrees' if ver.ok else 'MISMATCH or error'} "
+        f"(shoal verify exit {ver.exit_code}, {ver.attempts or 0} attempt(s))"
+    )
+    for vp in ver.partitions or []:
+        rows = ", ".join(f"{r.server_id} {fmt_count(r.row_count)}" for r in vp.replicas)
+        out.append(
+            f"                partition {vp.partition_id[:12]}: {'agree' if vp.agree else 'DIFFER'}, "
+            f"WAL chains {'ok' if vp.wal_chains_ok else 'BROKEN'}; rows {rows}"
+        )
+    out.append(
+        f"  content       {content.rows or 0:,} rows for {content.acknowledged or 0:,} acknowledged "
+        f"events: missing {_q(content.missing)}, unexpected {_q(content.unexpected)}, "
+        f"wrong content {_q(content.wrong_content)}"
+    )
+    for err in s.errors:
+        out.append(f"  error         {err}")
+    out.append("where to look:")
+    if s.monitor.url:
+        state = "running" if s.kept_running else "stopped with the demo"
+        out.append(f"  monitor       {s.monitor.url}/  ({state}; JSON at /api/snapshot, Prometheus at /metrics)")
+    out.append(f"  logs          {s.data_dir}/nodes/node-*/node.log, {s.data_dir}/kafka-*/, monitor/monitor.log")
+    return out
+
+
+def _q(value: int | None) -> str:
+    return "?" if value is None else str(value)
+
+
+def explore_lines(data_dir: str, table: str, monitor_url: str | None) -> list[str]:
+    d = data_dir
+    lines = [
+        "the cluster is left running. Explore it:",
+        f"  export SHOAL_DATA_DIR={d}",
+        "  shoal status",
+        f"  shoal table describe {table}",
+        f"  shoal scan {table} | head",
+        f"  shoal offsets {table}",
+        f"  shoal verify {table}",
+    ]
+    if monitor_url:
+        lines.append(f"  open {monitor_url}/ (the monitor)")
+    lines.append("the event generator stopped with the demo; the monitor and `shoal spark ingest` still run.")
+    lines.append(f"stop everything with: shoal demo --stop --data-dir {d}")
+    return lines

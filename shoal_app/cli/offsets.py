@@ -1,10 +1,13 @@
-"""``shoal offsets [TABLE]``: replication indexes, lag and status of every channel (issue 7).
+"""``shoal offsets [TABLE]``: replication indexes, lag and status of every channel (DESIGN.md section 3).
 
 For each partition: leader and epoch; the ingest topic (accepted-by-leader index and lag); per WAL
 channel the Append and Tail indexes and, per replica, Consume and Ack indexes with lag in records,
 seconds and (estimated) bytes and a Burrow-style status; per segments channel which replicas acked
 each recent segment; and every Spark ingest query's lag. ``--output json`` prints the snapshot
-documented in :mod:`monitor.collector` (``--watch``: one JSON document per line, per poll).
+(:class:`monitor.models.Snapshot`; ``--watch``: one JSON document per line, per poll).
+
+The text form stays hand-laid-out rather than a rich table: it is a tree (partition, channel,
+replica, segment) like ``kafka-consumer-groups --describe``, one grep-able line per node.
 
 A status needs a window of polls: a single run sees only what one poll can prove (ERR: truncated
 past an Ack, a recreated topic; REWIND), unless ``--history-dir`` points at a window kept by an
@@ -14,7 +17,6 @@ earlier run or by ``shoal monitor``. ``--watch`` polls every ``--interval`` seco
 from __future__ import annotations
 
 import contextlib
-import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,10 +27,12 @@ import click
 from metadata.client import MetadataClient
 from monitor.collector import Collector
 from monitor.config import MonitorConfig
+from monitor.models import ReaderLag, Snapshot
+from monitor.status import Status
 from monitor.topology import read_topology
 from shoal.errors import ShoalError
 from shoal_app.cli.connection import connection_options, metadata_config
-from shoal_app.cli.context import output_option
+from shoal_app.cli.context import emit, output_option
 
 
 @contextlib.contextmanager
@@ -67,81 +71,81 @@ def open_collector(
         client.close()
 
 
-def _num(v: Any) -> str:
+def _num(v: int | None) -> str:
     return "-" if v is None else str(v)
 
 
-def _lag(r: dict[str, Any]) -> str:
-    parts = [f"lag {r.get('lag_records', '-')}"]
-    if r.get("lag_seconds") is not None:
-        parts.append(f"{r['lag_seconds']:.1f}s")
-    if r.get("lag_bytes_estimate") is not None:
-        parts.append(f"~{r['lag_bytes_estimate']} B")
+def _lag(r: ReaderLag) -> str:
+    parts = [f"lag {r.lag_records}"]
+    if r.lag_seconds is not None:
+        parts.append(f"{r.lag_seconds:.1f}s")
+    if r.lag_bytes_estimate is not None:
+        parts.append(f"~{r.lag_bytes_estimate} B")
     return ", ".join(parts)
 
 
-def format_table(snap: dict[str, Any]) -> str:
+def format_table(snap: Snapshot) -> str:
     """The snapshot for people, one block per partition (like ``kafka-consumer-groups --describe``)."""
-    out = [f"cluster {snap['cluster_id']}  status {snap['status']}"]
-    for t in snap["tables"]:
-        for p in t["partitions"]:
-            lead = p["leader"]
-            who = "none" if lead is None else f"{lead['server_id']}#{lead['placement_id']}"
-            if lead is not None and not lead["alive"]:
+    out = [f"cluster {snap.cluster_id}  status {snap.status.value}"]
+    for t in snap.tables:
+        for p in t.partitions:
+            lead = p.leader
+            who = "none" if lead is None else f"{lead.server_id}#{lead.placement_id}"
+            if lead is not None and not lead.alive:
                 who += " (not alive)"
             out.append(
-                f"table {t['table']} partition {p['partition_id']}  leader {who} epoch {p['epoch']} "
-                f"(leader changes {p['leader_changes']})  {p['status']}"
+                f"table {t.table} partition {p.partition_id}  leader {who} epoch {p.epoch} "
+                f"(leader changes {p.leader_changes})  {p.status.value}"
             )
-            ing = p["ingest"]
-            if ing["exists"]:
+            ing = p.ingest
+            if ing.exists:
                 out.append(
-                    f"  ingest   accepted {_num(ing['accepted_index'])} / end {ing['log_end']}  {_lag(ing)}  "
-                    f"{ing['status']}  {ing['reason']}"
+                    f"  ingest   accepted {_num(ing.accepted_index)} / end {ing.log_end}  {_lag(ing)}  "
+                    f"{ing.status.value}  {ing.reason}"
                 )
             else:
-                out.append(f"  ingest   no topic  {ing['status']}")
-            for c in p["wal"]:
-                name = f"wal#{c['owner']['placement_id']} ({c['owner']['server_id']}"
-                name += ", leader)" if c["is_leader_channel"] else ")"
-                if not c["exists"]:
-                    if c["status"] != "OK":
-                        out.append(f"  {name}  {c['status']}  {c['reason']}")
+                out.append(f"  ingest   no topic  {ing.status.value}")
+            for c in p.wal:
+                name = f"wal#{c.owner.placement_id} ({c.owner.server_id}"
+                name += ", leader)" if c.is_leader_channel else ")"
+                if not c.exists:
+                    if c.status is not Status.OK:
+                        out.append(f"  {name}  {c.status.value}  {c.reason}")
                     continue
-                out.append(f"  {name}  append {c['append_index']}  tail {c['tail_index']}")
-                for r in c["replicas"]:
+                out.append(f"  {name}  append {c.append_index}  tail {c.tail_index}")
+                for r in c.replicas:
                     out.append(
-                        f"    {r['server_id']}#{r['placement_id']}  ack {_num(r['ack_index'])}  consume "
-                        f"{_num(r['consume_index'])}  {_lag(r)}  {r['status']}  {r['reason']}"
+                        f"    {r.server_id}#{r.placement_id}  ack {_num(r.ack_index)}  consume "
+                        f"{_num(r.consume_index)}  {_lag(r)}  {r.status.value}  {r.reason}"
                     )
-            for c in p["segments"]:
-                if not c["exists"]:
-                    if c["status"] != "OK":
-                        out.append(f"  segments#{c['owner']['placement_id']}  {c['status']}  {c['reason']}")
+            for sc in p.segments:
+                if not sc.exists:
+                    if sc.status is not Status.OK:
+                        out.append(f"  segments#{sc.owner.placement_id}  {sc.status.value}  {sc.reason}")
                     continue
                 out.append(
-                    f"  segments#{c['owner']['placement_id']} ({c['owner']['server_id']})  {c['manifests']} segments, "
-                    f"{c['majors']} major, {c['minors_awaiting_compaction']} minors awaiting compaction"
+                    f"  segments#{sc.owner.placement_id} ({sc.owner.server_id})  {sc.manifests} segments, "
+                    f"{sc.majors} major, {sc.minors_awaiting_compaction} minors awaiting compaction"
                 )
-                for r in c["replicas"]:
+                for sr in sc.replicas:
                     out.append(
-                        f"    {r['server_id']}#{r['placement_id']}  ack {_num(r['ack_index'])}  unacked segments "
-                        f"{r['unacked_segments']}  {_lag(r)}  {r['status']}  {r['reason']}"
+                        f"    {sr.server_id}#{sr.placement_id}  ack {_num(sr.ack_index)}  unacked segments "
+                        f"{sr.unacked_segments}  {_lag(sr)}  {sr.status.value}  {sr.reason}"
                     )
-                for s in c["recent"]:
-                    kind = "major" if s["is_major"] else "minor"
-                    acked = ", ".join(f"#{a}" for a in s["acked_by"]) or "nobody"
-                    out.append(f"      @{s['offset']} {s['segment_id']} {kind}  acked by {acked}")
-    for q in snap["spark_queries"]:
-        out.append(f"spark query {q['query']}  lag {q['lag_records']}  {q['status']}")
-        for pp in q["partitions"]:
+                for s in sc.recent:
+                    kind = "major" if s.is_major else "minor"
+                    acked = ", ".join(f"#{a}" for a in s.acked_by) or "nobody"
+                    out.append(f"      @{s.offset} {s.segment_id} {kind}  acked by {acked}")
+    for q in snap.spark_queries:
+        out.append(f"spark query {q.query}  lag {q.lag_records}  {q.status.value}")
+        for pp in q.partitions:
             out.append(
-                f"  {pp['topic']}[{pp['partition']}]  committed {_num(pp['committed'])} / end {pp['log_end']}  "
-                f"{_lag(pp)}  {pp['status']}"
+                f"  {pp.topic}[{pp.partition}]  committed {_num(pp.committed)} / end {pp.log_end}  "
+                f"{_lag(pp)}  {pp.status.value}"
             )
-    if snap["problems"]:
+    if snap.problems:
         out.append("problems:")
-        out += [f"  {pr['status']:<6} {pr['where']}: {pr['reason']}" for pr in snap["problems"]]
+        out += [f"  {pr.status.value:<6} {pr.where}: {pr.reason}" for pr in snap.problems]
     return "\n".join(out)
 
 
@@ -196,7 +200,7 @@ def offsets_command(
                 raise click.ClickException(f"{type(exc).__name__}: {exc}") from exc
             n += 1
             if output == "json":
-                click.echo(json.dumps(snap, sort_keys=True, indent=None if watch else 2))
+                emit(snap, indent=None if watch else 2)
             else:
                 if watch:
                     click.echo(f"--- poll {n} at {time.strftime('%H:%M:%S')}")

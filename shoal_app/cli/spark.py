@@ -21,7 +21,8 @@ import click
 
 from shoal.errors import ShoalError
 from shoal_app.cli.connection import connection_options, metadata_config
-from shoal_app.cli.context import CliContext, emit_json, output_option
+from shoal_app.cli.context import CliContext, emit, new_table, output_option, show
+from shoal_app.cli.models import CompactionResult, Compactions, IngestSummary
 
 log = logging.getLogger(__name__)
 
@@ -75,20 +76,49 @@ def spark_group() -> None:
 @spark_group.command("ingest")
 @click.option("--topic", "source_topic", required=True, help="The external Kafka topic to read.")
 @click.option("--table", required=True, help="The shoal table to write to.")
-@click.option("--format", "fmt", type=click.Choice(["json", "avro"]), default="json", show_default=True,
-              help="How the source records are encoded (avro: schemaless Avro binary).")  # fmt: skip
-@click.option("--avro-schema", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
-              help="Writer schema (.avsc) of Avro records (default: the table's Avro schema).")  # fmt: skip
-@click.option("--starting-offsets", default="earliest", show_default=True,
-              help="Where a new query starts: earliest, latest or Spark's JSON offsets (not on restart).")  # fmt: skip
-@click.option("--max-offsets-per-trigger", type=click.IntRange(min=1), default=None,
-              help="At most this many source records per micro-batch.")  # fmt: skip
-@click.option("--checkpoint", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Checkpoint (default <data dir>/spark/ingest/<query name>); a restart continues there.")  # fmt: skip
-@click.option("--query-name", default=None, help="Query name (default ingest-<table>); its offsets are mirrored "
-              "to consumer group <prefix>.spark.<query name>.")  # fmt: skip
-@click.option("--fail-on-data-loss/--no-fail-on-data-loss", default=True, show_default=True,
-              help="Fail when source offsets were deleted (retention) or the topic was reset.")  # fmt: skip
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["json", "avro"]),
+    default="json",
+    show_default=True,
+    help="How the source records are encoded (avro: schemaless Avro binary).",
+)
+@click.option(
+    "--avro-schema",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="Writer schema (.avsc) of Avro records (default: the table's Avro schema).",
+)
+@click.option(
+    "--starting-offsets",
+    default="earliest",
+    show_default=True,
+    help="Where a new query starts: earliest, latest or Spark's JSON offsets (not on restart).",
+)
+@click.option(
+    "--max-offsets-per-trigger",
+    type=click.IntRange(min=1),
+    default=None,
+    help="At most this many source records per micro-batch.",
+)
+@click.option(
+    "--checkpoint",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Checkpoint (default <data dir>/spark/ingest/<query name>); a restart continues there.",
+)
+@click.option(
+    "--query-name",
+    default=None,
+    help="Query name (default ingest-<table>); its offsets are mirrored to consumer group <prefix>.spark.<query name>.",
+)
+@click.option(
+    "--fail-on-data-loss/--no-fail-on-data-loss",
+    default=True,
+    show_default=True,
+    help="Fail when source offsets were deleted (retention) or the topic was reset.",
+)
 @click.option("--source-bootstrap-servers", default=None, help="Kafka of the source topic (default: shoal's).")
 @click.option("--available-now", is_flag=True, help="Process what the topic holds now, then stop.")
 @click.option("--trigger-interval", default=None, help="Micro-batch interval, e.g. '10 seconds' (default: ASAP).")
@@ -148,21 +178,23 @@ def ingest_command(
             job.stop()
     except ShoalError as exc:
         raise click.ClickException(f"{type(exc).__name__}: {exc}") from exc
-    summary = {
-        "query": name,
-        "query_id": str(job.query.id),
-        "checkpoint": str(config.checkpoint),
-        "malformed_to_deadletter": job.malformed_count,
-        "batches": job.mirror.batches,
-        "consumer_group": config.group,
-        "mirrored_offsets": {f"{t}/{p}": o for (t, p), o in sorted(job.mirror.committed.items())},
-        "error": None if error is None else str(error)[:2000],
-    }
+    summary = IngestSummary(
+        query=name,
+        query_id=str(job.query.id),
+        checkpoint=str(config.checkpoint),
+        malformed_to_deadletter=job.malformed_count,
+        batches=job.mirror.batches,
+        consumer_group=config.group,
+        mirrored_offsets={f"{t}/{p}": o for (t, p), o in sorted(job.mirror.committed.items())},
+        error=None if error is None else str(error)[:2000],
+    )
     if output == "json":
-        emit_json(summary)
+        emit(summary)
     else:
-        for key, value in summary.items():
-            click.echo(f"{key:26} {value}")
+        fields = new_table("field", "value", header=False)
+        for key, value in summary.to_json().items():
+            fields.add_row(key, str(value))
+        show(fields)
     if error is not None:
         raise click.ClickException(f"the ingest query failed: {str(error)[:500]}")
 
@@ -170,17 +202,42 @@ def ingest_command(
 @spark_group.command("compact")
 @click.option("--table", default=None, help="Only this table (default: every table with segments).")
 @click.option("--once", is_flag=True, help="Read the segments channels now, compact what is due, wait, exit.")
-@click.option("--min-minors", type=click.IntRange(min=1), default=8, show_default=True,
-              help="Compact a partition with at least this many minors since its latest major.")  # fmt: skip
-@click.option("--min-bytes", type=click.IntRange(min=1), default=256 * 1024 * 1024, show_default=True,
-              help="... or at least this many bytes of such minors.")  # fmt: skip
-@click.option("--max-age", type=click.FloatRange(min=0, min_open=True), default=3600.0, show_default=True,
-              help="... or whose oldest such minor is older than this many seconds.")  # fmt: skip
+@click.option(
+    "--min-minors",
+    type=click.IntRange(min=1),
+    default=8,
+    show_default=True,
+    help="Compact a partition with at least this many minors since its latest major.",
+)
+@click.option(
+    "--min-bytes",
+    type=click.IntRange(min=1),
+    default=256 * 1024 * 1024,
+    show_default=True,
+    help="... or at least this many bytes of such minors.",
+)
+@click.option(
+    "--max-age",
+    type=click.FloatRange(min=0, min_open=True),
+    default=3600.0,
+    show_default=True,
+    help="... or whose oldest such minor is older than this many seconds.",
+)
 @click.option("--full", is_flag=True, help="Also drop tombstones (a full compaction).")
-@click.option("--check-interval", type=click.FloatRange(min=0, min_open=True), default=30.0, show_default=True,
-              help="Seconds between checks of the age threshold (the service mode).")  # fmt: skip
-@click.option("--commit-timeout", type=click.FloatRange(min=0, min_open=True), default=120.0, show_default=True,
-              help="Seconds to wait for the leader to commit a published major.")  # fmt: skip
+@click.option(
+    "--check-interval",
+    type=click.FloatRange(min=0, min_open=True),
+    default=30.0,
+    show_default=True,
+    help="Seconds between checks of the age threshold (the service mode).",
+)
+@click.option(
+    "--commit-timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=120.0,
+    show_default=True,
+    help="Seconds to wait for the leader to commit a published major.",
+)
 @master_option
 @output_option
 @connection_options
@@ -219,17 +276,30 @@ def compact_command(
                 outcomes = service.outcomes
     except ShoalError as exc:
         raise click.ClickException(f"{type(exc).__name__}: {exc}") from exc
-    rows = describe(outcomes)
+    rows = Compactions([CompactionResult.model_validate(r) for r in describe(outcomes)])
     failures = list(service.failures)
     if output == "json":
-        emit_json(rows)
-    elif not rows and not failures:
-        click.echo("nothing to compact")
-    for r in rows:
-        state = {True: "committed", False: "not committed", None: "published"}[r["committed"]]
-        if output != "json":
-            click.echo(f"{r['partition_id']}  {r['segment_id']}  {state}  {r['rows']} rows  {r['bytes']} bytes  "
-                       f"{r['folded']} segments  epoch {r['epoch']}  ({r['reason']})")  # fmt: skip
+        emit(rows)
+    elif not rows.root and not failures:
+        show("nothing to compact")
+    elif rows.root:
+        t = new_table(
+            "partition",
+            "major",
+            "state",
+            "rows",
+            "bytes",
+            "folded",
+            "epoch",
+            "reason",
+            right=("rows", "bytes", "folded", "epoch"),
+        )
+        for r in rows.root:
+            state = {True: "committed", False: "not committed", None: "published"}[r.committed]
+            t.add_row(
+                r.partition_id, r.segment_id, state, str(r.rows), str(r.bytes), str(r.folded), str(r.epoch), r.reason
+            )
+        show(t)
     if failures:
         detail = "; ".join(f"{pid}: {err}" for pid, err in failures)
         raise click.ClickException(f"{len(failures)} compaction(s) failed: {detail[:2000]}")

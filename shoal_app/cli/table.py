@@ -6,7 +6,7 @@ import datetime as _dt
 import json
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, TypeVar
+from typing import Any
 
 import click
 
@@ -16,9 +16,19 @@ from metadata.metadata_file import MetadataFile, Placement
 from metadata.table import Column, TableDefinition
 from shoal.errors import ShoalError
 from shoal_app.cli.connection import connection_options, metadata_config
-from shoal_app.cli.context import output_option
-
-T = TypeVar("T")
+from shoal_app.cli.context import emit, new_table, output_option, show
+from shoal_app.cli.models import (
+    HistoryEntry,
+    PartitionJson,
+    PartitionLeader,
+    PlacementJson,
+    SplitJson,
+    TableDescription,
+    TableHead,
+    TableHistory,
+    TableJson,
+    TableList,
+)
 
 
 @contextmanager
@@ -27,9 +37,13 @@ def _coordinator(
 ) -> Iterator[MetadataCoordinator]:
     try:
         config = metadata_config(
-            {"zk_hosts": zk_hosts, "bootstrap_servers": bootstrap_servers, "topic_prefix": topic_prefix,
-             "zk_root": zk_root}
-        )  # fmt: skip
+            {
+                "zk_hosts": zk_hosts,
+                "bootstrap_servers": bootstrap_servers,
+                "topic_prefix": topic_prefix,
+                "zk_root": zk_root,
+            }
+        )
         with MetadataClient(config) as client:
             yield client.coordinator
     except ShoalError as exc:
@@ -102,54 +116,66 @@ def create(
     click.echo(f"created table {file.table.name}: txnid {file.txnid}, {len(file.partitions)} partition(s)")
 
 
-def _placements(ps: tuple[Placement, ...]) -> list[dict[str, Any]]:
-    return [{"server_id": p.server_id, "placement_id": p.placement_id} for p in ps]
+def _placements(ps: tuple[Placement, ...]) -> list[PlacementJson]:
+    return [PlacementJson(server_id=p.server_id, placement_id=p.placement_id) for p in ps]
 
 
-def describe_json(coord: MetadataCoordinator, name: str) -> dict[str, Any]:
+def describe_table(coord: MetadataCoordinator, name: str) -> TableDescription:
+    """The current METADATA of table ``name`` with each partition's leader and epoch."""
     head = coord.head(name)
     file = coord.current(name)
     ks = file.table.keyspace
     parts = []
     for entry, krange in file.ranges():
         status = coord.partition_status(entry.partition_id)
-        part: dict[str, Any] = {
-            "partition_id": entry.partition_id,
-            "begin": ks.to_json(krange.begin),
-            "end": ks.to_json(krange.end),
-            "servers": _placements(entry.servers),
-            "servers_joining": _placements(entry.servers_joining),
-            "servers_leaving": _placements(entry.servers_leaving),
-            "leader": None
-            if status.leader_server_id is None
-            else {
-                "server_id": status.leader_server_id,
-                "placement_id": status.leader_placement_id,
-                "alive": status.leader_alive,
-            },
-            "epoch": status.epoch,
-            "splitting": entry.splitting,
-        }
-        if entry.splitting:
-            part["split"] = {
-                "split_point": ks.to_json(entry.split_point),
-                "split_partition_id_low": entry.split_partition_id_low,
-                "split_partition_id_high": entry.split_partition_id_high,
-                "split_servers_low": _placements(entry.split_servers_low),
-                "split_servers_high": _placements(entry.split_servers_high),
-            }
-        parts.append(part)
-    return {
-        "table": file.table.to_json(),
-        "metadata_txnid": head.metadata_txnid,
-        "metadata_sequence": head.metadata_sequence,
-        "metadata_servers": list(head.metadata_servers),
-        "partitions": parts,
-    }
+        parts.append(
+            PartitionJson(
+                partition_id=entry.partition_id,
+                begin=ks.to_json(krange.begin),
+                end=ks.to_json(krange.end),
+                servers=_placements(entry.servers),
+                servers_joining=_placements(entry.servers_joining),
+                servers_leaving=_placements(entry.servers_leaving),
+                leader=None
+                if status.leader_server_id is None
+                else PartitionLeader(
+                    server_id=status.leader_server_id,
+                    placement_id=status.leader_placement_id,
+                    alive=status.leader_alive,
+                ),
+                epoch=status.epoch,
+                splitting=entry.splitting,
+                split=SplitJson(
+                    split_point=ks.to_json(entry.split_point),
+                    split_partition_id_low=entry.split_partition_id_low,
+                    split_partition_id_high=entry.split_partition_id_high,
+                    split_servers_low=_placements(entry.split_servers_low),
+                    split_servers_high=_placements(entry.split_servers_high),
+                )
+                if entry.splitting
+                else None,
+            )
+        )
+    return TableDescription(
+        table=TableJson.model_validate(file.table.to_json()),
+        metadata_txnid=head.metadata_txnid,
+        metadata_sequence=head.metadata_sequence,
+        metadata_servers=list(head.metadata_servers),
+        partitions=parts,
+    )
 
 
-def _fmt_placements(ps: list[dict[str, Any]]) -> str:
-    return ", ".join(f"{p['server_id']}#{p['placement_id']}" for p in ps) or "-"
+def describe_json(coord: MetadataCoordinator, name: str) -> dict[str, Any]:
+    """:func:`describe_table` as the JSON ``shoal table describe -o json`` prints."""
+    return describe_table(coord, name).to_json()
+
+
+def _fmt_placements(ps: list[PlacementJson]) -> str:
+    return ", ".join(f"{p.server_id}#{p.placement_id}" for p in ps) or "-"
+
+
+def _bound(value: int | str | None, unbounded: str) -> str:
+    return unbounded if value is None else repr(value)
 
 
 @table_group.command("describe")
@@ -160,39 +186,47 @@ def describe(name: str, output: str, **conn: Any) -> None:
     """Show the current METADATA of table NAME, with the leader and epoch of each partition."""
     with _coordinator(**conn) as coord:
         try:
-            info = describe_json(coord, name)
+            info = describe_table(coord, name)
         except ShoalError as exc:
             raise click.ClickException(f"{type(exc).__name__}: {exc}") from exc
     if output == "json":
-        click.echo(json.dumps(info, indent=2, sort_keys=True))
+        emit(info)
         return
-    t = info["table"]
-    cols = ", ".join(f"{c['name']} {c['type']}{'' if c['nullable'] else ' not null'}" for c in t["columns"])
-    click.echo(f"table {t['name']} ({cols})")
-    click.echo(f"  primary key {', '.join(t['primary_key'])}; partition key {t['partition_key']} ({t['keyspace']})")
-    click.echo(f"  replication factor {t['replication_factor']}")
-    click.echo(f"  metadata txnid {info['metadata_txnid']} sequence {info['metadata_sequence']}")
-    click.echo(f"  metadata servers {', '.join(info['metadata_servers']) or '-'}")
-    for p in info["partitions"]:
-        begin = "-inf" if p["begin"] is None else repr(p["begin"])
-        end = "+inf" if p["end"] is None else repr(p["end"])
-        leader = p["leader"]
-        lead = "none" if leader is None else f"{leader['server_id']}#{leader['placement_id']}"
-        if leader is not None and not leader["alive"]:
+    t = info.table
+    cols = ", ".join(f"{c.name} {c.type}{'' if c.nullable else ' not null'}" for c in t.columns)
+    show(
+        f"table {t.name} ({cols})",
+        f"  primary key {', '.join(t.primary_key)}; partition key {t.partition_key} ({t.keyspace})",
+        f"  replication factor {t.replication_factor}",
+        f"  metadata txnid {info.metadata_txnid} sequence {info.metadata_sequence}",
+        f"  metadata servers {', '.join(info.metadata_servers) or '-'}",
+    )
+    parts = new_table("partition", "range", "leader", "epoch", "servers", "changes", right=("epoch",))
+    for p in info.partitions:
+        lead = "none" if p.leader is None else f"{p.leader.server_id}#{p.leader.placement_id}"
+        if p.leader is not None and not p.leader.alive:
             lead += " (not alive)"
-        click.echo(f"  partition {p['partition_id']} [{begin}, {end})  leader {lead} epoch {p['epoch']}")
-        click.echo(f"    servers {_fmt_placements(p['servers'])}")
-        if p["servers_joining"]:
-            click.echo(f"    joining {_fmt_placements(p['servers_joining'])}")
-        if p["servers_leaving"]:
-            click.echo(f"    leaving {_fmt_placements(p['servers_leaving'])}")
-        if p["splitting"]:
-            s = p["split"]
-            click.echo(
-                f"    splitting at {s['split_point']!r} into {s['split_partition_id_low']} "
-                f"({_fmt_placements(s['split_servers_low'])}) and {s['split_partition_id_high']} "
-                f"({_fmt_placements(s['split_servers_high'])})"
+        changes = []
+        if p.servers_joining:
+            changes.append(f"joining {_fmt_placements(p.servers_joining)}")
+        if p.servers_leaving:
+            changes.append(f"leaving {_fmt_placements(p.servers_leaving)}")
+        if p.split is not None:
+            s = p.split
+            changes.append(
+                f"splitting at {s.split_point!r} into {s.split_partition_id_low} "
+                f"({_fmt_placements(s.split_servers_low)}) and {s.split_partition_id_high} "
+                f"({_fmt_placements(s.split_servers_high)})"
             )
+        parts.add_row(
+            p.partition_id,
+            f"[{_bound(p.begin, '-inf')}, {_bound(p.end, '+inf')})",
+            lead,
+            str(p.epoch),
+            _fmt_placements(p.servers),
+            "; ".join(changes) or "-",
+        )
+    show(parts)
 
 
 @table_group.command("list")
@@ -206,30 +240,26 @@ def list_tables(output: str, **conn: Any) -> None:
         except ShoalError as exc:
             raise click.ClickException(f"{type(exc).__name__}: {exc}") from exc
     if output == "json":
-        click.echo(
-            json.dumps(
-                [
-                    {"table": n, "metadata_txnid": h.metadata_txnid, "metadata_sequence": h.metadata_sequence}
-                    for n, h in rows
-                ],
-                indent=2,
-            )
-        )
+        listed = [
+            TableHead(table=n, metadata_txnid=h.metadata_txnid, metadata_sequence=h.metadata_sequence) for n, h in rows
+        ]
+        emit(TableList(listed), sort_keys=False)
         return
+    # one tab-separated line per table, no header: the list is read by scripts (cut, grep) as is
     for name, head in rows:
         click.echo(f"{name}\tsequence {head.metadata_sequence}\ttxnid {head.metadata_txnid}")
 
 
-def _history_row(f: MetadataFile) -> dict[str, Any]:
-    return {
-        "sequence": f.sequence,
-        "txnid": f.txnid,
-        "parent_txnid": f.parent_txnid,
-        "change": f.change.value,
-        "summary": f.change_summary,
-        "created_at_ms": f.created_at_ms,
-        "partitions": len(f.partitions),
-    }
+def _history_row(f: MetadataFile) -> HistoryEntry:
+    return HistoryEntry(
+        sequence=f.sequence,
+        txnid=f.txnid,
+        parent_txnid=f.parent_txnid,
+        change=f.change.value,
+        summary=f.change_summary,
+        created_at_ms=f.created_at_ms,
+        partitions=len(f.partitions),
+    )
 
 
 @table_group.command("history")
@@ -243,12 +273,15 @@ def history(name: str, output: str, **conn: Any) -> None:
             chain = coord.history(name)
         except ShoalError as exc:
             raise click.ClickException(f"{type(exc).__name__}: {exc}") from exc
+    entries = TableHistory([_history_row(f) for f in chain])
     if output == "json":
-        click.echo(json.dumps([_history_row(f) for f in chain], indent=2))
+        emit(entries, sort_keys=False)
         return
-    for f in chain:
-        when = _dt.datetime.fromtimestamp(f.created_at_ms / 1000, tz=_dt.UTC).strftime("%Y-%m-%d %H:%M:%S")
-        click.echo(f"{f.sequence:>6}  {when}  {f.txnid}  {f.change.value:<16} {f.change_summary}")
+    t = new_table("sequence", "committed (UTC)", "txnid", "change", "summary", right=("sequence",))
+    for e in entries.root:
+        when = _dt.datetime.fromtimestamp(e.created_at_ms / 1000, tz=_dt.UTC).strftime("%Y-%m-%d %H:%M:%S")
+        t.add_row(str(e.sequence), when, e.txnid, e.change, e.summary)
+    show(t)
 
 
-__all__ = ["describe_json", "table_group"]
+__all__ = ["describe_json", "describe_table", "table_group"]

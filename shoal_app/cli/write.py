@@ -15,7 +15,8 @@ import click
 from producer import DeliveryReport, Producer, ProducerConfig, RowValidationError
 from shoal.errors import ShoalError
 from shoal_app.cli.connection import connection_options, with_cluster_defaults
-from shoal_app.cli.context import emit_json, output_option
+from shoal_app.cli.context import emit, output_option, show
+from shoal_app.cli.models import Delivery, WriteResult
 
 
 def _chunks(stream: IO[str], chunk_rows: int) -> Any:
@@ -44,8 +45,13 @@ def _chunks(stream: IO[str], chunk_rows: int) -> Any:
 @click.argument("table")
 @click.argument("file", type=click.File("r"), default="-")
 @click.option("--delete", "delete", is_flag=True, help="Each line is a primary key (a JSON object) to delete.")
-@click.option("--chunk-rows", type=click.IntRange(min=0), default=0, show_default=True,
-              help="Validate and send this many lines at a time (0 = the whole input at once).")  # fmt: skip
+@click.option(
+    "--chunk-rows",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="Validate and send this many lines at a time (0 = the whole input at once).",
+)
 @click.option("--sync/--no-sync", "do_sync", default=False, help="Wait until the leaders accepted the rows.")
 @click.option("--timeout", type=float, default=60.0, show_default=True, help="Seconds for flush and sync.")
 @output_option
@@ -87,19 +93,19 @@ def write_command(
     except ShoalError as exc:
         raise click.ClickException(f"{type(exc).__name__}: {exc}") from exc
     if output == "json":
-        emit_json(
-            {
-                "table": table,
-                "rows": rows_sent,
-                "batches": len(reports),
-                "synced": do_sync,
-                "deliveries": [r.to_json() for r in reports],
-            }
+        emit(
+            WriteResult(
+                table=table,
+                rows=rows_sent,
+                batches=len(reports),
+                synced=do_sync,
+                deliveries=[Delivery.model_validate(r.to_json()) for r in reports],
+            )
         )
     else:
         partitions = len({r.partition_id for r in reports})
         verb = "deleted" if delete else "wrote"
-        click.echo(
+        show(
             f"{verb} {rows_sent} rows to {table} in {len(reports)} batch(es) over {partitions} partition(s)"
             + (" (accepted by the leaders)" if do_sync else "")
         )

@@ -22,6 +22,7 @@ from monitor.topology import read_topology
 from shoal.kafka_admin import admin_client, create_topic
 from shoal.topics import TopicNames
 from shoal.wire.records import SegmentChunk, SegmentManifest, WalOffsetRange
+from shoal_app.schemas import validate
 
 
 @dataclass
@@ -202,3 +203,10 @@ def replica(snap: dict[str, Any], kind: str = "wal", table: int = 0) -> dict[str
     (channel,) = [c for c in part[kind] if c["is_leader_channel"]]
     (row,) = channel["replicas"]
     return dict(row)
+
+
+def poll_json(col: Collector) -> dict[str, Any]:
+    """One poll of ``col`` as the JSON ``/api/snapshot`` serves, checked against its committed schema."""
+    snap = col.poll().to_json()
+    validate("monitor-snapshot", snap)
+    return snap

@@ -13,10 +13,11 @@ from monitor_it_support import ChannelWriter, StandInFollower, chunk, make_env, 
 
 from shoal.kafka_admin import create_topic
 from shoal_app.cli.main import cli
+from shoal_app.schemas import validate
 
 pytestmark = pytest.mark.integration
 
-# The shape documented in monitor/collector.py (and the README): every object has exactly these keys.
+# The shape of monitor/models.py (docs/schemas/monitor-snapshot.json): every object has exactly these keys.
 TOP = {"version", "generated_at", "cluster_id", "status", "window", "tables", "spark_queries", "problems"}
 WINDOW = {"samples", "interval_s", "warn_samples"}
 TABLE = {"table", "status", "partitions"}
@@ -27,10 +28,25 @@ INGEST = {"topic", "exists", "log_start", "log_end", "group", "accepted_index"} 
 CHANNEL = {"topic", "exists", "topic_id", "owner", "is_leader_channel", "status", "reason", "replicas"}
 OWNER = {"server_id", "placement_id", "role"}
 WAL = CHANNEL | {"append_index", "tail_index", "covered_index"}
-WAL_REPLICA = {"server_id", "placement_id", "role", "ack_group", "ack_index", "consume_group", "consume_index",
-               "consume_lag_records"} | LAG  # fmt: skip
-SEGMENTS = CHANNEL | {"log_start", "log_end", "manifests", "majors", "minors_awaiting_compaction",
-                      "invalid_manifests", "recent"}  # fmt: skip
+WAL_REPLICA = {
+    "server_id",
+    "placement_id",
+    "role",
+    "ack_group",
+    "ack_index",
+    "consume_group",
+    "consume_index",
+    "consume_lag_records",
+} | LAG
+SEGMENTS = CHANNEL | {
+    "log_start",
+    "log_end",
+    "manifests",
+    "majors",
+    "minors_awaiting_compaction",
+    "invalid_manifests",
+    "recent",
+}
 SEGMENT = {"offset", "segment_id", "is_major", "created_at_ms", "size_bytes", "row_count", "acked_by"}
 SEG_REPLICA = {"server_id", "placement_id", "role", "ack_group", "ack_index", "unacked_segments"} | LAG
 SPARK = {"query", "group", "status", "lag_records", "partitions"}
@@ -40,6 +56,7 @@ STATUSES = {"OK", "WARN", "STALL", "STOP", "REWIND", "ERR"}
 
 
 def check_shape(snap: dict[str, Any]) -> None:
+    validate("monitor-snapshot", snap)
     assert set(snap) == TOP and snap["version"] == 1 and snap["status"] in STATUSES
     assert set(snap["window"]) == WINDOW
     for t in snap["tables"]:
@@ -80,8 +97,9 @@ def test_offsets_json_shape_segments_and_spark_lag(cluster: Any, zk_hosts: str, 
         wal_follower.catch_up(wal.write(4))
         wal.write(2)  # two records the follower has not acked
         seg.write_raw([manifest(env.pid, env.table, leader_pl, ids[0], major=True, base=None), chunk(ids[0])])
-        m1_chunk = seg.write_raw([manifest(env.pid, env.table, leader_pl, ids[1], major=False, base=ids[0]),
-                                  chunk(ids[1])])  # fmt: skip
+        m1_chunk = seg.write_raw(
+            [manifest(env.pid, env.table, leader_pl, ids[1], major=False, base=ids[0]), chunk(ids[1])]
+        )
         seg.write_raw([manifest(env.pid, env.table, leader_pl, ids[2], major=False, base=ids[1]), chunk(ids[2])])
         seg_follower.catch_up(m1_chunk)  # acks the first two segments, not the third
 

@@ -1,4 +1,4 @@
-"""Offset monitoring against three real storage node processes (issue 7 test, real followers).
+"""Offset monitoring against three real storage node processes (real followers, DESIGN.md sections 3 and 6).
 
 The followers are real: their Ack on the leader's WAL channel moves only when a segment is flushed
 and replicated, their Ack on the segments channel when a segment is durable on them. With a small
@@ -27,6 +27,7 @@ from monitor.collector import Collector
 from monitor.config import MonitorConfig
 from monitor.topology import read_topology
 from shoal.topics import TopicNames
+from shoal_app.schemas import validate
 from shoal_app.testing.wait import wait_until
 
 pytestmark = pytest.mark.integration
@@ -71,7 +72,9 @@ def _rows_of(snap: dict[str, Any], server_id: str) -> dict[str, dict[str, Any]]:
 def _poll(col: Collector) -> dict[str, Any]:
     """One poll, ``interval_s`` after the previous one (a sample per interval, as ``shoal monitor`` takes)."""
     time.sleep(col.config.interval_s)
-    return col.poll()
+    snap = col.poll().to_json()
+    validate("monitor-snapshot", snap)
+    return snap
 
 
 def _all_ok(col: Collector, polls: int = 2) -> bool:
@@ -123,8 +126,9 @@ def test_a_killed_real_follower_leaves_ok_and_comes_back(
             assert _rows_of(_poll(col), other)["segments"]["status"] == "OK"
 
             nodes.start(victim)
-            assert wait_until(lambda: all(r["status"] == "OK" for r in _rows_of(_poll(col), victim).values()), 90,
-                              interval=0.5), _rows_of(_poll(col), victim)  # fmt: skip
+            assert wait_until(
+                lambda: all(r["status"] == "OK" for r in _rows_of(_poll(col), victim).values()), 90, interval=0.5
+            ), _rows_of(_poll(col), victim)
         finally:
             writer.stop()
         assert wait_until(lambda: _all_ok(col), 90, interval=0.5), _poll(col)["problems"]

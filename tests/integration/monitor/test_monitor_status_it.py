@@ -12,7 +12,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from monitor_it_support import ChannelWriter, StandInFollower, chunk, make_collector, make_env, manifest, replica
+from monitor_it_support import (
+    ChannelWriter,
+    StandInFollower,
+    chunk,
+    make_collector,
+    make_env,
+    manifest,
+    poll_json,
+    replica,
+)
 
 from monitor.kafka_offsets import KafkaOffsets
 from shoal.kafka_admin import create_topic, delete_topics
@@ -36,7 +45,7 @@ def test_stopped_follower_goes_warn_then_stop_and_back_to_ok(
         for _ in range(3):
             last = writer.write()
             acked = follower.catch_up(last)
-            snap = col.poll()
+            snap = poll_json(col)
             assert replica(snap)["status"] == "OK", replica(snap)
         row = replica(snap)
         wal = snap["tables"][0]["partitions"][0]["wal"][0]
@@ -47,7 +56,7 @@ def test_stopped_follower_goes_warn_then_stop_and_back_to_ok(
         seen = []
         for _ in range(12):
             writer.write()
-            snap = col.poll()
+            snap = poll_json(col)
             seen.append(replica(snap)["status"])
             if seen[-1] in ("STOP", "STALL"):
                 break
@@ -64,11 +73,11 @@ def test_stopped_follower_goes_warn_then_stop_and_back_to_ok(
         col.close()
         col = make_collector(env, history)
         writer.write()
-        assert replica(col.poll())["status"] in ("STOP", "STALL")
+        assert replica(poll_json(col))["status"] in ("STOP", "STALL")
 
         last = writer.write()
         follower.catch_up(last)
-        snap = col.poll()
+        snap = poll_json(col)
         assert replica(snap)["status"] == "OK", replica(snap)
         assert replica(snap)["lag_records"] == 0
     finally:
@@ -89,7 +98,7 @@ def test_idle_table_is_ok(cluster: Any, zk_hosts: str, topic_prefix: str) -> Non
         follower.catch_up(writer.write(5))
         statuses = []
         for _ in range(8):  # more than a window without a single commit or record
-            snap = col.poll()
+            snap = poll_json(col)
             statuses.append(snap["status"])
         assert statuses == ["OK"] * 8, snap["problems"]
         part = snap["tables"][0]["partitions"][0]
@@ -120,11 +129,11 @@ def test_truncation_past_an_ack_is_err_with_explanation(cluster: Any, zk_hosts: 
         acked = follower.catch_up(writer.write(2))
         for _ in range(4):
             writer.write(2)
-        assert replica(col.poll())["status"] == "OK"
+        assert replica(poll_json(col))["status"] == "OK"
         with KafkaOffsets(cluster.bootstrap_servers) as k:
             tail = k.delete_records(env.wal, acked + 4)
         assert tail == acked + 4
-        snap = col.poll()
+        snap = poll_json(col)
         row = replica(snap)
         assert row["status"] == "ERR"
         assert f"log start {tail} > committed {acked}" in row["reason"]
@@ -149,7 +158,7 @@ def test_recreated_topic_is_err(cluster: Any, zk_hosts: str, topic_prefix: str, 
     col = make_collector(env)
     try:
         follower.catch_up(writer.write(3))
-        first = col.poll()
+        first = poll_json(col)
         old_id = first["tables"][0]["partitions"][0]["wal"][0]["topic_id"]
         assert old_id and replica(first)["status"] == "OK"
         follower.close()
@@ -159,7 +168,7 @@ def test_recreated_topic_is_err(cluster: Any, zk_hosts: str, topic_prefix: str, 
         create_topic(kafka_admin, env.wal)
         writer = ChannelWriter(cluster.bootstrap_servers, env.wal)
         writer.write(1)
-        snap = col.poll()
+        snap = poll_json(col)
         wal = snap["tables"][0]["partitions"][0]["wal"][0]
         row = replica(snap)
         assert wal["topic_id"] != old_id
@@ -192,17 +201,24 @@ def test_old_leaders_channel_is_settled_once_segments_cover_it(
 
     try:
         last = old.write(3)
-        statuses = [orphan_row(col.poll())["status"] for _ in range(7)]
+        statuses = [orphan_row(poll_json(col))["status"] for _ in range(7)]
         assert statuses[-1] == "STOP", statuses
         sid = uuid.uuid4().hex
         seg.write_raw(
             [
-                manifest(env.pid, env.table, env.leader.placement_id, sid, major=True, base=None,
-                         covered=(WalOffsetRange(old_wal, 0, last + 1),)),
+                manifest(
+                    env.pid,
+                    env.table,
+                    env.leader.placement_id,
+                    sid,
+                    major=True,
+                    base=None,
+                    covered=(WalOffsetRange(old_wal, 0, last + 1),),
+                ),
                 chunk(sid),
             ]
-        )  # fmt: skip
-        row = orphan_row(col.poll())
+        )
+        row = orphan_row(poll_json(col))
         assert row["covered_index"] == last + 1
         assert row["status"] == "OK" and "covered by segments" in row["reason"], row
     finally:

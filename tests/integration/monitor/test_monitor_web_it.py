@@ -22,6 +22,7 @@ import pytest
 from monitor_it_support import ChannelWriter, StandInFollower, make_collector, make_env
 
 from monitor.web import CHART_COLOUR, MonitorService
+from shoal_app.schemas import validate
 from shoal_app.testing.wait import wait_until
 
 pytestmark = pytest.mark.integration
@@ -35,8 +36,17 @@ def _get(url: str) -> tuple[int, str]:
 
 def _chromium(args: list[str], tmp: Path) -> subprocess.CompletedProcess[str]:
     assert Path(CHROMIUM).exists(), "Debian's chromium package is needed (apt-get install chromium)"
-    cmd = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--no-first-run",
-           f"--user-data-dir={tmp / 'profile'}", "--virtual-time-budget=3000", *args]  # fmt: skip
+    cmd = [
+        CHROMIUM,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--hide-scrollbars",
+        "--no-first-run",
+        f"--user-data-dir={tmp / 'profile'}",
+        "--virtual-time-budget=3000",
+        *args,
+    ]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
 
 
@@ -102,18 +112,23 @@ def test_page_shows_partitions_and_lag_charts_in_chromium(
             n = service.collector.polls
             assert wait_until(lambda: service.collector.polls > n, 30)  # noqa: B023
         key = f"wal|{env.wal}|{env.topics.replica_group(env.pid, env.follower.placement_id)}"
-        hist = service.collector.history_json()
+        hist = service.collector.history_view().to_json()
         assert len(hist["series"][key]["points"]) >= 5
 
         status, body = _get(f"{service.url}/api/snapshot")
         assert status == 200 and json.loads(body)["tables"][0]["partitions"][0]["partition_id"] == env.pid
+        validate("monitor-snapshot", json.loads(body))
         status, body = _get(f"{service.url}/api/history")
         assert status == 200 and key in json.loads(body)["series"]
+        validate("monitor-history-view", json.loads(body))
+        validate("monitor-history-file", json.loads((tmp_path / "history" / "monitor-history.json").read_text()))
         status, metrics = _get(f"{service.url}/metrics")
         assert status == 200
-        labels = (f'partition="{env.pid}",placement="{env.leader.placement_id}",'
-                  f'replica_placement="{env.follower.placement_id}",replica_server="node-2",server="node-1",'
-                  f'table="events"')  # fmt: skip
+        labels = (
+            f'partition="{env.pid}",placement="{env.leader.placement_id}",'
+            f'replica_placement="{env.follower.placement_id}",replica_server="node-2",server="node-1",'
+            f'table="events"'
+        )
         assert f"shoal_wal_ack_index{{{labels}}}" in metrics
         assert f"shoal_wal_status_code{{{labels}}}" in metrics
         assert f'shoal_partition_leader_epoch{{partition="{env.pid}",table="events"}} 1.0' in metrics
@@ -153,9 +168,27 @@ def test_shoal_monitor_command_serves_and_keeps_history(
 ) -> None:
     env = make_env(cluster.bootstrap_servers, zk_hosts, topic_prefix)
     history = tmp_path / "hist"
-    cmd = [sys.executable, "-m", "shoal_app.cli.main", "monitor", env.table, "--port", "0", "--interval", "0.3",
-           "--window", "4", "--history-dir", str(history), "--zk", zk_hosts, "--bootstrap-servers",
-           cluster.bootstrap_servers, "--topic-prefix", topic_prefix]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "shoal_app.cli.main",
+        "monitor",
+        env.table,
+        "--port",
+        "0",
+        "--interval",
+        "0.3",
+        "--window",
+        "4",
+        "--history-dir",
+        str(history),
+        "--zk",
+        zk_hosts,
+        "--bootstrap-servers",
+        cluster.bootstrap_servers,
+        "--topic-prefix",
+        topic_prefix,
+    ]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert proc.stdout is not None

@@ -1,4 +1,4 @@
-"""`shoal demo` end to end (issue 8 item 1), as `make demo` runs it, with a small volume.
+"""`shoal demo` end to end, as `make demo` runs it, with a small volume.
 
 A fresh 3-broker, 3-node cluster in a tmp data dir; a table with RF 3 and 4 partitions; a generator
 writing JSON events to an external topic; `shoal spark ingest`; the leader of a partition killed
@@ -19,6 +19,7 @@ import pytest
 
 from shoal import cluster_file
 from shoal_app.runtime.process import is_running
+from shoal_app.schemas import validate
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.slow]
 
@@ -44,10 +45,25 @@ def _processes_mentioning(text: str) -> list[tuple[int, str]]:
 @pytest.mark.timeout(1200)
 def test_full_demo_end_to_end(tmp_path: Path) -> None:
     data = tmp_path / "demo"
-    argv = [sys.executable, "-m", "shoal_app.cli.main", "demo", "--data-dir", str(data), "--events", str(EVENTS),
-            "--rate", "150", "--partitions", "4", "--output", "json"]  # fmt: skip
+    argv = [
+        sys.executable,
+        "-m",
+        "shoal_app.cli.main",
+        "demo",
+        "--data-dir",
+        str(data),
+        "--events",
+        str(EVENTS),
+        "--rate",
+        "150",
+        "--partitions",
+        "4",
+        "--output",
+        "json",
+    ]
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=1100, check=False)
     summary = json.loads(proc.stdout)
+    validate("cli-demo", summary)
     brief = {k: summary.get(k) for k in ("errors", "failover", "restart", "compaction", "verify", "content")}
     detail = f"exit {proc.returncode}\n{json.dumps(brief, indent=1)[:6000]}\n--- stderr (tail)\n{proc.stderr[-4000:]}"
 

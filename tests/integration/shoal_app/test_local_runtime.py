@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from confluent_kafka import Producer
@@ -14,6 +15,7 @@ from confluent_kafka import Producer
 from shoal import cluster_file
 from shoal.kafka_admin import admin_client, create_topic
 from shoal_app.runtime.process import is_running
+from shoal_app.schemas import validate
 from shoal_app.testing.wait import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -33,23 +35,37 @@ def shoal(
     *args: str, data_dir: Path, check: bool = True, env: dict[str, str] | None = None, stdin: str | None = None
 ) -> subprocess.CompletedProcess[str]:
     full_env = {**os.environ, "SHOAL_DATA_DIR": str(data_dir), **(env or {})}
-    proc = subprocess.run([sys.executable, "-m", "shoal_app.cli.main", *args], capture_output=True, text=True,
-                          env=full_env, timeout=300, check=False, input=stdin)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-m", "shoal_app.cli.main", *args],
+        capture_output=True,
+        text=True,
+        env=full_env,
+        timeout=300,
+        check=False,
+        input=stdin,
+    )
     if check and proc.returncode != 0:
         raise AssertionError(f"shoal {' '.join(args)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}")
     return proc
 
 
+def checked(schema: str, text: str) -> Any:
+    """The JSON a command printed, checked against its committed schema (docs/schemas/)."""
+    document = json.loads(text)
+    validate(schema, document)
+    return document
+
+
 def test_up_status_down_with_three_brokers(tmp_path: Path) -> None:
     data = tmp_path / "local"
-    up = json.loads(shoal("up", "--brokers", "3", "--output", "json", data_dir=data).stdout)
+    up = checked("cluster-file", shoal("up", "--brokers", "3", "--output", "json", data_dir=data).stdout)
     info = cluster_file.read(data / "cluster.json")
     try:
         assert [p.name for p in info.processes] == ["zookeeper", "kafka-1", "kafka-2", "kafka-3"]
         assert up["bootstrap_servers"] == info.bootstrap_servers and len(info.bootstrap_servers.split(",")) == 3
         assert all(a.startswith("127.0.0.1:") for a in [*info.bootstrap_servers.split(","), info.zk_connect])
 
-        status = json.loads(shoal("status", "--output", "json", data_dir=data).stdout)
+        status = checked("cli-status", shoal("status", "--output", "json", data_dir=data).stdout)
         assert status["healthy"] is True and status["brokers_seen"] == 3
         assert all(p["running"] and p["healthy"] for p in status["processes"])
 
@@ -72,13 +88,13 @@ def test_up_status_down_with_three_brokers(tmp_path: Path) -> None:
         assert producer.flush(30) == 0
     finally:
         down = shoal("down", "--output", "json", data_dir=data)
-    assert sorted(json.loads(down.stdout)["stopped"]) == ["kafka-1", "kafka-2", "kafka-3", "zookeeper"]
+    assert sorted(checked("cli-stopped", down.stdout)["stopped"]) == ["kafka-1", "kafka-2", "kafka-3", "zookeeper"]
     assert not any(is_running(p) for p in info.processes)
     for p in info.processes:  # not even under another name: the pids are gone
         assert not Path(f"/proc/{p.pid}").exists() or "Z" in Path(f"/proc/{p.pid}/stat").read_text().split()[2]
 
     status = shoal("status", "--output", "json", data_dir=data, check=False)
-    assert status.returncode == 1 and json.loads(status.stdout)["running"] is False
+    assert status.returncode == 1 and checked("cli-status", status.stdout)["running"] is False
 
 
 def test_up_with_storage_nodes_writes_and_scans(tmp_path: Path) -> None:
@@ -95,7 +111,7 @@ def test_up_with_storage_nodes_writes_and_scans(tmp_path: Path) -> None:
             cmdline = Path(f"/proc/{rec.pid}/cmdline").read_bytes().split(b"\0")
             assert [b"node", b"--id", name.encode()] == cmdline[cmdline.index(b"node") :][:3]
 
-        status = json.loads(shoal("status", "--output", "json", data_dir=data).stdout)
+        status = checked("cli-status", shoal("status", "--output", "json", data_dir=data).stdout)
         assert status["healthy"] is True and status["nodes_registered"] == ["node-1", "node-2"]
         assert {p["name"]: p["healthy"] for p in status["processes"]}["node-2"] is True
         # Each node serves Prometheus metrics on the port recorded in the cluster file.
@@ -105,10 +121,32 @@ def test_up_with_storage_nodes_writes_and_scans(tmp_path: Path) -> None:
 
         # Through the CLI as a user would: a table with RF 2 over both nodes, written and scanned back.
         env: dict[str, str] = {}  # no addresses: every command (write included) finds them in the cluster file
-        shoal("table", "create", "ev", "--column", "k:uint64:not_null", "--column", "v:string", "--primary-key", "k",
-              "--partition-key", "k", "--replication-factor", "2", "--server", "node-1", "--server", "node-2",
-              "--split-point", "150", data_dir=data, env=env)  # fmt: skip
-        described = json.loads(shoal("table", "describe", "ev", "--output", "json", data_dir=data, env=env).stdout)
+        shoal(
+            "table",
+            "create",
+            "ev",
+            "--column",
+            "k:uint64:not_null",
+            "--column",
+            "v:string",
+            "--primary-key",
+            "k",
+            "--partition-key",
+            "k",
+            "--replication-factor",
+            "2",
+            "--server",
+            "node-1",
+            "--server",
+            "node-2",
+            "--split-point",
+            "150",
+            data_dir=data,
+            env=env,
+        )
+        described = checked(
+            "cli-table-describe", shoal("table", "describe", "ev", "--output", "json", data_dir=data, env=env).stdout
+        )
         assert len(described["partitions"]) == 2
         lines = "".join(json.dumps({"k": k, "v": f"v{k}"}) + "\n" for k in range(300))
         shoal("write", "ev", "--sync", "--timeout", "120", data_dir=data, env=env, stdin=lines)
@@ -121,7 +159,7 @@ def test_up_with_storage_nodes_writes_and_scans(tmp_path: Path) -> None:
         assert scanned() == [{"k": k, "v": f"v{k}"} for k in range(300)]
     finally:
         down = shoal("down", "--output", "json", data_dir=data)
-    assert sorted(json.loads(down.stdout)["stopped"]) == ["kafka-1", "node-1", "node-2", "zookeeper"]
+    assert sorted(checked("cli-stopped", down.stdout)["stopped"]) == ["kafka-1", "node-1", "node-2", "zookeeper"]
     assert not any(is_running(p) for p in info.processes)
     status = shoal("status", "--output", "json", data_dir=data, check=False)
-    assert status.returncode == 1 and json.loads(status.stdout)["running"] is False
+    assert status.returncode == 1 and checked("cli-status", status.stdout)["running"] is False

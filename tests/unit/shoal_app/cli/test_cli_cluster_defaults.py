@@ -15,8 +15,16 @@ from shoal_app.cli.context import CliContext
 def _ctx(tmp_path: Path, with_file: bool) -> click.Context:
     path = tmp_path / "cluster.json"
     if with_file:
-        cluster_file.write(path, ClusterInfo(data_dir=str(tmp_path), bootstrap_servers="127.0.0.1:1111",
-                                             zk_connect="127.0.0.1:2222", kafka_cluster_id="x", brokers=1))  # fmt: skip
+        cluster_file.write(
+            path,
+            ClusterInfo(
+                data_dir=str(tmp_path),
+                bootstrap_servers="127.0.0.1:1111",
+                zk_connect="127.0.0.1:2222",
+                kafka_cluster_id="x",
+                brokers=1,
+            ),
+        )
     return click.Context(click.Command("t"), obj=CliContext(tmp_path, tmp_path, path))
 
 

@@ -1,0 +1,29 @@
+"""The base of every JSON shape shoal writes or prints: a pydantic model with a JSON Schema.
+
+A shape refuses unknown keys (a new field is added to its model, and so to its schema under
+``docs/schemas/``, first) and turns into JSON with :meth:`Shape.to_json`. A field that the JSON
+leaves out when it has no value (rather than writing ``null``) is declared with :func:`omitted`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Shape(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON object (enums as their values, tuples as lists)."""
+        return self.model_dump(mode="json")
+
+
+def _is_none(value: object) -> bool:
+    return value is None
+
+
+def omitted() -> Any:
+    """A field that is absent from the JSON while it is None (and optional in the schema)."""
+    return Field(default=None, exclude_if=_is_none)

@@ -1,0 +1,443 @@
+"""The JSON that ``shoal ... --output json`` prints, as types (one model per command's document).
+
+Every command builds its model and prints :meth:`~shoal.shapes.Shape.to_json`; the JSON Schemas
+generated from these models (:mod:`shoal_app.schemas`) are committed under ``docs/schemas/`` and
+checked by the unit tests. ``shoal up`` prints the cluster file
+(:class:`shoal.cluster_file.ClusterInfo`) and ``shoal offsets`` the monitor snapshot
+(:class:`monitor.models.Snapshot`); ``shoal scan`` prints the table's own rows, one object per
+line, whose shape is the table's schema.
+
+``shoal demo`` prints the summary that :func:`shoal_app.demo.full.run` fills step by step: a step
+that did not run leaves its section with only the keys known so far (those keys are
+:func:`~shoal.shapes.omitted`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, RootModel
+
+from monitor.models import Problem
+from monitor.status import Status
+from shoal.shapes import Shape, omitted
+
+# -- shoal status / down / jars ----------------------------------------------------------------
+
+
+class ProcessStatus(Shape):
+    name: str
+    pid: int
+    port: int | None
+    running: bool
+    healthy: bool
+    log: str
+    metrics_url: str | None = omitted()
+    """A storage node's Prometheus endpoint, when it serves one."""
+
+
+class ClusterStatus(Shape):
+    """``shoal status``: what runs and whether it is healthy (``healthy`` decides the exit code)."""
+
+    data_dir: str
+    bootstrap_servers: str
+    zk_connect: str
+    kafka_cluster_id: str
+    brokers_expected: int
+    brokers_seen: int
+    nodes_expected: int
+    nodes_registered: list[str]
+    processes: list[ProcessStatus]
+    running: bool
+    healthy: bool
+
+
+class Stopped(Shape):
+    """``shoal down`` and ``shoal demo --stop``: the processes stopped, by name."""
+
+    stopped: list[str]
+
+
+class JarBundle(Shape):
+    version: str
+    dir: str
+    cached: bool
+    jars: int
+
+
+class Jars(RootModel[dict[str, JarBundle]]):
+    """``shoal jars``: each pinned bundle by name."""
+
+    def to_json(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")
+
+
+# -- shoal table -------------------------------------------------------------------------------
+
+
+class ColumnJson(Shape):
+    name: str
+    type: str
+    nullable: bool
+
+
+class TableJson(Shape):
+    """A table definition as ``TableDefinition.to_json`` writes it (and ``--schema-file`` reads it)."""
+
+    name: str
+    columns: list[ColumnJson]
+    primary_key: list[str]
+    partition_key: str
+    keyspace: str
+    replication_factor: int
+
+
+class PlacementJson(Shape):
+    server_id: str
+    placement_id: int
+
+
+class PartitionLeader(Shape):
+    server_id: str
+    placement_id: int | None
+    alive: bool
+
+
+KeyValue = int | str | None
+"""A partition key value as JSON (null: unbounded)."""
+
+
+class SplitJson(Shape):
+    split_point: KeyValue
+    split_partition_id_low: str | None
+    split_partition_id_high: str | None
+    split_servers_low: list[PlacementJson]
+    split_servers_high: list[PlacementJson]
+
+
+class PartitionJson(Shape):
+    partition_id: str
+    begin: KeyValue
+    end: KeyValue
+    servers: list[PlacementJson]
+    servers_joining: list[PlacementJson]
+    servers_leaving: list[PlacementJson]
+    leader: PartitionLeader | None
+    epoch: int
+    splitting: bool
+    split: SplitJson | None = omitted()
+    """Only while the partition is splitting."""
+
+
+class TableDescription(Shape):
+    """``shoal table describe``: the current METADATA file with each partition's leader and epoch."""
+
+    table: TableJson
+    metadata_txnid: str
+    metadata_sequence: int
+    metadata_servers: list[str]
+    partitions: list[PartitionJson]
+
+
+class TableHead(Shape):
+    table: str
+    metadata_txnid: str
+    metadata_sequence: int
+
+
+class TableList(RootModel[list[TableHead]]):
+    """``shoal table list``."""
+
+    def to_json(self) -> list[Any]:
+        return self.model_dump(mode="json")
+
+
+class HistoryEntry(Shape):
+    sequence: int
+    txnid: str
+    parent_txnid: str | None
+    change: str
+    summary: str
+    created_at_ms: int
+    partitions: int
+
+
+class TableHistory(RootModel[list[HistoryEntry]]):
+    """``shoal table history``: the committed METADATA transactions, oldest first."""
+
+    def to_json(self) -> list[Any]:
+        return self.model_dump(mode="json")
+
+
+# -- shoal write -------------------------------------------------------------------------------
+
+
+class Delivery(Shape):
+    """One Kafka message (one Arrow IPC batch) as ``DeliveryReport.to_json`` writes it."""
+
+    table: str
+    partition_id: str
+    topic: str
+    rows: int
+    deletes: bool
+    offset: int | None
+    error: str | None
+
+
+class WriteResult(Shape):
+    """``shoal write``."""
+
+    table: str
+    rows: int
+    batches: int
+    synced: bool
+    deliveries: list[Delivery]
+
+
+# -- shoal verify ------------------------------------------------------------------------------
+
+
+class ReplicaError(Shape):
+    server_id: str
+    placement_id: int
+    error: str
+
+
+class ReplicaDescription(BaseModel):
+    """What the node says of its replica (``describe replica`` over Arrow Flight); the node may add keys."""
+
+    model_config = ConfigDict(extra="allow")
+
+    server_id: str
+    placement_id: int
+    partition_id: str
+    root: str | None
+    chain: list[str]
+    row_count: int
+    content_hash: str
+
+
+class WalChannelCheck(Shape):
+    """The GTID hash chain of one WAL channel from its Tail to its end."""
+
+    topic: str
+    records: int
+    tail: int | None
+    append: int | None
+    ok: bool
+    error: str | None
+
+
+class PartitionVerification(Shape):
+    partition_id: str
+    agree: bool
+    chains_equal: bool
+    replicas: list[ReplicaError | ReplicaDescription]
+    wal_channels: list[WalChannelCheck]
+    wal_chains_ok: bool
+
+
+class Verification(Shape):
+    """``shoal verify``: ``ok`` when every partition's replicas agree and every WAL chain is intact."""
+
+    table: str
+    ok: bool
+    partitions: list[PartitionVerification]
+
+
+# -- shoal spark -------------------------------------------------------------------------------
+
+
+class IngestSummary(Shape):
+    """``shoal spark ingest``, once the query stopped."""
+
+    query: str
+    query_id: str
+    checkpoint: str
+    malformed_to_deadletter: int
+    batches: int
+    consumer_group: str
+    mirrored_offsets: dict[str, int]
+    """The source offsets mirrored to ``consumer_group``, by ``topic/partition``."""
+    error: str | None
+
+
+class CompactionResult(Shape):
+    """One major computed by ``shoal spark compact``; ``committed`` is null while only published."""
+
+    partition_id: str
+    segment_id: str
+    reason: str
+    rows: int
+    bytes: int
+    epoch: int
+    base_segment_id: str | None
+    folded: int
+    committed: bool | None
+
+
+class Compactions(RootModel[list[CompactionResult]]):
+    """``shoal spark compact``."""
+
+    def to_json(self) -> list[Any]:
+        return self.model_dump(mode="json")
+
+
+# -- shoal demo --roundtrip --------------------------------------------------------------------
+
+
+class RoundtripStep(BaseModel):
+    """One step; each step adds its own details as further keys."""
+
+    model_config = ConfigDict(extra="allow")
+
+    name: str
+    ok: bool
+    seconds: float
+
+
+class Roundtrip(Shape):
+    """``shoal demo --roundtrip``."""
+
+    ok: bool
+    seconds: float
+    steps: list[RoundtripStep]
+
+
+# -- shoal demo --------------------------------------------------------------------------------
+
+
+class ClusterSection(Shape):
+    brokers: int
+    nodes: int
+    bootstrap_servers: str | None
+    zk_connect: str | None
+    cluster_file: str
+
+
+class GeneratorSection(Shape):
+    events: int
+    rate_per_s: float
+    produced: int
+    acknowledged: int
+    failed: int
+
+
+class IngestSection(Shape):
+    query: str
+    pid: int | None = omitted()
+    checkpoint: str | None = omitted()
+    group: str | None = omitted()
+    log: str | None = omitted()
+    deadletter_records: int | None = omitted()
+    rows_in_shoal: int | None = omitted()
+
+
+class FailedOverPartition(Shape):
+    partition_id: str
+    old_leader: str
+    old_epoch: int
+    new_leader: str | None
+    new_epoch: int
+
+
+class FailoverSection(Shape):
+    happened: bool
+    partitions: list[FailedOverPartition]
+    killed: str | None = omitted()
+    killed_pid: int | None = omitted()
+    seconds: float | None = omitted()
+    error: str | None = omitted()
+
+
+class RestartSection(Shape):
+    server_id: str | None = omitted()
+    pid: int | None = omitted()
+    seconds: float | None = omitted()
+    same_command_line: bool | None = omitted()
+    error: str | None = omitted()
+
+
+class CompactionSection(Shape):
+    majors: list[CompactionResult]
+    committed: int
+    ok: bool
+    error: str | None = omitted()
+
+
+class VerifiedReplica(Shape):
+    server_id: str
+    row_count: int | None
+    content_hash: str | None
+    error: str | None
+
+
+class VerifiedPartition(Shape):
+    partition_id: str
+    agree: bool
+    chains_equal: bool | None
+    wal_chains_ok: bool
+    replicas: list[VerifiedReplica]
+
+
+class VerifySection(Shape):
+    ok: bool
+    attempts: int | None = omitted()
+    partitions: list[VerifiedPartition] | None = omitted()
+    exit_code: int | None = omitted()
+    error: str | None = omitted()
+
+
+class ContentSection(Shape):
+    """Every acknowledged event in shoal exactly once, with its own content."""
+
+    ok: bool
+    acknowledged: int | None = omitted()
+    rows: int | None = omitted()
+    distinct_ids: int | None = omitted()
+    missing: int | None = omitted()
+    unexpected: int | None = omitted()
+    wrong_content: int | None = omitted()
+    missing_sample: list[int] | None = omitted()
+
+
+class MonitorSection(Shape):
+    url: str | None
+    pid: int | None
+    status: Status | None = omitted()
+    problems: list[Problem] | None = omitted()
+    """The first problems of the monitor's last snapshot."""
+
+
+class DemoProcess(Shape):
+    name: str
+    pid: int
+    running: bool
+
+
+class DemoSummary(Shape):
+    """``shoal demo``: ``ok`` only if the failover happened, a compaction was committed, ``shoal
+    verify`` agreed and every acknowledged event is in shoal exactly once."""
+
+    ok: bool
+    verified: bool
+    data_dir: str
+    table: str
+    source_topic: str
+    partitions: int
+    partition_ids: list[str]
+    replication_factor: int
+    cluster: ClusterSection
+    generator: GeneratorSection
+    ingest: IngestSection
+    caught_up: bool
+    failover: FailoverSection
+    restart: RestartSection
+    compaction: CompactionSection
+    verify: VerifySection
+    content: ContentSection
+    monitor: MonitorSection
+    kept_running: bool
+    errors: list[str]
+    processes: list[DemoProcess]
+    seconds: float
