@@ -1,4 +1,4 @@
-"""Offset monitoring (issue 7, DESIGN.md section 3): replication indexes, lag and status of every channel.
+"""Offset monitoring (DESIGN.md section 3): replication indexes, lag and status of every channel.
 
 One job per module:
 
@@ -11,7 +11,9 @@ One job per module:
 - :mod:`monitor.segments` manifests on a segments channel, incrementally (which replica acked what);
 - :mod:`monitor.status` Burrow's lag evaluation rules over a sliding window, with its false alarms fixed;
 - :mod:`monitor.history` the sliding windows and events, persisted to disk so a restart is not blind;
-- :mod:`monitor.collector` one poll: everything above turned into the snapshot (the JSON shape);
+- :mod:`monitor.collector` one poll: everything above turned into the snapshot;
+- :mod:`monitor.models` the JSON shapes as types: the snapshot, the chart series, the history file
+  (their JSON Schemas are committed under ``docs/schemas/``);
 - :mod:`monitor.metrics` the snapshot as Prometheus metrics; :mod:`monitor.node_metrics` a storage
   node's own exporter;
 - :mod:`monitor.web` the HTTP server: page, JSON API and ``/metrics``.
