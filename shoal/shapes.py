@@ -7,9 +7,11 @@ leaves out when it has no value (rather than writing ``null``) is declared with 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Generic, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, RootModel
+
+T = TypeVar("T")
 
 
 class Shape(BaseModel):
@@ -17,6 +19,13 @@ class Shape(BaseModel):
 
     def to_json(self) -> dict[str, Any]:
         """The JSON object (enums as their values, tuples as lists)."""
+        return self.model_dump(mode="json")
+
+
+class ShapeRoot(RootModel[T], Generic[T]):
+    """A shape whose JSON is not an object (a list, or a map of shapes)."""
+
+    def to_json(self) -> Any:
         return self.model_dump(mode="json")
 
 

@@ -14,13 +14,13 @@ that did not run leaves its section with only the keys known so far (those keys 
 
 from __future__ import annotations
 
-from typing import Any
-
-from pydantic import BaseModel, ConfigDict, RootModel
+from pydantic import BaseModel, ConfigDict
 
 from monitor.models import Problem
 from monitor.status import Status
-from shoal.shapes import Shape, omitted
+from producer import DeliveryReport
+from shoal.shapes import Shape, ShapeRoot, omitted
+from spark_jobs.compaction.service import CompactionOutcome
 
 # -- shoal status / down / jars ----------------------------------------------------------------
 
@@ -65,11 +65,8 @@ class JarBundle(Shape):
     jars: int
 
 
-class Jars(RootModel[dict[str, JarBundle]]):
+class Jars(ShapeRoot[dict[str, JarBundle]]):
     """``shoal jars``: each pinned bundle by name."""
-
-    def to_json(self) -> dict[str, Any]:
-        return self.model_dump(mode="json")
 
 
 # -- shoal table -------------------------------------------------------------------------------
@@ -145,11 +142,8 @@ class TableHead(Shape):
     metadata_sequence: int
 
 
-class TableList(RootModel[list[TableHead]]):
+class TableList(ShapeRoot[list[TableHead]]):
     """``shoal table list``."""
-
-    def to_json(self) -> list[Any]:
-        return self.model_dump(mode="json")
 
 
 class HistoryEntry(Shape):
@@ -162,26 +156,11 @@ class HistoryEntry(Shape):
     partitions: int
 
 
-class TableHistory(RootModel[list[HistoryEntry]]):
+class TableHistory(ShapeRoot[list[HistoryEntry]]):
     """``shoal table history``: the committed METADATA transactions, oldest first."""
-
-    def to_json(self) -> list[Any]:
-        return self.model_dump(mode="json")
 
 
 # -- shoal write -------------------------------------------------------------------------------
-
-
-class Delivery(Shape):
-    """One Kafka message (one Arrow IPC batch) as ``DeliveryReport.to_json`` writes it."""
-
-    table: str
-    partition_id: str
-    topic: str
-    rows: int
-    deletes: bool
-    offset: int | None
-    error: str | None
 
 
 class WriteResult(Shape):
@@ -191,7 +170,8 @@ class WriteResult(Shape):
     rows: int
     batches: int
     synced: bool
-    deliveries: list[Delivery]
+    deliveries: list[DeliveryReport]
+    """One per Kafka message (one Arrow IPC batch), as ``DeliveryReport.to_json`` writes it."""
 
 
 # -- shoal verify ------------------------------------------------------------------------------
@@ -262,25 +242,8 @@ class IngestSummary(Shape):
     error: str | None
 
 
-class CompactionResult(Shape):
-    """One major computed by ``shoal spark compact``; ``committed`` is null while only published."""
-
-    partition_id: str
-    segment_id: str
-    reason: str
-    rows: int
-    bytes: int
-    epoch: int
-    base_segment_id: str | None
-    folded: int
-    committed: bool | None
-
-
-class Compactions(RootModel[list[CompactionResult]]):
+class Compactions(ShapeRoot[list[CompactionOutcome]]):
     """``shoal spark compact``."""
-
-    def to_json(self) -> list[Any]:
-        return self.model_dump(mode="json")
 
 
 # -- shoal demo --roundtrip --------------------------------------------------------------------
@@ -359,7 +322,7 @@ class RestartSection(Shape):
 
 
 class CompactionSection(Shape):
-    majors: list[CompactionResult]
+    majors: list[CompactionOutcome]
     committed: int
     ok: bool
     error: str | None = omitted()

@@ -22,7 +22,7 @@ import click
 from shoal.errors import ShoalError
 from shoal_app.cli.connection import connection_options, metadata_config
 from shoal_app.cli.context import CliContext, emit, new_table, output_option, show
-from shoal_app.cli.models import CompactionResult, Compactions, IngestSummary
+from shoal_app.cli.models import Compactions, IngestSummary
 
 log = logging.getLogger(__name__)
 
@@ -256,7 +256,7 @@ def compact_command(
 ) -> None:
     """Compact partitions: fold the minors since each latest major into a new major, committed by the leader."""
     from spark_jobs.compaction.policy import CompactionPolicy
-    from spark_jobs.compaction.service import CompactionConfig, CompactionService, describe
+    from spark_jobs.compaction.service import CompactionConfig, CompactionService
 
     try:
         config = CompactionConfig(
@@ -276,7 +276,7 @@ def compact_command(
                 outcomes = service.outcomes
     except ShoalError as exc:
         raise click.ClickException(f"{type(exc).__name__}: {exc}") from exc
-    rows = Compactions([CompactionResult.model_validate(r) for r in describe(outcomes)])
+    rows = Compactions(outcomes)
     failures = list(service.failures)
     if output == "json":
         emit(rows)

@@ -16,7 +16,7 @@ from producer import DeliveryReport, Producer, ProducerConfig, RowValidationErro
 from shoal.errors import ShoalError
 from shoal_app.cli.connection import connection_options, with_cluster_defaults
 from shoal_app.cli.context import emit, output_option, show
-from shoal_app.cli.models import Delivery, WriteResult
+from shoal_app.cli.models import WriteResult
 
 
 def _chunks(stream: IO[str], chunk_rows: int) -> Any:
@@ -99,7 +99,7 @@ def write_command(
                 rows=rows_sent,
                 batches=len(reports),
                 synced=do_sync,
-                deliveries=[Delivery.model_validate(r.to_json()) for r in reports],
+                deliveries=reports,
             )
         )
     else:

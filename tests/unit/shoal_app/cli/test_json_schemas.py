@@ -21,6 +21,7 @@ from click.testing import CliRunner
 from monitor import models as m
 from monitor.history import History
 from monitor.status import Sample, Status
+from producer import DeliveryReport
 from shoal import cluster_file
 from shoal.cluster_file import ClusterInfo, ProcessRecord
 from shoal.errors import ClusterFileError
@@ -29,6 +30,7 @@ from shoal_app.cli import models as cli
 from shoal_app.cli.main import cli as shoal_cli
 from shoal_app.demo import full
 from shoal_app.demo.report import Console
+from spark_jobs.compaction.service import CompactionOutcome
 
 PID = "a" * 32
 TXNID = "b" * 40
@@ -372,9 +374,7 @@ def test_cli_examples_match_their_schemas() -> None:
             rows=2,
             batches=1,
             synced=True,
-            deliveries=[
-                cli.Delivery(table="t", partition_id=PID, topic="i", rows=2, deletes=False, offset=7, error=None)
-            ],
+            deliveries=[DeliveryReport(table="t", partition_id=PID, topic="i", rows=2, deletes=False, offset=7)],
         ),
         "cli-verify": cli.Verification(
             table="t",
@@ -414,7 +414,7 @@ def test_cli_examples_match_their_schemas() -> None:
         ),
         "cli-spark-compact": cli.Compactions(
             [
-                cli.CompactionResult(
+                CompactionOutcome(
                     partition_id=PID,
                     segment_id="f" * 32,
                     reason="8 minors",
