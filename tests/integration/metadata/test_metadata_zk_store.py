@@ -31,6 +31,7 @@ from metadata.security import ZkSecurity
 from metadata.zk_layout import TableHead, ZkLayout
 from shoal.errors import InvalidIdError, SchemaError
 from shoal_app.cli.table import table_group
+from shoal_app.schemas import validate
 from shoal_app.testing.wait import wait_until
 
 pytestmark = pytest.mark.integration
@@ -69,6 +70,7 @@ def test_create_describe_list_history_and_bad_input(cluster: Any, zk: Any, zk_ho
     res = runner.invoke(table_group, ["describe", "orders", "--output", "json", *conn])
     assert res.exit_code == 0, res.output
     info = json.loads(res.output)
+    validate("cli-table-describe", info)
     assert info["metadata_sequence"] == 3 and len(info["partitions"]) == 4
     assert [p["begin"] for p in info["partitions"]] == [None, 100, 150, 200]
     assert all(p["epoch"] == 0 and p["leader"] is None for p in info["partitions"])
@@ -79,6 +81,7 @@ def test_create_describe_list_history_and_bad_input(cluster: Any, zk: Any, zk_ho
     assert res.exit_code == 0 and res.output.startswith("orders")
     res = runner.invoke(table_group, ["history", "orders", "--output", "json", *conn])
     assert [r["sequence"] for r in json.loads(res.output)] == [1, 2, 3]
+    validate("cli-table-history", json.loads(res.output))
     res = runner.invoke(table_group, ["describe", "missing", *conn])
     assert res.exit_code != 0 and "UnknownTableError" in res.output
     res = runner.invoke(

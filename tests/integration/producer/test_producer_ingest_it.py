@@ -18,6 +18,7 @@ from producer import Producer, ProducerConfig, RowValidationError, SyncPolicy, S
 from shoal.topics import TopicNames
 from shoal.wire.ingest import DELETED_COLUMN
 from shoal_app.cli.write import write_command
+from shoal_app.schemas import validate
 
 pytestmark = pytest.mark.integration
 U = Keyspace.UINT64.encode
@@ -141,6 +142,7 @@ def test_shoal_write_cli(
     res = runner.invoke(write_command, ["events", "-", "--output", "json", *conn], input=good)
     assert res.exit_code == 0, res.output
     report = json.loads(res.output)
+    validate("cli-write", report)
     assert report["rows"] == 3 and report["batches"] == 2
     assert all(d["error"] is None and d["offset"] == 0 for d in report["deliveries"])
     got = {

@@ -26,6 +26,7 @@ from shoal.segments.channel_reader import read_manifests
 from shoal.segments.parquet_io import segment_path
 from shoal.topics import TopicNames
 from shoal_app.cli.spark import spark_group
+from shoal_app.schemas import validate
 from shoal_app.testing.wait import wait_until
 from spark_jobs.compaction.policy import CompactionPolicy
 from spark_jobs.compaction.publish import publish_major
@@ -96,6 +97,7 @@ def test_compaction_commits_a_major_and_refuses_a_stale_one(
         res = CliRunner().invoke(spark_group, args, env=sc.env)  # `shoal spark compact --once`, in this session
         assert res.exit_code == 0, res.output
         outcomes = json.loads(res.output[res.output.index("[") :])
+        validate("cli-spark-compact", outcomes)
         assert [o["committed"] for o in outcomes] == [True], outcomes
         assert outcomes[0]["folded"] == len(folded) and outcomes[0]["base_segment_id"] == folded[-1]
         config = CompactionConfig(sc.meta, CompactionPolicy(min_minors=3), table=sc.table.name)

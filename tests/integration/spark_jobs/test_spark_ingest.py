@@ -20,6 +20,7 @@ from spark_it_support import SparkCluster, spark_cluster
 from shoal.kafka_admin import admin_client, create_topic
 from shoal.topics import TopicNames
 from shoal_app.cli.spark import spark_group
+from shoal_app.schemas import validate
 from shoal_app.testing.wait import wait_until
 from spark_jobs.ingest import IngestConfig, SourceFormat, start_ingest
 
@@ -105,6 +106,7 @@ def test_json_ingest_restart_and_malformed_records(
         res = CliRunner().invoke(spark_group, args, env=sc.env)  # `shoal spark ingest`, in this Spark session
         assert res.exit_code == 0, res.output
         summary = json.loads(res.output[res.output.index("{") :])
+        validate("cli-spark-ingest", summary)
         assert summary["malformed_to_deadletter"] == 1 and summary["error"] is None
         assert summary["consumer_group"] == cfg.group
         assert summary["mirrored_offsets"] == {f"{source}/0": len(good) + len(bad) + 3}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ from metadata.election import read_epoch
 from shoal.segments.parquet_io import segment_path
 from shoal.topics import TopicNames
 from shoal_app.cli.verify import verify_command, verify_table
+from shoal_app.schemas import validate
 from shoal_app.testing.wait import wait_until
 from storage_node.wal.indexes import channel_indexes
 
@@ -112,6 +114,7 @@ def test_three_nodes_replicate_by_fast_forward_and_repair_a_corrupt_file(
         res = CliRunner().invoke(verify_command, ["events", "--output", "json"], env=env)
         assert res.exit_code == 0, res.output
         assert '"ok": true' in res.output
+        validate("cli-verify", json.loads(res.output))
 
         # corrupt the root segment file of one follower while it is down: detected and fetched again
         part = report["partitions"][0]
