@@ -3,7 +3,7 @@
 The environment is read here and only here (entry point), never deeper in the library.
 
 Output: ``--output json`` prints one model's JSON (:func:`emit`, shapes in
-:mod:`shoal_app.cli.models`); people get ``rich`` tables on stdout (:func:`table`, :func:`show`)
+:mod:`shoal_app.cli.models`); people get ``rich`` tables on stdout (:func:`new_table`, :func:`show`)
 and progress lines on stderr (:func:`progress`). In a terminal they are styled; elsewhere (CI
 logs, pipes) they are plain text, never wrapped, so a log line stays one line.
 """
