@@ -12,7 +12,6 @@ from kazoo.exceptions import (
     ConnectionLoss,
     KazooException,
     NoAuthError,
-    NodeExistsError,
     SessionExpiredError,
 )
 from kazoo.handlers.threading import KazooTimeoutError
@@ -62,15 +61,9 @@ def zk_errors(what: str) -> Iterator[None]:
 
 
 def ensure_path(zk: Any, path: str, security: ZkSecurity) -> None:
-    """Create ``path`` and its parents with shoal's ACL (no-op where they exist)."""
+    """Create ``path`` and its parents with shoal's ACL (no-op where they exist): kazoo's ensure_path."""
     with zk_errors(f"create {path}"):
-        if zk.exists(path):
-            return
-        parts = path.strip("/").split("/")
-        for i in range(1, len(parts) + 1):
-            sub = "/" + "/".join(parts[:i])
-            with contextlib.suppress(NodeExistsError):
-                zk.create(sub, b"", acl=security.acls())
+        zk.ensure_path(path, acl=security.acls())
 
 
 def cas_retry(max_tries: int = 20, deadline: float = 30.0) -> KazooRetry:
