@@ -18,6 +18,7 @@ from shoal.cluster_file import ClusterInfo
 from shoal.errors import ClusterFileError, ShoalError
 from shoal_app.cli.context import CliContext, emit_json, output_option, progress
 from shoal_app.runtime import launcher
+from shoal_app.runtime.extras import require_extra
 
 DEFAULT_DEMO_DIR = Path.home() / ".shoal" / "demo"
 
@@ -148,6 +149,7 @@ def demo_command(
 
 def _roundtrip(obj: CliContext, keep_running: bool, spark_master: str, output: str) -> None:
     """The foundation round trip on the embedded local cluster (the demo before issue 8)."""
+    require_extra("spark", "shoal demo --roundtrip")
     from shoal_app.demo import roundtrip
     from spark_jobs.session import SparkConfig, build_session
 

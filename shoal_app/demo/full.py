@@ -63,6 +63,7 @@ from shoal_app.demo.processes import (
 )
 from shoal_app.demo.report import Console
 from shoal_app.runtime import launcher
+from shoal_app.runtime.extras import require_extra
 from shoal_app.runtime.ports import free_port
 from shoal_app.runtime.process import cmdline, is_running, tail
 from shoal_app.runtime.restart import restart_process
@@ -211,6 +212,7 @@ class _Run:
 
 def run(config: FullDemoConfig, echo: Callable[[str], None]) -> dict[str, Any]:
     """Run the full demo; return the summary (``ok`` says whether verification passed)."""
+    require_extra("spark", "shoal demo")
     run = _Run(config, Console(echo, STEPS))
     with _sigterm_unwinds(), contextlib.ExitStack() as stack:
         try:
