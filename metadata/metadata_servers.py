@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from kazoo.retry import KazooRetry
@@ -121,15 +121,9 @@ class MetadataServer:
             log.info("%s joined the metadata servers of %s at sequence %d", self.server_id, table, file.sequence)
             return new
 
-        try:
-            return retrying(self._retry, attempt)
-        except MetadataConflictError as exc:
-            raise MetadataConflictError(
-                f"{self.server_id} could not join the metadata servers of {table}: {exc}"
-            ) from exc
+        return self._cas(f"join the metadata servers of {table}", attempt)
 
     def leave(self, table: str) -> TableHead:
-
         def attempt() -> TableHead:
             head = self._coord.head(table)
             if self.server_id not in head.metadata_servers:
@@ -139,12 +133,14 @@ class MetadataServer:
             self.unwatch(table)
             return new
 
+        return self._cas(f"leave the metadata servers of {table}", attempt)
+
+    def _cas(self, what: str, attempt: Callable[[], TableHead]) -> TableHead:
+        """``attempt`` under the retry policy; conflicts beyond it: ``<server> could not <what>: <last>``."""
         try:
             return retrying(self._retry, attempt)
         except MetadataConflictError as exc:
-            raise MetadataConflictError(
-                f"{self.server_id} could not leave the metadata servers of {table}: {exc}"
-            ) from exc
+            raise MetadataConflictError(f"{self.server_id} could not {what}: {exc}") from exc
 
     def serve(self, table: str, *, txnid: str | None = None) -> MetadataFile:
         """The current METADATA file, only if this server is a metadata server of the table and
