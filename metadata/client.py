@@ -11,9 +11,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from kazoo.retry import KazooRetry
+
 from metadata.coordinator import MetadataCoordinator
 from metadata.notify import OnChange, TableWatcher
-from metadata.retry import RetryPolicy
 from metadata.security import ZkSecurity
 from metadata.store import KafkaFileStore, KafkaStoreConfig
 from metadata.zk_client import make_client
@@ -65,7 +66,7 @@ def connection_from_env(env: Mapping[str, str] | None, overrides: Mapping[str, A
 
 
 class MetadataClient:
-    def __init__(self, config: MetadataConfig, *, zk: Any = None, retry: RetryPolicy | None = None) -> None:
+    def __init__(self, config: MetadataConfig, *, zk: Any = None, retry: KazooRetry | None = None) -> None:
         self.config = config
         self.layout = ZkLayout(config.zk_root)
         self._zk = zk

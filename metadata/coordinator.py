@@ -32,6 +32,7 @@ from kazoo.exceptions import (
     RolledBackError,
     SessionExpiredError,
 )
+from kazoo.retry import KazooRetry
 
 from metadata.election import EpochFence, candidates, read_epoch
 from metadata.errors import (
@@ -57,11 +58,10 @@ from metadata.operations import (
     create_file,
 )
 from metadata.placements import PlacementAllocator
-from metadata.retry import RetryPolicy
 from metadata.security import OPEN, ZkSecurity
 from metadata.store import FileStore
 from metadata.table import TableDefinition
-from metadata.zk_client import ZooKeeperUnavailableError, ensure_path, zk_errors
+from metadata.zk_client import ZooKeeperUnavailableError, cas_retry, ensure_path, retrying, zk_errors
 from metadata.zk_layout import EpochRecord, TableHead, ZkLayout
 from shoal.errors import MetadataError
 from shoal.ids import validate_server_id, validate_table_name
@@ -91,13 +91,13 @@ class MetadataCoordinator:
         *,
         layout: ZkLayout | None = None,
         security: ZkSecurity = OPEN,
-        retry: RetryPolicy | None = None,
+        retry: KazooRetry | None = None,
     ) -> None:
         self.zk = zk
         self.store = store
         self.layout = layout or ZkLayout()
         self.security = security
-        self.retry = retry or RetryPolicy()
+        self.retry = retry or cas_retry()
         self.placements = PlacementAllocator(zk, self.layout, security)
 
     # -- reading --------------------------------------------------------------------------------
@@ -296,24 +296,27 @@ class MetadataCoordinator:
 
     def _committed(self, table: str, file: MetadataFile) -> bool:
         """After a connection loss: is ``file`` in the committed chain? (Reads with retries.)"""
-        last: Exception | None = None
-        for _ in self.retry.attempts():
+
+        def read_head() -> TableHead | None:
             try:
-                head = self.head(table)
+                return self.head(table)
             except UnknownTableError:
-                return False
-            except MetadataError as exc:
-                last = exc
-                continue
-            if head.metadata_txnid == file.txnid:
-                return True
-            if head.metadata_sequence < file.sequence:
-                return False
-            cur = self.store.get(table, head.metadata_txnid)
-            while cur.sequence > file.sequence and cur.parent_txnid is not None:
-                cur = self.store.get(table, cur.parent_txnid)
-            return cur.txnid == file.txnid
-        raise CommitOutcomeUnknownError(f"table {table}: cannot read the table znode: {last}")
+                return None
+
+        try:
+            head = retrying(self.retry, read_head, on=MetadataError)
+        except MetadataError as exc:
+            raise CommitOutcomeUnknownError(f"table {table}: cannot read the table znode: {exc}") from exc
+        if head is None:
+            return False
+        if head.metadata_txnid == file.txnid:
+            return True
+        if head.metadata_sequence < file.sequence:
+            return False
+        cur = self.store.get(table, head.metadata_txnid)
+        while cur.sequence > file.sequence and cur.parent_txnid is not None:
+            cur = self.store.get(table, cur.parent_txnid)
+        return cur.txnid == file.txnid
 
     def _tombstone(self, table: str, txnid: str) -> None:
         try:
@@ -328,20 +331,16 @@ class MetadataCoordinator:
         make_change: Callable[[MetadataFile], Change],
         *,
         fence: EpochFence | None = None,
-        retry: RetryPolicy | None = None,
+        retry: KazooRetry | None = None,
     ) -> MetadataFile:
-        """Read the current file, build a change from it, commit; on a conflict retry with the new file."""
-        last: MetadataConflictError | None = None
-        for _ in (retry or self.retry).attempts():
+        """Read the current file, build a change from it, commit; on a conflict retry with the new file
+        (a stale epoch is not a conflict: it ends the loop)."""
+
+        def attempt() -> MetadataFile:
             base = self.current(table)
-            try:
-                return self.commit(table, make_change(base), base.txnid, fence=fence)
-            except StaleEpochError:
-                raise
-            except MetadataConflictError as exc:
-                last = exc
-        assert last is not None
-        raise last
+            return self.commit(table, make_change(base), base.txnid, fence=fence)
+
+        return retrying(retry or self.retry, attempt)
 
     # -- the operations, with placement ids allocated here --------------------------------------
 

@@ -19,15 +19,17 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
+
+from kazoo.retry import KazooRetry
 
 from metadata.coordinator import MetadataCoordinator
 from metadata.discovery import HeldReplica, PartitionDiscovery, discover
 from metadata.errors import MetadataConflictError, MetadataDecodeError, MetadataNotCaughtUpError
 from metadata.metadata_file import MetadataFile, validate_txnid
 from metadata.notify import TableWatcher
-from metadata.retry import RetryPolicy
+from metadata.zk_client import cas_retry, retrying
 from metadata.zk_layout import TableHead
 from shoal.errors import InvalidIdError, MetadataError
 from shoal.ids import validate_server_id, validate_table_name
@@ -42,12 +44,12 @@ class MetadataServer:
         coordinator: MetadataCoordinator,
         *,
         data_dir: str | os.PathLike[str] | None = None,
-        retry: RetryPolicy | None = None,
+        retry: KazooRetry | None = None,
     ) -> None:
         self.server_id = validate_server_id(server_id)
         self._coord = coordinator
         self._dir = Path(data_dir) if data_dir is not None else None
-        self._retry = retry or RetryPolicy()
+        self._retry = retry or cas_retry()
         self._lock = threading.Lock()
         self._local: dict[str, MetadataFile] = {}
         self._watchers: dict[str, TableWatcher] = {}
@@ -108,37 +110,37 @@ class MetadataServer:
 
     def join(self, table: str) -> TableHead:
         """Catch up, then CAS this server into ``metadata_servers``; restart if the table moved."""
-        last: MetadataConflictError | None = None
-        for _ in self._retry.attempts():
+
+        def attempt() -> TableHead:
             head = self._coord.head(table)
             file = self._coord.store.get(table, head.metadata_txnid)
             self._keep(file)
             if self.server_id in head.metadata_servers:
                 return head
-            try:
-                new = self._coord.set_metadata_servers(head, (*head.metadata_servers, self.server_id))
-                log.info("%s joined the metadata servers of %s at sequence %d", self.server_id, table, file.sequence)
-                return new
-            except MetadataConflictError as exc:
-                last = exc
-        raise MetadataConflictError(f"{self.server_id} could not join the metadata servers of {table}: {last}")
+            new = self._coord.set_metadata_servers(head, (*head.metadata_servers, self.server_id))
+            log.info("%s joined the metadata servers of %s at sequence %d", self.server_id, table, file.sequence)
+            return new
+
+        return self._cas(f"join the metadata servers of {table}", attempt)
 
     def leave(self, table: str) -> TableHead:
-        last: MetadataConflictError | None = None
-        for _ in self._retry.attempts():
+        def attempt() -> TableHead:
             head = self._coord.head(table)
             if self.server_id not in head.metadata_servers:
                 self.unwatch(table)
                 return head
-            try:
-                new = self._coord.set_metadata_servers(
-                    head, tuple(s for s in head.metadata_servers if s != self.server_id)
-                )
-                self.unwatch(table)
-                return new
-            except MetadataConflictError as exc:
-                last = exc
-        raise MetadataConflictError(f"{self.server_id} could not leave the metadata servers of {table}: {last}")
+            new = self._coord.set_metadata_servers(head, tuple(s for s in head.metadata_servers if s != self.server_id))
+            self.unwatch(table)
+            return new
+
+        return self._cas(f"leave the metadata servers of {table}", attempt)
+
+    def _cas(self, what: str, attempt: Callable[[], TableHead]) -> TableHead:
+        """``attempt`` under the retry policy; conflicts beyond it: ``<server> could not <what>: <last>``."""
+        try:
+            return retrying(self._retry, attempt)
+        except MetadataConflictError as exc:
+            raise MetadataConflictError(f"{self.server_id} could not {what}: {exc}") from exc
 
     def serve(self, table: str, *, txnid: str | None = None) -> MetadataFile:
         """The current METADATA file, only if this server is a metadata server of the table and

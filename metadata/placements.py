@@ -12,11 +12,11 @@ import logging
 from typing import Any
 
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+from kazoo.retry import KazooRetry
 
 from metadata.errors import MetadataConflictError, MetadataDecodeError
-from metadata.retry import RetryPolicy
 from metadata.security import OPEN, ZkSecurity
-from metadata.zk_client import ensure_path, zk_errors
+from metadata.zk_client import cas_retry, ensure_path, retrying, zk_errors
 from metadata.zk_layout import ZkLayout
 from shoal.errors import InvalidIdError
 
@@ -30,12 +30,12 @@ class PlacementAllocator:
         zk: Any,
         layout: ZkLayout | None = None,
         security: ZkSecurity = OPEN,
-        retry: RetryPolicy | None = None,
+        retry: KazooRetry | None = None,
     ) -> None:
         self._zk = zk
         self._layout = layout or ZkLayout()
         self._security = security
-        self._retry = retry or RetryPolicy(max_attempts=200, deadline=60.0)
+        self._retry = retry or cas_retry(max_tries=200, deadline=60.0)
 
     def _ensure_counter(self) -> None:
         path = self._layout.placements
@@ -52,13 +52,14 @@ class PlacementAllocator:
             raise InvalidIdError(f"placement id batch size must be in [1, {MAX_BATCH}], got {count!r:.40}")
         self._ensure_counter()
         path = self._layout.placements
-        for attempt in self._retry.attempts():
+
+        def attempt() -> list[int]:
             with zk_errors("allocate placement ids"):
                 try:
                     data, stat = self._zk.get(path)
-                except NoNodeError:
+                except NoNodeError as exc:
                     self._ensure_counter()
-                    continue
+                    raise MetadataConflictError(f"placement counter {path} was missing") from exc
                 try:
                     current = int(data.decode("ascii") or "0")
                 except (UnicodeDecodeError, ValueError) as exc:
@@ -67,11 +68,14 @@ class PlacementAllocator:
                     raise MetadataDecodeError(f"placement counter {path} is out of range: {current}")
                 try:
                     self._zk.set(path, str(current + count).encode("ascii"), version=stat.version)
-                except BadVersionError:
-                    log.debug("placement counter race (attempt %d)", attempt)
-                    continue
+                except BadVersionError as exc:
+                    log.debug("placement counter race on %s", path)
+                    raise MetadataConflictError(
+                        "could not allocate placement ids: counter contended beyond the retry policy"
+                    ) from exc
             return list(range(current + 1, current + count + 1))
-        raise MetadataConflictError("could not allocate placement ids: counter contended beyond the retry policy")
+
+        return retrying(self._retry, attempt)
 
     def allocate_one(self) -> int:
         return self.allocate(1)[0]

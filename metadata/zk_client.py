@@ -1,26 +1,27 @@
-"""Creating kazoo clients and turning kazoo errors into shoal errors."""
+"""Creating kazoo clients, turning kazoo errors into shoal errors, and bounded retries (kazoo's KazooRetry)."""
 
 from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import (
     ConnectionLoss,
     KazooException,
     NoAuthError,
-    NodeExistsError,
     SessionExpiredError,
 )
 from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.retry import ForceRetryError, KazooRetry, RetryFailedError
 
 from metadata.security import OPEN, ZkSecurity
-from shoal.errors import ConfigError, MetadataError
+from shoal.errors import ConfigError, MetadataConflictError, MetadataError
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 class ZooKeeperUnavailableError(MetadataError):
@@ -60,12 +61,42 @@ def zk_errors(what: str) -> Iterator[None]:
 
 
 def ensure_path(zk: Any, path: str, security: ZkSecurity) -> None:
-    """Create ``path`` and its parents with shoal's ACL (no-op where they exist)."""
+    """Create ``path`` and its parents with shoal's ACL (no-op where they exist): kazoo's ensure_path."""
     with zk_errors(f"create {path}"):
-        if zk.exists(path):
-            return
-        parts = path.strip("/").split("/")
-        for i in range(1, len(parts) + 1):
-            sub = "/" + "/".join(parts[:i])
-            with contextlib.suppress(NodeExistsError):
-                zk.create(sub, b"", acl=security.acls())
+        zk.ensure_path(path, acl=security.acls())
+
+
+def cas_retry(max_tries: int = 20, deadline: float = 30.0) -> KazooRetry:
+    """The retry bounds of a compare-and-swap loop: ``max_tries`` attempts in all, exponential backoff
+    from 10 ms (x2, jittered, at most 1 s between attempts) and no new attempt past ``deadline`` seconds.
+
+    Session expiry is not retried through (``ignore_expire=False``): at LOST the session's ephemeral
+    znodes and watches are gone, so the caller must see it (DESIGN.md sections 7 and 8).
+    """
+    if max_tries < 1:
+        raise ConfigError(f"retry max_tries must be >= 1, got {max_tries}")
+    if deadline <= 0:
+        raise ConfigError(f"retry deadline must be > 0 seconds, got {deadline}")
+    return KazooRetry(max_tries=max_tries, delay=0.01, backoff=2, max_delay=1.0, deadline=deadline, ignore_expire=False)
+
+
+def retrying(retry: KazooRetry, attempt: Callable[[], T], on: type[MetadataError] = MetadataConflictError) -> T:
+    """Call ``attempt`` under a fresh copy of ``retry`` (KazooRetry keeps per-call state, so callers
+    share one policy across threads); an ``on`` error is retried and, once the bounds are spent, the
+    last one is raised. Other errors (a stale epoch, ZooKeeper unavailable) end the loop at once.
+    """
+    last: list[MetadataError] = []
+
+    def once() -> T:
+        try:
+            return attempt()
+        except on as exc:
+            last[:] = [exc]
+            raise ForceRetryError(str(exc)) from exc
+
+    try:
+        return retry.copy()(once)
+    except RetryFailedError as exc:
+        if not last:
+            raise ZooKeeperUnavailableError(f"ZooKeeper operation failed after retries: {exc}") from exc
+        raise last[0] from last[0].__cause__

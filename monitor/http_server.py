@@ -3,6 +3,12 @@
 Used by ``shoal monitor`` (page, JSON API, ``/metrics``) and by a storage node's metrics exporter.
 A route is a function returning ``(status, content type, body bytes)``; anything it raises is a 500
 with the message, never a dead server.
+
+Why not prometheus_client's server (``start_http_server`` / ``start_wsgi_server``): it serves one
+registry on every path, so the monitor's page and JSON API would need a second port, where today
+one port serves all three and ``/metrics`` on it is what the compose healthcheck, the docs and
+scrapers use. The part prometheus_client is good at, the exposition format, is already its own:
+the ``/metrics`` route returns ``generate_latest(registry)`` with ``CONTENT_TYPE_LATEST``.
 """
 
 from __future__ import annotations

@@ -10,6 +10,7 @@ from shoal.jvm import jars
 from shoal_app.cli.context import CliContext, emit, new_table, output_option, progress, show
 from shoal_app.cli.models import ClusterStatus, JarBundle, Jars, Stopped
 from shoal_app.runtime import launcher
+from shoal_app.runtime.extras import has_extra
 
 
 @click.command("up")
@@ -93,7 +94,12 @@ def down_command(obj: CliContext, output: str) -> None:
 def jars_command(obj: CliContext, output: str) -> None:
     """Fetch the pinned Kafka, ZooKeeper and Spark connector jars (once; cached)."""
     result: dict[str, JarBundle] = {}
-    for bundle in jars.all_bundles():
+    if has_extra("spark"):
+        bundles = jars.all_bundles()
+    else:  # the connector's version follows the installed PySpark
+        bundles = [jars.zookeeper_bundle(), jars.kafka_bundle()]
+        progress("skipping the Spark connector jars: PySpark is not installed (pip install 'shoal[spark]')")
+    for bundle in bundles:
         cached = jars.is_complete(bundle, obj.cache_dir)
         if not cached:
             progress(f"fetching {bundle.name} {bundle.version} from Maven Central")

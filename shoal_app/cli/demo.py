@@ -20,6 +20,7 @@ from shoal_app.cli.context import CliContext, console, emit, output_option, prog
 from shoal_app.cli.models import DemoSummary, Roundtrip, RoundtripStep, Stopped
 from shoal_app.demo.report import fmt_count
 from shoal_app.runtime import launcher
+from shoal_app.runtime.extras import require_extra
 
 DEFAULT_DEMO_DIR = Path.home() / ".shoal" / "demo"
 
@@ -148,6 +149,7 @@ def demo_command(
 
 def _roundtrip(obj: CliContext, keep_running: bool, spark_master: str, output: str) -> None:
     """The foundation round trip on the embedded local cluster: ZooKeeper CAS, a Kafka transaction, Spark."""
+    require_extra("spark", "shoal demo --roundtrip")
     from shoal_app.demo import roundtrip
     from spark_jobs.session import SparkConfig, build_session
 

@@ -23,6 +23,7 @@ from shoal.errors import ShoalError
 from shoal_app.cli.connection import connection_options, metadata_config
 from shoal_app.cli.context import CliContext, emit, new_table, output_option, show
 from shoal_app.cli.models import Compactions, IngestSummary
+from shoal_app.runtime.extras import require_extra
 
 log = logging.getLogger(__name__)
 
@@ -146,6 +147,7 @@ def ingest_command(
 
     Malformed records go to the deadletter topic with a reason (and are counted); the rest are written.
     """
+    require_extra("spark", "shoal spark ingest")
     from spark_jobs.ingest import IngestConfig, SourceFormat, start_ingest
 
     if avro_schema is not None and fmt != "avro":
@@ -255,6 +257,7 @@ def compact_command(
     **conn: Any,
 ) -> None:
     """Compact partitions: fold the minors since each latest major into a new major, committed by the leader."""
+    require_extra("spark", "shoal spark compact")
     from spark_jobs.compaction.policy import CompactionPolicy
     from spark_jobs.compaction.service import CompactionConfig, CompactionService
 

@@ -42,14 +42,13 @@ from typing import Any
 from metadata.client import MetadataClient, MetadataConfig
 from shoal import cluster_file
 from shoal.cluster_file import ProcessRecord
-from shoal.errors import ConfigError, RuntimeLaunchError, ShoalError
+from shoal.errors import ConfigError, ShoalError
 from shoal_app.demo import events as ev
 from shoal_app.demo import observe
 from shoal_app.demo.generator import EventGenerator, GeneratorConfig
 from shoal_app.demo.processes import (
     DemoError,
     check_data_dir,
-    cmdline,
     kill_node,
     last_line,
     monitor_snapshot,
@@ -64,10 +63,10 @@ from shoal_app.demo.processes import (
 )
 from shoal_app.demo.report import Console
 from shoal_app.runtime import launcher
+from shoal_app.runtime.extras import require_extra
 from shoal_app.runtime.ports import free_port
-from shoal_app.runtime.process import is_running, tail
+from shoal_app.runtime.process import cmdline, is_running, tail
 from shoal_app.runtime.restart import restart_process
-from shoal_app.runtime.storage_nodes import wait_registered
 
 log = logging.getLogger(__name__)
 
@@ -213,6 +212,7 @@ class _Run:
 
 def run(config: FullDemoConfig, echo: Callable[[str], None]) -> dict[str, Any]:
     """Run the full demo; return the summary (``ok`` says whether verification passed)."""
+    require_extra("spark", "shoal demo")
     run = _Run(config, Console(echo, STEPS))
     with _sigterm_unwinds(), contextlib.ExitStack() as stack:
         try:
@@ -251,27 +251,19 @@ def _steps(run: _Run, stack: contextlib.ExitStack) -> None:
             con.warn(f"stopping the cluster: {exc}")
 
     stack.callback(down)
-    for attempt in (1, 2):
-        if cfg.data_dir.exists():
-            shutil.rmtree(cfg.data_dir)
-        write_state(cfg.data_dir, {"table": cfg.table, "started_at": time.time()})
-        try:
-            run.info = launcher.up(
-                launcher.LocalClusterConfig(
-                    data_dir=cfg.data_dir, cache_dir=cfg.cache_dir, brokers=cfg.brokers, nodes=cfg.nodes
-                ),
-                progress=con.info,
-            )
-            break
-        except RuntimeLaunchError as exc:
-            # `up` stopped what it started. A node reported as exited with an empty log is the
-            # is_running race right after exec (see _restart): start over once from a fresh dir.
-            if attempt == 2 or not _spurious_exit(exc):
-                raise
-            con.warn(f"{exc.args[0].splitlines()[0]} (nothing in its log): starting the cluster once more")
-        finally:
-            with contextlib.suppress(ShoalError):
-                run.started += list(cluster_file.read(cfg.cluster_path).processes)
+    if cfg.data_dir.exists():
+        shutil.rmtree(cfg.data_dir)
+    write_state(cfg.data_dir, {"table": cfg.table, "started_at": time.time()})
+    try:
+        run.info = launcher.up(
+            launcher.LocalClusterConfig(
+                data_dir=cfg.data_dir, cache_dir=cfg.cache_dir, brokers=cfg.brokers, nodes=cfg.nodes
+            ),
+            progress=con.info,
+        )
+    finally:
+        with contextlib.suppress(ShoalError):
+            run.started += list(cluster_file.read(cfg.cluster_path).processes)
     info = run.info
     con.info(f"bootstrap servers {info.bootstrap_servers}, ZooKeeper {info.zk_connect}")
     run.meta = MetadataConfig(
@@ -497,38 +489,11 @@ def _failover(run: _Run) -> None:
 
 
 def _restart(cfg: FullDemoConfig, server_id: str) -> ProcessRecord:
-    """:func:`restart_process`, tolerating its false "exited during start" for a node that does run.
-
-    ``is_running`` can read an empty /proc/PID/cmdline in the instant after exec (so no marker):
-    if the cluster file's new pid runs, wait for its registration once more instead of failing.
-    """
-    try:
-        info = restart_process(cluster_file.read(cfg.cluster_path), server_id, cache_dir=cfg.cache_dir)
-    except RuntimeLaunchError as exc:
-        record = cluster_file.read(cfg.cluster_path).process(server_id)
-        if "exited during start" not in str(exc) or record is None or not _alive_soon(record):
-            raise
-        log.warning("restart of %s reported an exit, but pid %d runs: waiting for it", server_id, record.pid)
-        info = cluster_file.read(cfg.cluster_path)
-        wait_registered([record], info.zk_connect, str(info.extra.get("zk_root", "/shoal")), 120.0)
-        return record
+    """:func:`restart_process` on the cluster file: the node as the launcher started it."""
+    info = restart_process(cluster_file.read(cfg.cluster_path), server_id, cache_dir=cfg.cache_dir)
     record = info.process(server_id)
     assert record is not None
     return record
-
-
-def _spurious_exit(exc: RuntimeLaunchError) -> bool:
-    head, _, log = str(exc).partition("\n")
-    return "exited during start" in head and not log.strip()
-
-
-def _alive_soon(record: ProcessRecord, within_s: float = 5.0) -> bool:
-    deadline = time.monotonic() + within_s
-    while time.monotonic() < deadline:
-        if is_running(record):
-            return True
-        time.sleep(0.2)
-    return False
 
 
 def _compact(run: _Run) -> None:

@@ -77,14 +77,6 @@ def read_state(data_dir: Path) -> dict[str, Any]:
     return data
 
 
-def cmdline(record: ProcessRecord) -> tuple[str, ...] | None:
-    try:
-        raw = Path(f"/proc/{record.pid}/cmdline").read_bytes()
-    except OSError:
-        return None
-    return tuple(a.decode(errors="replace") for a in raw.split(b"\0") if a)
-
-
 def kill_node(info: ClusterInfo, server_id: str, timeout_s: float = 30.0) -> ProcessRecord:
     """``kill -9`` the process of ``server_id`` (pid from the cluster file) and wait until it is gone."""
     record = info.process(server_id)
@@ -128,11 +120,9 @@ def start_monitor(
     ]
     record = spawn("monitor", argv, log_path=history_dir / "monitor.log", marker=str(history_dir.resolve()), port=port)
     url = f"http://127.0.0.1:{port}"
-    started = time.monotonic()
-    deadline = started + timeout_s
+    deadline = time.monotonic() + timeout_s
     while True:
-        # (right after the fork the child's command line is still ours, without the marker: give it a moment)
-        if time.monotonic() - started > 3.0 and not is_running(record):
+        if not is_running(record):
             raise RuntimeLaunchError(f"`shoal monitor` exited during start:\n{tail(record.log_path)}")
         try:
             with urllib.request.urlopen(f"{url}/healthz", timeout=2) as resp:

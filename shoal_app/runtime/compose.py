@@ -12,11 +12,11 @@ and compaction jobs, and the monitor; healthchecks and named volumes. Issue 8 it
 from __future__ import annotations
 
 import argparse
-import json
-import re
 import sys
 from pathlib import Path
 from typing import Any
+
+import yaml
 
 from shoal_app.runtime import images, kafka
 from shoal_app.runtime.node_spec import COMPOSE_FLIGHT_PORT, compose_target, node_spec
@@ -249,45 +249,10 @@ def compose() -> dict[str, Any]:
     return {"version": "3.8", "services": svc, "volumes": {v: {} for v in volumes}}
 
 
-_PLAIN_KEY = re.compile(r"^[A-Za-z0-9_.-]+$")
-
-
-def _scalar(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int):
-        return str(value)
-    return json.dumps(str(value))  # a JSON string is a YAML double-quoted scalar
-
-
-def _emit(value: Any, indent: int, lines: list[str]) -> None:
-    pad = "  " * indent
-    if isinstance(value, dict):
-        for key, item in value.items():
-            k = key if _PLAIN_KEY.match(key) else json.dumps(key)
-            if isinstance(item, dict) and item:
-                lines.append(f"{pad}{k}:")
-                _emit(item, indent + 1, lines)
-            elif isinstance(item, dict):
-                lines.append(f"{pad}{k}: {{}}")
-            elif isinstance(item, list):
-                lines.append(f"{pad}{k}:")
-                _emit(item, indent + 1, lines)
-            else:
-                lines.append(f"{pad}{k}: {_scalar(item)}")
-    elif isinstance(value, list):
-        for item in value:
-            if isinstance(item, dict | list):
-                raise TypeError("nested collections inside lists are not used by the compose file")
-            lines.append(f"{pad}- {_scalar(item)}")
-    else:
-        raise TypeError(f"cannot emit {type(value).__name__}")
-
-
 def render() -> str:
-    lines: list[str] = []
-    _emit(compose(), 0, lines)
-    return _HEADER + "\n".join(lines) + "\n"
+    """The compose file: the header, then :func:`compose` as block-style YAML in insertion order."""
+    body = yaml.safe_dump(compose(), sort_keys=False, default_flow_style=False, width=1_000_000)
+    return _HEADER + body
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -205,8 +205,15 @@ def status(info: ClusterInfo) -> dict[str, Any]:
     }
 
 
-def down(cluster_path: Path, progress: Progress = _quiet, timeout_s: float = 10.0) -> list[str]:
-    """Stop every process the cluster file names (storage nodes, brokers, then ZooKeeper), by pid."""
+def down(cluster_path: Path, progress: Progress = _quiet, timeout_s: float = 20.0) -> list[str]:
+    """Stop every process the cluster file names (storage nodes, brokers, then ZooKeeper), by pid.
+
+    Each tier gets SIGTERM at once and ``timeout_s`` to exit before SIGKILL. The brokers of a tier
+    stop together: the KRaft quorum leader that is left without a successor waits for its raft
+    client's graceful shutdown, which Kafka bounds at a fixed 5 s (KafkaRaftClientDriver), so a clean
+    broker stop takes about 6 s; stopping them one by one would not avoid it (a resigned voter does
+    not vote, so the last leader never gets a successor) and would add the others' time.
+    """
     info = cluster_file.read(cluster_path)
     stopped: list[str] = []
 

@@ -2,22 +2,27 @@
 
 A process is started in its own session (so its pid is its process group id) with stdout and
 stderr going to a log file. A record of it (name, pid, a marker string that must appear in its
-command line, log path) is what the cluster file keeps; stopping checks the marker first, so a
-recycled pid that now belongs to somebody else is never signalled.
+command line, log path) is what the cluster file keeps. Identity is psutil's: a process is the
+record's if its command line carries the marker when first seen, and afterwards only while psutil
+finds the same pid with the same create time, so a recycled pid that now belongs to somebody else
+is never signalled.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
 import subprocess
-import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+import psutil
+
 from shoal.cluster_file import ProcessRecord
 from shoal.errors import RuntimeLaunchError
+from shoal.worker import Deadline, poll_until
 
 log = logging.getLogger(__name__)
 
@@ -58,67 +63,112 @@ def spawn(
 
 
 _CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
-"""Children started by this Python process, so they can be reaped (no zombies)."""
+"""Children started by this Python process: reaped here (no zombies), and while unreaped their pid
+cannot be reused, so for them ``Popen.poll`` alone says whether they run."""
+
+_KNOWN: dict[tuple[int, str], psutil.Process] = {}
+"""Processes whose identity was checked (pid plus marker): psutil keeps each one's create time, so a
+later check of the same pid is a check of the same process."""
 
 
-def _reap(pid: int) -> None:
-    child = _CHILDREN.get(pid)
-    if child is not None and child.poll() is not None:
-        _CHILDREN.pop(pid, None)
+def _process(record: ProcessRecord) -> psutil.Process | None:
+    """The live process ``record`` names, or None: gone, a zombie, or a recycled pid (another process)."""
+    key = (record.pid, record.marker)
+    child = _CHILDREN.get(record.pid)
+    known = _KNOWN.get(key)
+    try:
+        if child is not None:
+            if child.poll() is not None:
+                _CHILDREN.pop(record.pid, None)
+                _KNOWN.pop(key, None)
+                return None
+            # Our own unreaped child: spawn checked the marker in its argv, and Popen returns after exec.
+            proc = known or psutil.Process(record.pid)
+        else:
+            if known is not None and known.is_running():  # is_running compares the create time too
+                proc = known
+            else:
+                _KNOWN.pop(key, None)
+                proc = psutil.Process(record.pid)
+                if record.marker not in " ".join(_settled_cmdline(proc)):
+                    return None
+            if proc.status() == psutil.STATUS_ZOMBIE:
+                return None
+    except psutil.Error:  # NoSuchProcess, ZombieProcess, AccessDenied
+        _KNOWN.pop(key, None)
+        return None
+    _KNOWN[key] = proc
+    return proc
+
+
+def _settled_cmdline(proc: psutil.Process, wait_s: float = 1.0) -> list[str]:
+    """``proc``'s command line, waiting briefly while it is empty.
+
+    Linux closes the close-on-exec fds (which is when ``subprocess.Popen`` returns) before the new
+    program's arguments are in place, so for a moment right after exec ``/proc/PID/cmdline`` is empty.
+    A live process with an empty command line is either in that moment or a kernel thread; waiting a
+    little tells the two apart.
+    """
+    args = proc.cmdline()
+    deadline = Deadline(wait_s)
+    while not args and deadline.sleep(0.01):
+        args = proc.cmdline()
+    return args
 
 
 def is_running(record: ProcessRecord) -> bool:
     """True if ``record.pid`` is alive, not a zombie, and still the process we started."""
-    _reap(record.pid)
+    return _process(record) is not None
+
+
+def cmdline(record: ProcessRecord) -> tuple[str, ...] | None:
+    """The command line of the process ``record`` names, or None if it does not run."""
+    proc = _process(record)
     try:
-        cmdline = Path(f"/proc/{record.pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        stat = Path(f"/proc/{record.pid}/stat").read_text()
-    except (FileNotFoundError, ProcessLookupError, PermissionError):
-        return False
-    state = stat.rsplit(")", 1)[-1].split()[0] if ")" in stat else "?"
-    if state in ("Z", "X"):
-        return False
-    # Right after fork/exec /proc/PID/cmdline can be empty for a moment: alive, not yet checkable.
-    return not cmdline.strip() or record.marker in cmdline
+        return tuple(proc.cmdline()) if proc is not None else None
+    except psutil.Error:
+        return None
 
 
 def stop(record: ProcessRecord, *, timeout_s: float = 20.0) -> bool:
     """SIGTERM the process group, then SIGKILL after ``timeout_s``. Returns True if it had been running."""
-    if not is_running(record):
+    proc = _process(record)
+    if proc is None:
         return False
     log.info("stopping %s pid=%d", record.name, record.pid)
-    _signal_group(record.pid, signal.SIGTERM)
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if not is_running(record):
-            return True
-        time.sleep(0.1)
+    _signal_group(proc, signal.SIGTERM)
+    if poll_until(lambda: not is_running(record), timeout_s):
+        return True
     log.warning("%s pid=%d did not stop within %.0fs; killing it", record.name, record.pid, timeout_s)
-    _signal_group(record.pid, signal.SIGKILL)
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        if not is_running(record):
-            return True
-        time.sleep(0.1)
+    _signal_group(proc, signal.SIGKILL)
+    if poll_until(lambda: not is_running(record), 10.0):
+        return True
     raise RuntimeLaunchError(f"{record.name} pid={record.pid} survived SIGKILL")
 
 
 def kill(record: ProcessRecord) -> None:
     """kill -9, for fault tests: no chance to clean up."""
-    if is_running(record):
-        _signal_group(record.pid, signal.SIGKILL)
+    proc = _process(record)
+    if proc is not None:
+        _signal_group(proc, signal.SIGKILL)
 
 
-def _signal_group(pid: int, sig: signal.Signals) -> None:
+def _signal_group(proc: psutil.Process, sig: signal.Signals) -> None:
+    """Signal the process group ``proc`` leads (spawn starts each process in its own session), once
+    more checking that ``proc`` is still the process it was (psutil compares pid and create time)."""
+    if not proc.is_running():
+        return
     try:
-        os.killpg(pid, sig)
+        os.killpg(proc.pid, sig)
     except ProcessLookupError:
         return
     except PermissionError:
-        os.kill(pid, sig)
+        with contextlib.suppress(psutil.Error):
+            proc.send_signal(sig)
 
 
 def tail(path: str | Path, lines: int = 30) -> str:
+    """The last ``lines`` lines of a log file (its last 16 KiB at most)."""
     try:
         with open(path, "rb") as f:
             f.seek(0, os.SEEK_END)

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from shoal.errors import ConfigError, RuntimeLaunchError
 from shoal_app.runtime import compose, images, launcher
+from shoal_app.runtime.extras import require_extra
 from shoal_app.runtime.ports import free_port
 
 log = logging.getLogger(__name__)
@@ -52,7 +53,7 @@ def docker_engine_problem() -> str | None:
     try:
         import docker
     except ImportError:
-        return "the 'docker' and 'testcontainers' Python packages are not installed (pip install -e '.[dev]')"
+        return "the Docker extra is not installed (pip install 'shoal[docker]')"
     try:
         client = docker.from_env()  # type: ignore[attr-defined]
         try:
@@ -71,6 +72,7 @@ def docker_kafka_env(host_port: int, host: str = "localhost") -> dict[str, str]:
 
 def start_docker() -> TestCluster:
     """ZooKeeper and one KRaft broker in containers, from the images and settings of docker/docker-compose.yml."""
+    require_extra("docker", "SHOAL_TEST_BACKEND=docker")
     problem = docker_engine_problem()
     if problem is not None:
         raise RuntimeLaunchError(

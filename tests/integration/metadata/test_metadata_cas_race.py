@@ -12,7 +12,7 @@ from metadata.coordinator import MetadataCoordinator
 from metadata.errors import StaleTxnidError
 from metadata.metadata_file import Placement
 from metadata.operations import JoinServer
-from metadata.retry import NO_RETRY
+from metadata.zk_client import cas_retry
 from shoal.errors import MetadataConflictError
 
 pytestmark = pytest.mark.integration
@@ -37,7 +37,7 @@ def test_racing_clients_commit_each_sequence_once(cluster: Any, zk: Any, zk_host
         client = new_client(zk_hosts)
         try:
             with make_store(cluster, topic_prefix) as st:
-                c = MetadataCoordinator(client, st, retry=NO_RETRY)
+                c = MetadataCoordinator(client, st, retry=cas_retry(max_tries=1))
                 barrier.wait(timeout=60)
                 for i in range(ATTEMPTS):
                     base = c.current("race")

@@ -5,47 +5,51 @@ import json
 import pytest
 from click.testing import CliRunner
 from helpers_metadata import new_file
+from kazoo.retry import KazooRetry
 
 from metadata.errors import MetadataDecodeError, MetadataFileNotFoundError
-from metadata.retry import Clock, RetryPolicy
 from metadata.security import ZkSecurity
 from metadata.store import KafkaStoreConfig, MemoryFileStore
+from metadata.zk_client import cas_retry, retrying
 from metadata.zk_layout import EpochRecord, TableHead, ZkLayout
-from shoal.errors import ConfigError, InvalidIdError
+from shoal.errors import ConfigError, InvalidIdError, MetadataConflictError, StaleEpochError
 from shoal_app.cli.table import table_group
 
 
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 0.0
-        self.sleeps: list[float] = []
+def test_cas_retry_bounded_by_attempts_and_deadline() -> None:
+    sleeps: list[float] = []
+    calls: list[int] = []
 
-    def monotonic(self) -> float:
-        return self.now
+    def conflict() -> None:
+        calls.append(1)
+        raise MetadataConflictError(f"conflict {len(calls)}")
 
-    def sleep(self, s: float) -> None:
-        self.sleeps.append(s)
-        self.now += s
+    pol = KazooRetry(max_tries=5, delay=1.0, max_delay=4.0, sleep_func=sleeps.append)
+    with pytest.raises(MetadataConflictError, match="conflict 5"):
+        retrying(pol, conflict)
+    assert len(calls) == 5 and len(sleeps) == 4 and all(0 <= s <= 4.0 * 1.4 for s in sleeps)
+    # the policy is copied per call: a second loop gets the full bounds again
+    calls.clear()
+    with pytest.raises(MetadataConflictError, match="conflict 5"):
+        retrying(pol, conflict)
+    # the deadline stops a long loop (real sleeps of 10 ms, 20 ms, ...)
+    calls.clear()
+    with pytest.raises(MetadataConflictError):
+        retrying(cas_retry(max_tries=1000, deadline=0.05), conflict)
+    assert len(calls) <= 5
+    # anything but the retried error ends the loop at once
+    calls.clear()
 
+    def stale() -> None:
+        calls.append(1)
+        raise StaleEpochError("fenced")
 
-def test_retry_policy_bounded_by_attempts_and_deadline() -> None:
-    fc = FakeClock()
-    pol = RetryPolicy(
-        max_attempts=5, initial_delay=1.0, max_delay=4.0, deadline=100, clock=Clock(fc.monotonic, fc.sleep)
-    )
-    assert list(pol.attempts()) == [1, 2, 3, 4, 5]
-    assert len(fc.sleeps) == 4 and all(0 <= s <= 4.0 for s in fc.sleeps)
-    fc2 = FakeClock()
-    short = RetryPolicy(
-        max_attempts=1000,
-        initial_delay=1.0,
-        max_delay=1.0,
-        deadline=3.0,
-        clock=Clock(fc2.monotonic, lambda s: fc2.sleep(1.0)),
-    )
-    assert len(list(short.attempts())) <= 5
+    with pytest.raises(StaleEpochError):
+        retrying(pol, stale)
+    assert calls == [1]
+    assert retrying(pol, lambda: 7) == 7
     with pytest.raises(ConfigError):
-        RetryPolicy(max_attempts=0)
+        cas_retry(max_tries=0)
 
 
 def test_security_acls() -> None:

@@ -135,12 +135,3 @@ def test_demo_refuses_a_foreign_data_dir_before_starting_anything(tmp_path: Path
     assert result.exit_code == 2
     assert "not made by `shoal demo`" in result.output and str(tmp_path) in result.output
     assert sorted(p.name for p in tmp_path.iterdir()) == ["precious.txt"]
-
-
-def test_only_an_exit_with_an_empty_log_is_taken_for_the_start_race() -> None:
-    from shoal.errors import RuntimeLaunchError
-    from shoal_app.demo.full import _spurious_exit
-
-    assert _spurious_exit(RuntimeLaunchError("storage node node-3 exited during start:\n"))
-    assert not _spurious_exit(RuntimeLaunchError("storage node node-3 exited during start:\nTraceback: boom"))
-    assert not _spurious_exit(RuntimeLaunchError("Kafka did not report 3 broker(s) in time:\n"))
