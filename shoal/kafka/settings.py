@@ -1,4 +1,4 @@
-"""Connection settings, typed and resolved once at the edge (DESIGN.md section 7).
+"""Connection settings, typed and resolved once at the edge (DESIGN.md section 1).
 
 :class:`KafkaSettings` says how to reach Kafka (addresses, security, passthrough librdkafka
 settings); :class:`ConnectionSettings` adds ZooKeeper and the topic prefix. Every process builds
@@ -13,7 +13,6 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import MappingProxyType
 
 from shoal import cluster_file
 from shoal.errors import ClusterFileError, ConfigError
@@ -52,10 +51,6 @@ class Secret:
         return hash(self._value)
 
 
-def _empty() -> Mapping[str, str]:
-    return MappingProxyType({})
-
-
 @dataclass(frozen=True)
 class KafkaSettings:
     """How to reach Kafka. ``passthrough`` holds further librdkafka settings (librdkafka names) that
@@ -67,7 +62,7 @@ class KafkaSettings:
     sasl_username: str | None = None
     sasl_password: Secret | None = None
     ssl_ca_location: str | None = None
-    passthrough: Mapping[str, str] = field(default_factory=_empty, hash=False)
+    passthrough: Mapping[str, str] = field(default_factory=dict, hash=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.bootstrap_servers, str) or not self.bootstrap_servers.strip():
@@ -94,7 +89,7 @@ class KafkaSettings:
             raise ConfigError(
                 f"sasl_mechanism must be one of {', '.join(SASL_MECHANISMS)}, got {self.sasl_mechanism!r}"
             )
-        object.__setattr__(self, "passthrough", MappingProxyType(dict(self.passthrough)))
+        object.__setattr__(self, "passthrough", {str(k): config_text(v) for k, v in self.passthrough.items()})
 
     @property
     def uses_sasl(self) -> bool:
@@ -141,6 +136,13 @@ class ConnectionSettings:
         return self.kafka.bootstrap_servers
 
     @classmethod
+    def plain(
+        cls, bootstrap_servers: str, zk_hosts: str, topic_prefix: str = "shoal", zk_root: str = "/shoal"
+    ) -> ConnectionSettings:
+        """A cluster without security (tests, benchmarks, the local runtime)."""
+        return cls(KafkaSettings(bootstrap_servers), zk_hosts, zk_root=zk_root, topic_prefix=topic_prefix)
+
+    @classmethod
     def resolve(
         cls,
         options: Mapping[str, object | None],
@@ -180,7 +182,7 @@ class ConnectionSettings:
             sasl_username=values.get("sasl_username"),
             sasl_password=None if password is None else Secret(password),
             ssl_ca_location=values.get("ssl_ca_location"),
-            passthrough={str(k): str(v) for k, v in passthrough.items()},
+            passthrough=passthrough,
         )
         zk_password = values.get("zk_password")
         return cls(
@@ -191,6 +193,11 @@ class ConnectionSettings:
             zk_user=values.get("zk_user"),
             zk_password=None if zk_password is None else Secret(zk_password),
         )
+
+
+def config_text(value: object) -> str:
+    """A librdkafka setting as text (booleans as ``true`` / ``false``)."""
+    return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 _ENV = {
@@ -209,6 +216,8 @@ _ENV = {
 """Option key -> the environment variable that fills it when the option is not given."""
 
 ENV_VARS = tuple(_ENV.values())
+CONNECTION_KEYS = frozenset(_ENV)
+"""The option keys :meth:`ConnectionSettings.resolve` reads (besides ``kafka_passthrough``)."""
 
 
 def _from_cluster_file(path: Path) -> dict[str, str]:
