@@ -20,12 +20,12 @@ from metadata.store import KafkaFileStore, KafkaStoreConfig
 from metadata.zk_client import make_client
 from metadata.zk_layout import ZkLayout
 from shoal.errors import ConfigError
-from shoal.kafka.settings import CONNECTION_KEYS, ConnectionSettings, KafkaSettings, Secret
+from shoal.kafka.settings import CONNECTION_KEYS, ConnectionFields, ConnectionSettings, KafkaSettings, Secret
 from shoal.topics import TopicNames
 
 
 @dataclass(frozen=True, init=False)
-class MetadataConfig:
+class MetadataConfig(ConnectionFields):
     """Where the metadata lives (``connection``) and how to talk to it.
 
     Build it with ``MetadataConfig(connection=ConnectionSettings.resolve(...))``. The flat keyword
@@ -76,26 +76,6 @@ class MetadataConfig:
         self.security  # noqa: B018 - validates the ZooKeeper credentials
         if self.zk_timeout_s <= 0:
             raise ConfigError(f"zk_timeout_s must be > 0, got {self.zk_timeout_s}")
-
-    @property
-    def kafka(self) -> KafkaSettings:
-        return self.connection.kafka
-
-    @property
-    def zk_hosts(self) -> str:
-        return self.connection.zk_hosts
-
-    @property
-    def bootstrap_servers(self) -> str:
-        return self.connection.kafka.bootstrap_servers
-
-    @property
-    def topic_prefix(self) -> str:
-        return self.connection.topic_prefix
-
-    @property
-    def zk_root(self) -> str:
-        return self.connection.zk_root
 
     @property
     def security(self) -> ZkSecurity:

@@ -98,6 +98,7 @@ class KafkaOffsets:
 
     def cluster_and_topics(self) -> tuple[str | None, dict[str, int]]:
         """(cluster id, {topic: partition count}) of every topic without an error."""
+        self.admin.poll(0)  # once per monitor poll: emit librdkafka's log lines
         try:
             md = self.admin.list_topics(timeout=self.request_timeout_s)
         except KafkaException as exc:

@@ -10,7 +10,7 @@ from typing import Any
 from metadata.client import MetadataConfig, resolve_connection
 from shoal.errors import ConfigError
 from shoal.kafka import clients
-from shoal.kafka.settings import ConnectionSettings, KafkaSettings
+from shoal.kafka.settings import ConnectionFields, ConnectionSettings
 from shoal.topics import TopicNames
 
 DEFAULT_MAX_MESSAGE_BYTES = 1_000_000
@@ -46,7 +46,7 @@ class SyncPolicy:
 
 
 @dataclass(frozen=True)
-class ProducerConfig:
+class ProducerConfig(ConnectionFields):
     """Everything a :class:`producer.Producer` needs.
 
     ``max_message_bytes`` bounds one encoded Kafka message (an Arrow IPC stream); bigger batches are
@@ -95,26 +95,6 @@ class ProducerConfig:
                 raise ConfigError(
                     f"kafka_config may not set {fixed!r}: the producer is always idempotent with acks=all"
                 )
-
-    @property
-    def kafka(self) -> KafkaSettings:
-        return self.connection.kafka
-
-    @property
-    def bootstrap_servers(self) -> str:
-        return self.connection.kafka.bootstrap_servers
-
-    @property
-    def zk_hosts(self) -> str:
-        return self.connection.zk_hosts
-
-    @property
-    def topic_prefix(self) -> str:
-        return self.connection.topic_prefix
-
-    @property
-    def zk_root(self) -> str:
-        return self.connection.zk_root
 
     @property
     def topics(self) -> TopicNames:

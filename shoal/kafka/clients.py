@@ -4,7 +4,8 @@ Every producer, consumer and admin client of shoal comes from here, so connectio
 settings are applied once and the same way. ``overrides`` use librdkafka's own names
 (``**{"linger.ms": 5}``) so tuning carries over unchanged. librdkafka's log lines go to Python
 logging (logger ``shoal.kafka.librdkafka``) instead of stderr; they are emitted when the client is
-polled.
+polled (``poll``/``consume``/``flush``; an admin client's by ``admin.poll(0)``, which the helpers of
+:mod:`shoal.kafka.admin` call after each request).
 """
 
 from __future__ import annotations
@@ -68,6 +69,7 @@ def consumer(settings: KafkaSettings, *, group_id: str, read_committed: bool = T
 
 
 def admin(settings: KafkaSettings, **overrides: Any) -> AdminClient:
+    """An admin client; a long-lived one should call ``poll(0)`` now and then to emit its log lines."""
     return AdminClient(client_config(settings, **overrides))
 
 

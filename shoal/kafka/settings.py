@@ -62,7 +62,8 @@ class KafkaSettings:
     sasl_username: str | None = None
     sasl_password: Secret | None = None
     ssl_ca_location: str | None = None
-    passthrough: Mapping[str, str] = field(default_factory=dict, hash=False)
+    passthrough: Mapping[str, str] = field(default_factory=dict, hash=False, repr=False)
+    """Not shown by ``repr``: librdkafka settings may hold credentials."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.bootstrap_servers, str) or not self.bootstrap_servers.strip():
@@ -198,6 +199,32 @@ class ConnectionSettings:
 def config_text(value: object) -> str:
     """A librdkafka setting as text (booleans as ``true`` / ``false``)."""
     return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+class ConnectionFields:
+    """Read-only shortcuts for a configuration that holds ``connection: ConnectionSettings``."""
+
+    connection: ConnectionSettings
+
+    @property
+    def kafka(self) -> KafkaSettings:
+        return self.connection.kafka
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return self.connection.kafka.bootstrap_servers
+
+    @property
+    def zk_hosts(self) -> str:
+        return self.connection.zk_hosts
+
+    @property
+    def zk_root(self) -> str:
+        return self.connection.zk_root
+
+    @property
+    def topic_prefix(self) -> str:
+        return self.connection.topic_prefix
 
 
 _ENV = {
