@@ -92,14 +92,6 @@ class KafkaSettings:
             )
         object.__setattr__(self, "passthrough", {str(k): config_text(v) for k, v in self.passthrough.items()})
 
-    @property
-    def uses_sasl(self) -> bool:
-        return self.security_protocol.startswith("SASL_")
-
-    @property
-    def uses_ssl(self) -> bool:
-        return self.security_protocol in ("SSL", "SASL_SSL")
-
     def with_passthrough(self, **extra: str) -> KafkaSettings:
         """A copy with more passthrough settings (librdkafka names, given as ``**{"a.b": "v"}``)."""
         return KafkaSettings(
@@ -176,24 +168,28 @@ class ConnectionSettings:
         if not isinstance(passthrough, Mapping):
             raise ConfigError("kafka_passthrough must be a mapping of librdkafka settings")
         password = values.get("sasl_password")
-        kafka = KafkaSettings(
-            bootstrap_servers=values.get("bootstrap_servers", DEFAULT_BOOTSTRAP_SERVERS),
-            security_protocol=values.get("security_protocol", "PLAINTEXT"),
-            sasl_mechanism=values.get("sasl_mechanism"),
-            sasl_username=values.get("sasl_username"),
-            sasl_password=None if password is None else Secret(password),
-            ssl_ca_location=values.get("ssl_ca_location"),
-            passthrough=passthrough,
-        )
         zk_password = values.get("zk_password")
-        return cls(
-            kafka=kafka,
-            zk_hosts=values.get("zk_hosts", DEFAULT_ZK_HOSTS),
-            zk_root=values.get("zk_root", "/shoal"),
-            topic_prefix=values.get("topic_prefix", "shoal"),
-            zk_user=values.get("zk_user"),
-            zk_password=None if zk_password is None else Secret(zk_password),
-        )
+        try:
+            kafka = KafkaSettings(
+                bootstrap_servers=values.get("bootstrap_servers", DEFAULT_BOOTSTRAP_SERVERS),
+                security_protocol=values.get("security_protocol", "PLAINTEXT"),
+                sasl_mechanism=values.get("sasl_mechanism"),
+                sasl_username=values.get("sasl_username"),
+                sasl_password=None if password is None else Secret(password),
+                ssl_ca_location=values.get("ssl_ca_location"),
+                passthrough=passthrough,
+            )
+            return cls(
+                kafka=kafka,
+                zk_hosts=values.get("zk_hosts", DEFAULT_ZK_HOSTS),
+                zk_root=values.get("zk_root", "/shoal"),
+                topic_prefix=values.get("topic_prefix", "shoal"),
+                zk_user=values.get("zk_user"),
+                zk_password=None if zk_password is None else Secret(zk_password),
+            )
+        except ConfigError as exc:
+            named = ", ".join(f"{key} from {var}" for key, var in _ENV.items() if key in str(exc))
+            raise ConfigError(f"{exc} (options, or the environment: {named})" if named else str(exc)) from exc
 
 
 def config_text(value: object) -> str:
