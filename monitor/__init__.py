@@ -12,7 +12,7 @@ One job per module:
 - :mod:`monitor.status` Burrow's lag evaluation rules over a sliding window, with its false alarms fixed;
 - :mod:`monitor.history` the sliding windows and events, persisted to disk so a restart is not blind;
 - :mod:`monitor.collector` one poll: everything above turned into the snapshot (the JSON shape);
-- :mod:`monitor.metrics` the snapshot as Prometheus metrics; :mod:`monitor.node_metrics` a storage
+- :mod:`monitor.metrics` the snapshot as Prometheus metrics; :mod:`storage_node.metrics` a storage
   node's own exporter;
 - :mod:`monitor.web` the HTTP server: page, JSON API and ``/metrics``.
 """

@@ -1,19 +1,51 @@
 """A storage node process (``shoal node --id ID``): discovery, elections, leaders, scans.
 
 Lifetime (:meth:`StorageNode.run`): one :class:`contextlib.ExitStack` owns the metadata client,
-the Arrow Flight server, the table watchers, the elections and the leaders, and releases them in
-reverse order on SIGTERM/SIGINT or when ``stop()`` is called. Threads, not asyncio: one thread per
-leader, the Flight server's own pool, one watcher thread per table.
+the Arrow Flight server, the metrics exporter, the table watchers, the elections and the roles, and
+releases them in reverse order on SIGTERM/SIGINT or when ``stop()`` is called.
+
+Threads, not asyncio. The node's layers (DESIGN.md section 11): :mod:`storage_node.replica` (state)
+<- :mod:`storage_node.replication` (procedures) <- :mod:`storage_node.roles` <- this module. Every
+thread the node starts (``<pid8>`` = the first 8 characters of the partition id), each a
+:class:`shoal.worker.Worker` unless said otherwise:
+
+- the caller's thread (the process's main thread in ``shoal node``): :meth:`StorageNode.run` looks
+  for new tables every ``table_poll_s`` and supervises every held partition (re-registers the
+  node, resigns a leadership whose role ended, follows, campaigns again);
+- ``flight`` (:class:`~storage_node.serve.FlightServing`): the Arrow Flight scan server's
+  ``serve()``; gRPC's own pool answers the calls;
+- ``leader-<pid8>`` (:class:`~storage_node.roles.leader.PartitionLeader`), one per partition this
+  node leads: recovery, then ingest -> WAL transaction -> memtable -> segments, the writer stall
+  and the garbage collection of unreferenced segments;
+- ``publish-<pid8>`` (:class:`~storage_node.replication.publish.SegmentPublisher`), next to a
+  leader: publishes its chain on its segments channel, moves the Tail, deletes acked weak segments;
+- ``merge-<pid8>`` (:class:`~storage_node.replication.merge_in.PeerSegmentReceiver`), next to a
+  leader: receives the segments other placements push, for the leader's thread to merge;
+- ``compaction-intake-<replica>`` (:class:`~storage_node.roles.compaction_intake.CompactionIntake`),
+  next to a leader: commits the majors the compaction service publishes;
+- ``follow-<pid8>`` (:class:`~storage_node.roles.follower.PartitionFollower`), one per partition
+  this node holds but does not lead: applies the leader's segments channel and tails its WAL;
+- ``handover-<pid8>`` (:class:`_Handover`), short-lived, after a lost leadership: waits for the
+  leader role to end, follows, campaigns again;
+- ``txn-<call>`` (:func:`~storage_node.roles.leader.transaction.run_bounded`), short-lived, one per
+  transactional call of a leader, so a call librdkafka never returns from cannot wedge the
+  leader's own thread;
+- with ``metrics_port``: prometheus_client's server thread and one thread per scrape
+  (:func:`prometheus_client.start_http_server`, :mod:`storage_node.metrics`).
+
+Not started by the node but running in it: ``watch-<table>`` (:class:`metadata.notify.TableWatcher`,
+one per table), ``election-<pid8>`` (:class:`metadata.election.PartitionElection` steps), kazoo's
+connection threads, and librdkafka's own threads inside every Kafka client.
 
 For every table, every committed METADATA version runs partition discovery for this server; for
 each partition where this server's placement is LIVE the node holds a replica and campaigns in the
 partition's election. When it wins, it starts a :class:`PartitionLeader` whose epoch is the
 election's (``check_writable``), so a SUSPENDED or LOST leadership stops writes at the next batch.
 Every LIVE replica that does not lead runs a :class:`PartitionFollower` on the current leader's
-segments channel (issue 5); on losing leadership the node follows again and re-campaigns.
+segments channel (DESIGN.md section 6); on losing leadership the node follows again and re-campaigns.
 
 With ``metrics_port`` set (``shoal node --metrics-port P``), :meth:`StorageNode.stats` is served as
-Prometheus ``/metrics`` (:mod:`monitor.node_metrics`, issue 7 item 3): per partition, counters that
+Prometheus ``/metrics`` (:mod:`storage_node.metrics`): per partition, counters that
 stay monotonic across leader terms (segments written, fast-forwards, merges, stalls, leader
 changes, WAL records, rows, deadlettered, ...) and gauges (is_leader, epoch, minors awaiting
 compaction, segments).
@@ -39,13 +71,16 @@ from metadata.notify import TableWatcher
 from metadata.table import TableDefinition
 from shoal.errors import PartitionUnavailableError
 from shoal.topics import TopicNames
+from shoal.worker import Worker
 from storage_node.config import NodeConfig
-from storage_node.partition import PartitionLeader, PartitionReplica
-from storage_node.partition.compaction import CompactionIntake
-from storage_node.partition.follower import FollowerConfig, PartitionFollower
+from storage_node.metrics import start_node_metrics
+from storage_node.replica import PartitionReplica
 from storage_node.replication.describe import describe_replica
 from storage_node.replication.receive import InFlightBudget
-from storage_node.serve import ScanServer
+from storage_node.roles.compaction_intake import CompactionIntake
+from storage_node.roles.follower import FollowerConfig, PartitionFollower
+from storage_node.roles.leader import PartitionLeader
+from storage_node.serve import FlightServing, ScanServer
 from storage_node.wal.indexes import channel_indexes
 
 log = logging.getLogger(__name__)
@@ -104,7 +139,7 @@ def follower_counters(follower: PartitionFollower) -> dict[str, float]:
 NODE_COUNTERS = ("fast_forwards", "merges", "segments_written", "segments_received", "segments_acked",
                  "leader_changes", "transactions", "wal_records", "rows", "deadlettered", "out_of_order",
                  "invalid_segments", "stalls", "segments_deleted")  # fmt: skip
-"""Counters every partition reports (0 until they happen): those documented in monitor.node_metrics."""
+"""Counters every partition reports (0 until they happen): those documented in :mod:`storage_node.metrics`."""
 
 
 def _add(into: dict[str, float], more: dict[str, float]) -> None:
@@ -172,13 +207,10 @@ class StorageNode:
             server = ScanServer(
                 f"grpc://{self.config.flight_host}:{self.config.flight_port}", self.replicas, describe=self.describe
             )
-            stack.callback(server.shutdown)
-            threading.Thread(target=server.serve, daemon=True, name="flight").start()
+            stack.callback(FlightServing(server).start().stop)
             self.location = f"grpc://{self.config.flight_host}:{server.port}"
             register_node(client.zk, client.layout, self.config.server_id, self.location, self.metadata_config.security)
             if self.config.metrics_port is not None:
-                from monitor.node_metrics import start_node_metrics
-
                 exporter = start_node_metrics(self.config.metrics_port, self.stats, server_id=self.config.server_id,
                                               host=self.config.metrics_host)  # fmt: skip
                 stack.callback(exporter.close)
@@ -218,7 +250,7 @@ class StorageNode:
         servers = {p.partition_id: tuple(s.placement_id for s in p.servers) for p in file.partitions}
         for d in discover(file, self.config.server_id):
             if d.state is not ReplicaState.LIVE or d.placement_id is None:
-                continue  # LOAD / UNLOAD replicas: issue 5
+                continue  # LOAD / UNLOAD replicas are not held (only LIVE ones)
             peers = tuple(p for p in servers.get(d.partition_id, ()) if p != d.placement_id)
             with self._lock:
                 if d.partition_id in self._held:
@@ -241,7 +273,7 @@ class StorageNode:
                     held.leader_changes += 1  # this replica stops being leader
                 if held.leader is not None:
                     held.leader.request_stop()  # it also stops by itself at its next batch (check_writable)
-                threading.Thread(target=self._after_lost, args=(held,), daemon=True).start()
+                _Handover(self, held).start()
 
         election = PartitionElection(
             self._client.zk,
@@ -374,7 +406,7 @@ class StorageNode:
             same_term = ended and lead is not None and held.leader is not None and held.leader.term == lead.epoch
             if same_term and election is not None and election.state is LeaderState.LEADER:
                 log.warning("%s: the leader role ended (%s); resigning", held.replica.name,
-                            held.leader.state.value if held.leader else "none")  # fmt: skip
+                            held.leader.role_state.value if held.leader else "none")  # fmt: skip
                 with contextlib.suppress(Exception):
                     election.resign()
                 continue
@@ -385,7 +417,7 @@ class StorageNode:
     def stats(self) -> dict[str, dict[str, float]]:
         """Per partition: counters (monotonic across leader terms) and gauges, for ``/metrics``.
 
-        Names are those documented in :mod:`monitor.node_metrics`.
+        Names are those documented in :mod:`storage_node.metrics`.
         """
         client = self._client
         out: dict[str, dict[str, float]] = {}
@@ -440,3 +472,15 @@ class StorageNode:
             if held.election is not None:
                 held.election.close()
             held.replica.close()
+
+
+class _Handover(Worker):
+    """After a lost leadership: :meth:`StorageNode._after_lost` on a thread ``handover-<pid8>``."""
+
+    def __init__(self, node: StorageNode, held: HeldPartition) -> None:
+        super().__init__(f"handover-{held.partition_id[:8]}")
+        self.node = node
+        self.held = held
+
+    def run(self) -> None:
+        self.node._after_lost(self.held)

@@ -32,7 +32,7 @@ from shoal.kafka_admin import admin_client
 from shoal.segments import SegmentRecord, WalRange
 from shoal.topics import TopicNames
 from shoal.wire.records import verify_chain
-from storage_node.partition.replica import PartitionReplica
+from storage_node.replica import PartitionReplica, versioned_rows
 from storage_node.wal import read_channel
 
 log = logging.getLogger(__name__)
@@ -61,8 +61,6 @@ def adopt_channels(
     kafka_config: Mapping[str, Any] | None = None,
 ) -> list[SegmentRecord]:
     """Adopt every other placement's WAL records beyond what the chain covers; returns the new segments."""
-    from storage_node.partition.leader import versioned_rows
-
     existing = set(admin_client(bootstrap_servers, dict(kafka_config or {})).list_topics(timeout=30).topics)
     out: list[SegmentRecord] = []
     for placement in peers:

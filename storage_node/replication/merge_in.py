@@ -12,7 +12,8 @@ so its committed offsets there are its acks of pushed segments) and decides per 
   and deletes it (:meth:`PartitionReplica.merge_detached`); ack once that is durable;
 - INVALID: reported, not acked.
 
-Merges run on the leader's thread (between ingest batches) so they never race a flush for the root.
+The receiver runs on its own :class:`~shoal.worker.Worker` thread ``merge-<pid[:8]>``; merges run on the
+leader's thread (between ingest batches) so they never race a flush for the root.
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ import contextlib
 import logging
 import queue
 import threading
-import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -41,7 +41,9 @@ from shoal.segments.errors import ChecksumMismatchError, CorruptSegmentError, In
 from shoal.topics import TopicNames
 from shoal.wire.records import SegmentChunk
 from shoal.wire.records import SegmentManifest as WireManifest
-from storage_node.partition.replica import PartitionReplica
+from shoal.worker import Deadline, Worker
+from storage_node.errors import ChunkError
+from storage_node.replica import PartitionReplica
 from storage_node.replication.publish import SEGMENTS_TOPIC_CONFIG
 from storage_node.replication.receive import DEFAULT_MAX_IN_FLIGHT_BYTES
 
@@ -65,7 +67,7 @@ class MergeStats:
     invalid: int = 0
 
 
-class PeerSegmentReceiver:
+class PeerSegmentReceiver(Worker):
     """Consumes the other placements' segments channels for a leader; merges what they push."""
 
     def __init__(
@@ -79,6 +81,7 @@ class PeerSegmentReceiver:
         kafka_config: Mapping[str, Any] | None = None,
         topic_replication_factor: int = -1,
     ) -> None:
+        super().__init__(f"merge-{replica.partition_id[:8]}")
         self.replica = replica
         self.bs = bootstrap_servers
         self.topics = topics
@@ -87,34 +90,28 @@ class PeerSegmentReceiver:
         self.kafka_config = dict(kafka_config or {})
         self.rf = topic_replication_factor
         self.stats = MergeStats()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
         self._consumer: Consumer | None = None
         self._owners: dict[str, int] = {}
 
     def start(self) -> PeerSegmentReceiver:
-        self._thread = threading.Thread(target=self._main, daemon=True, name=f"merge-{self.replica.partition_id[:8]}")
-        self._thread.start()
+        super().start()
         return self
 
-    def stop(self, timeout: float = 30.0) -> None:
-        self._stop.set()
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(timeout)
-
-    def _main(self) -> None:
+    def run(self) -> None:
         try:
             self._open()
-            while not self._stop.is_set():
+            while not self.stopping.is_set():
                 msg = self._poll(0.5)
                 if msg is not None:
                     self._handle(msg)
         except BaseException:
             log.exception("%s: peer segment receiver failed", self.replica.name)
-        finally:
-            if self._consumer is not None:
-                with contextlib.suppress(KafkaException, RuntimeError):
-                    self._consumer.close()
+            raise  # the Worker records it as ``error`` (state FAILED)
+
+    def on_exit(self) -> None:
+        if self._consumer is not None:
+            with contextlib.suppress(KafkaException, RuntimeError):
+                self._consumer.close()
 
     def _open(self) -> None:
         pid = self.replica.partition_id
@@ -184,7 +181,7 @@ class PeerSegmentReceiver:
         try:
             written = write_segment_bytes(self.replica.directory, wire.segment_id, chunks,
                                           expected_sha256=wire.checksum, expected_size=wire.size_bytes)  # fmt: skip
-        except (ChecksumMismatchError, CorruptSegmentError, _ChunkError) as exc:
+        except (ChecksumMismatchError, CorruptSegmentError, ChunkError) as exc:
             self.stats.invalid += 1
             log.error("%s: pushed segment %s is corrupt: %s", self.replica.name, wire.segment_id, exc)
             return
@@ -192,7 +189,7 @@ class PeerSegmentReceiver:
                                      size_bytes=written.size_bytes))  # fmt: skip
         self.submit(job)
         while not job.done.wait(0.5):
-            if self._stop.is_set():
+            if self.stopping.is_set():
                 return
         if job.error is not None:
             log.error("%s: merging pushed segment %s failed: %s", self.replica.name, wire.segment_id, job.error)
@@ -207,24 +204,20 @@ class PeerSegmentReceiver:
 
     def _chunks(self, wire: WireManifest, last: list[int]) -> Iterator[bytes]:
         for index in range(wire.chunk_count):
-            deadline = time.monotonic() + 30
+            deadline = Deadline(30)
             msg = None
             while msg is None:
-                if self._stop.is_set() or time.monotonic() > deadline:
-                    raise _ChunkError(f"chunk {index} of {wire.chunk_count} did not arrive")
+                if self.stopping.is_set() or deadline.expired():
+                    raise ChunkError(wire.segment_id, index, f"chunk {index} of {wire.chunk_count} did not arrive")
                 msg = self._poll(0.5)
             try:
                 chunk = SegmentChunk.from_bytes(msg.value())
             except ShoalError as exc:
-                raise _ChunkError(f"chunk {index}: {exc}") from exc
+                raise ChunkError(wire.segment_id, index, f"chunk {index}: {exc}") from exc
             if message_kind(msg.headers()) != KIND_CHUNK or (chunk.segment_id, chunk.index) != (wire.segment_id, index):
-                raise _ChunkError(f"expected chunk {index} of {wire.segment_id}")
+                raise ChunkError(wire.segment_id, index, f"expected chunk {index} of {wire.segment_id}")
             last[0] = int(msg.offset() or 0)
             yield chunk.data
-
-
-class _ChunkError(Exception):
-    pass
 
 
 def drain_merges(jobs: queue.Queue[MergeJob], replica: PartitionReplica, epoch: int) -> int:

@@ -7,7 +7,8 @@ new incarnation of the placement fences an old one, and readers with ``read_comm
 half a segment). Because it follows the chain rather than the flush calls, a major committed later
 by the compaction intake, or a segment adopted at failover, is published too.
 
-The publisher runs on its own thread and never blocks ingest: the leader only calls :meth:`wake`.
+The publisher runs on its own :class:`~shoal.worker.Worker` thread ``publish-<pid[:8]>`` and never
+blocks ingest: the leader only calls :meth:`wake`.
 At start it reads the manifests already on the channel (chunks are skipped by their header), so a
 restarted leader does not publish a segment twice. It also remembers the offset of every manifest
 it saw or wrote; the manifest of a major carries ``latest_major_offset`` for followers that must
@@ -43,7 +44,9 @@ from shoal.segments.channel_reader import read_manifests
 from shoal.segments.parquet_io import segment_path
 from shoal.topics import TopicNames
 from shoal.wire.records import SegmentChunk
-from storage_node.partition.replica import PartitionReplica
+from shoal.worker import Worker
+from storage_node.errors import FencedError, LocalSegmentMismatchError
+from storage_node.replica import PartitionReplica
 from storage_node.replication.collect import collect_on_leader
 from storage_node.replication.tail import TailDecision, truncate
 
@@ -61,7 +64,7 @@ class PublishStats:
     """Weakly referenced segments deleted once every replica acked the major folding them."""
 
 
-class SegmentPublisher:
+class SegmentPublisher(Worker):
     """Publishes a leader replica's chain on its segments channel, on its own thread."""
 
     def __init__(
@@ -78,6 +81,7 @@ class SegmentPublisher:
         truncate_every_s: float = 5.0,
         still_leading: Callable[[], object] | None = None,
     ) -> None:
+        super().__init__(f"publish-{replica.partition_id[:8]}")
         self.replica = replica
         self.bootstrap_servers = bootstrap_servers
         self.topics = topics
@@ -97,58 +101,53 @@ class SegmentPublisher:
         self.manifest_offsets: dict[str, int] = {}
         """segment id -> offset of its manifest on the channel."""
         self.latest_major_offset: int | None = None
-        self.error: BaseException | None = None
         self.ready = threading.Event()
         self._wake = threading.Event()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
         self._producer: Producer | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------
 
     def start(self) -> SegmentPublisher:
-        self._thread = threading.Thread(target=self._main, daemon=True, name=f"publish-{self.replica.partition_id[:8]}")
-        self._thread.start()
+        super().start()
         return self
 
     def wake(self) -> None:
         self._wake.set()
 
-    def stop(self, timeout: float = 30.0) -> None:
-        self._stop.set()
+    def request_stop(self) -> None:
+        super().request_stop()
         self._wake.set()
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(timeout)
 
     def published(self) -> set[str]:
         return set(self.manifest_offsets)
 
-    def _main(self) -> None:
+    def run(self) -> None:
         try:
             self._open()
             self.ready.set()
-            while not self._stop.is_set():
+            while not self.stopping.is_set():
                 try:
                     self.publish_pending()
-                except _Fenced as exc:
+                except FencedError as exc:
                     log.warning("%s: segments channel fenced: %s", self.replica.name, exc)
                     self.error = exc
                     return
                 except (KafkaOperationError, KafkaException, ShoalError, OSError) as exc:
                     self.stats.failures += 1
                     log.warning("%s: publishing failed, retrying: %s", self.replica.name, exc)
-                    self._stop.wait(1.0)
+                    self.stopping.wait(1.0)
                     continue
                 self._maybe_truncate()
                 self._wake.wait(self.poll_s)
                 self._wake.clear()
-        except BaseException as exc:
+        except BaseException:
             log.exception("%s: segment publisher failed", self.replica.name)
-            self.error = exc
-        finally:
-            self.ready.set()
-            if self._producer is not None:
-                self._producer.flush(5)
+            raise  # the Worker records it as ``error`` (state FAILED)
+
+    def on_exit(self) -> None:
+        self.ready.set()
+        if self._producer is not None:
+            self._producer.flush(5)
 
     def _open(self) -> None:
         admin = admin_client(self.bootstrap_servers, self.kafka_config)
@@ -185,7 +184,7 @@ class SegmentPublisher:
         """Publish every chain entry from the latest major to root not yet on the channel; returns how many."""
         n = 0
         for entry in self.replica.chain.since_latest_major():
-            if self._stop.is_set():
+            if self.stopping.is_set():
                 break
             if entry.segment_id in self.manifest_offsets:
                 continue
@@ -228,7 +227,7 @@ class SegmentPublisher:
                 if f.read(1):
                     raise KafkaOperationError(f"segment {sid}: file is larger than its {record.size_bytes} bytes")
             if digest.hexdigest() != record.sha256 or size != record.size_bytes:
-                raise _LocalCorruption(f"segment {sid}: local file does not match its checksum; not published")
+                raise LocalSegmentMismatchError(sid, "local file does not match its checksum; not published")
             if producer.flush(60):
                 raise KafkaOperationError(f"segment {sid}: chunks not delivered")
             if any(o < 0 for o in offsets.values()):
@@ -299,18 +298,10 @@ class SegmentPublisher:
         err = exc.args[0] if exc.args else None
         if isinstance(err, KafkaError) and (err.fatal() or err.code() in _FENCED):
             self._producer = None
-            raise _Fenced(str(err)) from exc
+            raise FencedError(self.topic, str(err)) from exc
 
 
 _FENCED = {KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH}
-
-
-class _Fenced(ShoalError):
-    pass
-
-
-class _LocalCorruption(KafkaOperationError):
-    pass
 
 
 def _produce(producer: Producer, topic: str, value: bytes, kind: bytes, offsets: dict[int, int], index: int) -> None:

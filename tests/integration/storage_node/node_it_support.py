@@ -20,7 +20,8 @@ from shoal.topics import TopicNames
 from shoal.wire.arrow_ipc import encode_batch
 from shoal.wire.ingest import TABLE_HEADER, ingest_schema
 from storage_node.config import FlushPolicy, LeaderConfig
-from storage_node.partition import PartitionLeader, PartitionReplica
+from storage_node.replica import PartitionReplica
+from storage_node.roles.leader import PartitionLeader
 
 
 def make_table(name: str = "events", replication_factor: int = 1) -> TableDefinition:

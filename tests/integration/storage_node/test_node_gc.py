@@ -108,7 +108,7 @@ def _chain_at_least(nodes: dict[str, StorageNode], pid: str, n: int) -> bool:
 def _summary(nodes: dict[str, StorageNode], pid: str) -> list[object]:
     out: list[object] = []
     for n, h in _held(nodes, pid).items():
-        role = None if h.leader is None else (h.leader.state.value, h.leader.stats)
+        role = None if h.leader is None else (h.leader.role_state.value, h.leader.stats)
         follow = None if h.follower is None else (h.follower.leader_placement_id, h.follower.stats, h.follower.error)
         out.append((n, role, follow, h.replica.chain.root, len(h.replica.chain), h.replica.memtable.rows))
     return out

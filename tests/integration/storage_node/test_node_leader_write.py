@@ -11,7 +11,7 @@ from node_it_support import LeaderFixture, committed, produce, produce_rows, rea
 from shoal.wire.arrow_ipc import encode_batch
 from shoal.wire.records import GENESIS_HASH, WalRecord, verify_chain
 from shoal_app.testing.wait import wait_until
-from storage_node.partition import KeyFilter
+from storage_node.replica import KeyFilter
 
 pytestmark = pytest.mark.integration
 
@@ -79,6 +79,6 @@ def test_bad_records_go_to_deadletter_and_the_partition_keeps_going(
         offsets = [int(dict(m.headers())["shoal.source.offset"]) for m in dead]
         assert offsets == [1, 2, 3, 4]
         assert {dict(m.headers())["shoal.source.topic"].decode() for m in dead} == {f.ingest}
-        assert leader.state.value == "LEADING"
+        assert leader.role_state.value == "LEADING"
     finally:
         leader.stop()

@@ -12,8 +12,9 @@ from node_it_support import LeaderFixture, rows
 from shoal.wire.records import Gtid
 from shoal_app.testing.wait import wait_until
 from storage_node.config import LeaderConfig
-from storage_node.partition import PartitionLeader, PartitionReplica, versioned_rows
+from storage_node.replica import PartitionReplica, versioned_rows
 from storage_node.replication.publish import push_segments
+from storage_node.roles.leader import PartitionLeader
 
 pytestmark = pytest.mark.integration
 

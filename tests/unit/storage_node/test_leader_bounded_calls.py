@@ -8,12 +8,13 @@ import pytest
 
 from shoal.errors import ConfigError, KafkaOperationError
 from storage_node.config import LeaderConfig
-from storage_node.partition.leader import WedgedProducerError, _run_bounded
+from storage_node.errors import WedgedProducerError
+from storage_node.roles.leader.transaction import run_bounded
 
 
 def test_a_call_that_returns_is_transparent() -> None:
     seen: list[int] = []
-    _run_bounded(lambda: seen.append(1), "commit_transaction", 5.0)
+    run_bounded(lambda: seen.append(1), "commit_transaction", 5.0)
     assert seen == [1]
 
 
@@ -22,14 +23,14 @@ def test_the_calls_own_exception_reaches_the_caller() -> None:
         raise KeyError("fenced")
 
     with pytest.raises(KeyError, match="fenced"):
-        _run_bounded(boom, "commit_transaction", 5.0)
+        run_bounded(boom, "commit_transaction", 5.0)
 
 
 def test_a_call_that_never_returns_is_abandoned_as_wedged() -> None:
     release = threading.Event()
     try:
         with pytest.raises(WedgedProducerError, match="send_offsets_to_transaction did not return within"):
-            _run_bounded(release.wait, "send_offsets_to_transaction", 0.2)
+            run_bounded(release.wait, "send_offsets_to_transaction", 0.2)
     finally:
         release.set()
     assert issubclass(WedgedProducerError, KafkaOperationError)

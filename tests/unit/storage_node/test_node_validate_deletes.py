@@ -7,7 +7,7 @@ import pyarrow as pa
 from metadata.table import Column, ColumnType, TableDefinition
 from shoal.wire.arrow_ipc import encode_batch
 from shoal.wire.ingest import DELETED_COLUMN
-from storage_node.partition.validate import IngestValidator, Rejected
+from storage_node.replica.validate import IngestValidator, Rejected
 
 TABLE = TableDefinition(
     "t",

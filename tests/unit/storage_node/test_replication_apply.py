@@ -18,9 +18,9 @@ from shoal.topics import TopicNames
 from shoal.wire.ingest import ingest_schema
 from shoal.wire.records import Gtid
 from shoal.wire.records import SegmentManifest as WireManifest
-from storage_node.partition import PartitionReplica, versioned_rows
+from storage_node.replica import PartitionReplica, versioned_rows
+from storage_node.replica.overlay import WalOverlay
 from storage_node.replication.describe import content_hash, describe_replica
-from storage_node.replication.overlay import WalOverlay
 from storage_node.replication.receive import InFlightBudget, ReceiveStats, apply_segment
 
 TABLE = TableDefinition(

@@ -16,7 +16,7 @@ from shoal.segments.parquet_io import segment_path
 from shoal.wire.ingest import ingest_schema
 from shoal.wire.records import Gtid
 from storage_node.config import LeaderConfig
-from storage_node.partition import PartitionReplica, versioned_rows
+from storage_node.replica import PartitionReplica, versioned_rows
 from storage_node.replication.collect import (
     collect_on_follower,
     leader_deletable,

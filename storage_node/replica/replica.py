@@ -1,6 +1,6 @@
 """One replica of one partition on this node: segment list, segment files, memtable, scans.
 
-The leader role (:mod:`storage_node.partition.leader`) feeds it WAL records and asks it to flush;
+The leader role (:mod:`storage_node.roles.leader`) feeds it WAL records and asks it to flush;
 scans (:mod:`storage_node.serve`) read it from other threads. One lock guards the memtable swap
 and the chain; segment files are immutable, so they are read outside the lock, pinned: garbage
 collection (source 3.5 DELETE, :meth:`PartitionReplica.delete_segments`) removes an entry at once
@@ -39,8 +39,8 @@ from shoal.segments import (
 from shoal.segments.parquet_io import delete_segment_file
 from shoal.segments.recovery import reconcile
 from shoal.segments.versioned import DELETED_COLUMN, SYSTEM_COLUMNS
-from storage_node.memtable import Memtable
-from storage_node.replication.overlay import WalOverlay
+from storage_node.replica.memtable import Memtable
+from storage_node.replica.overlay import WalOverlay
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +76,15 @@ class KeyFilter:
 def replica_dir(data_dir: Path, partition_id: str, placement_id: int) -> Path:
     name = f"{validate_partition_id(partition_id)}-{validate_placement_id(placement_id)}"
     return Path(data_dir) / "partitions" / name
+
+
+def minor_backlog(replica: PartitionReplica) -> int:
+    """Minor segments on the chain since its latest major (0 when root is a major or the chain is empty).
+
+    The count the writer stall (DESIGN.md section 9) and the node's metrics read.
+    """
+    run = replica.chain.since_latest_major()
+    return sum(1 for e in run if not e.is_major)
 
 
 class PartitionReplica:
