@@ -6,6 +6,11 @@ one type. Each area has its own subclass; library errors are wrapped with ``rais
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from confluent_kafka import KafkaError
+
 
 class ShoalError(Exception):
     """Root of every error shoal raises on purpose."""
@@ -40,7 +45,33 @@ class ClusterFileError(ShoalError):
 
 
 class KafkaOperationError(ShoalError):
-    """A Kafka operation failed (wraps confluent_kafka.KafkaException)."""
+    """A Kafka operation failed; ``kafka_error`` is librdkafka's own error when there is one.
+
+    ``fatal``, ``retriable``, ``txn_requires_abort`` and ``code`` come from that ``KafkaError``
+    (False / None without one). The Kafka layer (``shoal.kafka.errors``) classifies exceptions into
+    this class and its subclasses; it is defined here, at the root of the hierarchy, so that
+    ``shoal.errors`` imports nothing from the layers above it.
+    """
+
+    def __init__(self, message: str, kafka_error: KafkaError | None = None) -> None:
+        super().__init__(message)
+        self.kafka_error = kafka_error
+
+    @property
+    def fatal(self) -> bool:
+        return self.kafka_error is not None and bool(self.kafka_error.fatal())
+
+    @property
+    def retriable(self) -> bool:
+        return self.kafka_error is not None and bool(self.kafka_error.retriable())
+
+    @property
+    def txn_requires_abort(self) -> bool:
+        return self.kafka_error is not None and bool(self.kafka_error.txn_requires_abort())
+
+    @property
+    def code(self) -> int | None:
+        return None if self.kafka_error is None else int(self.kafka_error.code())
 
 
 class MetadataError(ShoalError):

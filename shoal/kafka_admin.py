@@ -1,87 +1,26 @@
-"""Thin, typed wrappers over confluent-kafka's AdminClient (errors wrapped as KafkaOperationError)."""
+"""Old home of :mod:`shoal.kafka.admin`, kept while the storage node is ported (same names,
+``bootstrap_servers`` strings instead of :class:`~shoal.kafka.settings.KafkaSettings`)."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping
+from typing import Any
 
-from confluent_kafka import KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient
 
-from shoal.errors import KafkaOperationError
+from shoal.kafka import admin as _admin
+from shoal.kafka import clients
+from shoal.kafka.admin import create_topic, delete_topics, wait_for_topic
+from shoal.kafka.settings import KafkaSettings
 
-
-def admin_client(bootstrap_servers: str, extra: Mapping[str, str] | None = None) -> AdminClient:
-    return AdminClient({"bootstrap.servers": bootstrap_servers, **(extra or {})})
-
-
-def create_topic(
-    admin: AdminClient,
-    name: str,
-    *,
-    partitions: int = 1,
-    replication_factor: int = -1,
-    config: Mapping[str, str] | None = None,
-    timeout_s: float = 30.0,
-) -> None:
-    """Create a topic and wait until every partition has a leader; an existing topic is not an error."""
-    futures = admin.create_topics(
-        [NewTopic(name, num_partitions=partitions, replication_factor=replication_factor, config=dict(config or {}))],
-        operation_timeout=timeout_s,
-        request_timeout=timeout_s,
-    )
-    try:
-        futures[name].result(timeout=timeout_s)
-    except KafkaException as exc:
-        if not (exc.args and getattr(exc.args[0], "name", lambda: "")() == "TOPIC_ALREADY_EXISTS"):
-            raise KafkaOperationError(f"cannot create topic {name!r}: {exc}") from exc
-    wait_for_topic(admin, name, timeout_s=timeout_s)
+__all__ = ["admin_client", "create_topic", "delete_topics", "log_start_and_end", "wait_for_topic"]
 
 
-def wait_for_topic(admin: AdminClient, name: str, *, timeout_s: float = 30.0) -> int:
-    """Wait until the topic's metadata shows every partition with a leader; return the partition count.
-
-    CreateTopics returns before every broker's metadata cache has the topic, so a producer or a
-    describe right after it can otherwise see an unknown topic.
-    """
-    deadline = time.monotonic() + timeout_s
-    last_error = "not in metadata yet"
-    while time.monotonic() < deadline:
-        try:
-            md = admin.list_topics(name, timeout=min(5.0, timeout_s)).topics.get(name)
-        except KafkaException as exc:
-            md, last_error = None, str(exc)
-        if md is not None and md.error is None and md.partitions and all(p.leader >= 0 for p in md.partitions.values()):
-            return len(md.partitions)
-        if md is not None and md.error is not None:
-            last_error = str(md.error)
-        time.sleep(0.2)
-    raise KafkaOperationError(f"topic {name!r} did not become available within {timeout_s}s: {last_error}")
-
-
-def delete_topics(admin: AdminClient, names: list[str], timeout_s: float = 30.0) -> None:
-    if not names:
-        return
-    for name, fut in admin.delete_topics(names, operation_timeout=timeout_s, request_timeout=timeout_s).items():
-        try:
-            fut.result(timeout=timeout_s)
-        except KafkaException as exc:
-            if getattr(exc.args[0], "name", lambda: "")() != "UNKNOWN_TOPIC_OR_PART":
-                raise KafkaOperationError(f"cannot delete topic {name!r}: {exc}") from exc
+def admin_client(bootstrap_servers: str, extra: Mapping[str, Any] | None = None) -> AdminClient:
+    return clients.admin(KafkaSettings(bootstrap_servers), **dict(extra or {}))
 
 
 def log_start_and_end(
     bootstrap_servers: str, topic: str, partition: int = 0, timeout_s: float = 10.0
 ) -> tuple[int, int]:
-    """(log start offset, log end offset) of one topic partition: the Tail and Append indexes."""
-    from confluent_kafka import Consumer
-
-    consumer = Consumer({"bootstrap.servers": bootstrap_servers, "group.id": "shoal-watermarks",
-                         "enable.auto.commit": False})  # fmt: skip
-    try:
-        low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=timeout_s)
-    except KafkaException as exc:
-        raise KafkaOperationError(f"cannot read offsets of {topic}[{partition}]: {exc}") from exc
-    finally:
-        consumer.close()
-    return int(low), int(high)
+    return _admin.log_start_and_end(KafkaSettings(bootstrap_servers), topic, partition, timeout_s)

@@ -1,0 +1,95 @@
+"""The client factory: the only place a librdkafka configuration is built (DESIGN.md section 7).
+
+Every producer, consumer and admin client of shoal comes from here, so connection and security
+settings are applied once and the same way. ``overrides`` use librdkafka's own names
+(``**{"linger.ms": 5}``) so tuning carries over unchanged. librdkafka's log lines go to Python
+logging (logger ``shoal.kafka.librdkafka``) instead of stderr; they are emitted when the client is
+polled.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from confluent_kafka import Consumer, Producer
+from confluent_kafka.admin import AdminClient
+
+from shoal.kafka.settings import KafkaSettings
+
+librdkafka_log = logging.getLogger("shoal.kafka.librdkafka")
+
+
+def client_config(settings: KafkaSettings, **overrides: Any) -> dict[str, Any]:
+    """The librdkafka configuration for ``settings``: connection, security, passthrough, then
+    ``overrides`` (librdkafka names; later wins)."""
+    config: dict[str, Any] = {
+        "bootstrap.servers": settings.bootstrap_servers,
+        "security.protocol": settings.security_protocol,
+        "logger": librdkafka_log,
+    }
+    if settings.sasl_mechanism is not None:
+        config["sasl.mechanism"] = settings.sasl_mechanism
+    if settings.sasl_username is not None:
+        config["sasl.username"] = settings.sasl_username
+    if settings.sasl_password is not None:
+        config["sasl.password"] = settings.sasl_password.reveal()
+    if settings.ssl_ca_location is not None:
+        config["ssl.ca.location"] = settings.ssl_ca_location
+    config.update(settings.passthrough)
+    config.update(overrides)
+    return config
+
+
+def producer(settings: KafkaSettings, *, transactional_id: str | None = None, **overrides: Any) -> Producer:
+    """An idempotent producer (``acks=all``); transactional when ``transactional_id`` is given."""
+    base: dict[str, Any] = {"enable.idempotence": True, "acks": "all"}
+    if transactional_id is not None:
+        base["transactional.id"] = transactional_id
+    return Producer(client_config(settings, **{**base, **overrides}))
+
+
+def consumer(settings: KafkaSettings, *, group_id: str, read_committed: bool = True, **overrides: Any) -> Consumer:
+    """A consumer of ``group_id`` that never commits on its own (``enable.auto.commit=false``) and
+    reads only committed transactions unless ``read_committed`` is False."""
+    base: dict[str, Any] = {
+        "group.id": group_id,
+        "enable.auto.commit": False,
+        "isolation.level": "read_committed" if read_committed else "read_uncommitted",
+    }
+    return Consumer(client_config(settings, **{**base, **overrides}))
+
+
+def admin(settings: KafkaSettings, **overrides: Any) -> AdminClient:
+    return AdminClient(client_config(settings, **overrides))
+
+
+def spark_kafka_options(settings: KafkaSettings) -> dict[str, str]:
+    """Spark's Kafka source and sink options (``kafka.*``, Java client names) for ``settings``.
+
+    These are the Java client's settings, not librdkafka's: SASL becomes a JAAS line, the CA file a
+    PEM trust store. ``passthrough`` is librdkafka-only and is not carried over.
+    """
+    options = {
+        "kafka.bootstrap.servers": settings.bootstrap_servers,
+        "kafka.security.protocol": settings.security_protocol,
+    }
+    if settings.sasl_mechanism is not None:
+        options["kafka.sasl.mechanism"] = settings.sasl_mechanism
+    if settings.sasl_username is not None and settings.sasl_password is not None:
+        module = (
+            "org.apache.kafka.common.security.plain.PlainLoginModule"
+            if (settings.sasl_mechanism or "PLAIN").upper() == "PLAIN"
+            else "org.apache.kafka.common.security.scram.ScramLoginModule"
+        )
+        user = _jaas_quote(settings.sasl_username)
+        password = _jaas_quote(settings.sasl_password.reveal())
+        options["kafka.sasl.jaas.config"] = f'{module} required username="{user}" password="{password}";'
+    if settings.ssl_ca_location is not None:
+        options["kafka.ssl.truststore.type"] = "PEM"
+        options["kafka.ssl.truststore.location"] = settings.ssl_ca_location
+    return options
+
+
+def _jaas_quote(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"')

@@ -1,0 +1,179 @@
+"""The four LinDB indexes of a channel, read from Kafka (DESIGN.md section 3).
+
+- **Append index**: the channel's log end offset (the next record's offset).
+- **Tail index**: the channel's log start offset (moves with ``delete_records``).
+- **Consume index** of a follower group: its consumer group's committed position on the channel.
+- **Ack index** of a follower group: its replica group's committed offset on the channel.
+
+Invariant (checked by :meth:`ChannelIndexes.check`): Tail <= Ack <= Append.
+
+Both the storage node (one channel at a time, :func:`channel_indexes`) and the monitor (every
+channel of the cluster per poll, :func:`read_indexes`) read them here, with batched admin requests
+(``list_offsets`` earliest/latest, ``list_consumer_group_offsets``), as KMinion and
+``kafka-consumer-groups`` do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import ConsumerGroupTopicPartitions, KafkaError, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient, OffsetSpec
+
+from shoal.errors import KafkaOperationError
+from shoal.kafka import clients
+from shoal.kafka.errors import classify, error_code
+from shoal.kafka.settings import KafkaSettings
+
+TP = tuple[str, int]
+"""(topic, partition)."""
+
+_GONE = (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError.UNKNOWN_TOPIC_ID)
+
+
+@dataclass(frozen=True)
+class ChannelIndexes:
+    """Tail and Append of one channel, and the Ack / Consume index of each follower group asked for."""
+
+    topic: str
+    tail: int
+    append: int
+    acks: tuple[tuple[str, int | None], ...] = ()
+    """(group id, committed offset or None) per Ack group asked for, in the order asked."""
+    consumes: tuple[tuple[str, int | None], ...] = ()
+    """(group id, committed offset or None) per Consume group asked for, in the order asked."""
+
+    def ack(self, group: str) -> int | None:
+        return dict(self.acks).get(group)
+
+    def consume(self, group: str) -> int | None:
+        return dict(self.consumes).get(group)
+
+    def check(self) -> list[str]:
+        """Violations of Tail <= Ack <= Append (an empty list if none)."""
+        problems = []
+        for group, ack in self.acks:
+            if ack is not None and not self.tail <= ack <= self.append:
+                problems.append(f"{group}: ack {ack} outside [{self.tail}, {self.append}]")
+        return problems
+
+
+@dataclass(frozen=True)
+class IndexQuery:
+    """Which indexes of one channel to read: the groups whose Ack and Consume index are wanted."""
+
+    topic: str
+    ack_groups: tuple[str, ...] = ()
+    consume_groups: tuple[str, ...] = ()
+
+
+def channel_indexes(
+    settings: KafkaSettings,
+    topic: str,
+    groups: Sequence[str] = (),
+    *,
+    timeout_s: float = 10.0,
+    admin: AdminClient | None = None,
+) -> ChannelIndexes:
+    """Tail and Append of ``topic`` and the Ack index of each group in ``groups``.
+
+    KafkaOperationError when the topic does not exist or Kafka does not answer.
+    """
+    client = admin if admin is not None else clients.admin(settings)
+    found = read_indexes(client, [IndexQuery(topic, tuple(groups))], timeout_s=timeout_s)
+    if topic not in found:
+        raise KafkaOperationError(f"cannot read offsets of {topic}: the topic does not exist")
+    return found[topic]
+
+
+def read_indexes(
+    admin: AdminClient, queries: Iterable[IndexQuery], *, timeout_s: float = 10.0
+) -> dict[str, ChannelIndexes]:
+    """{topic: ChannelIndexes} of every queried channel (partition 0) in batched requests; a topic
+    that does not exist is left out."""
+    queries = list(queries)
+    bounds = log_bounds(admin, ((q.topic, 0) for q in queries), timeout_s=timeout_s)
+    requests: dict[str, set[TP]] = {}
+    for q in queries:
+        if (q.topic, 0) in bounds:
+            for group in q.ack_groups + q.consume_groups:
+                requests.setdefault(group, set()).add((q.topic, 0))
+    committed = committed_offsets(admin, requests, timeout_s=timeout_s)
+    out: dict[str, ChannelIndexes] = {}
+    for q in queries:
+        if (q.topic, 0) not in bounds:
+            continue
+        tail, append = bounds[(q.topic, 0)]
+
+        def of(group: str, topic: str = q.topic) -> tuple[str, int | None]:
+            return group, committed.get(group, {}).get((topic, 0))
+
+        out[q.topic] = ChannelIndexes(
+            q.topic, tail, append, tuple(of(g) for g in q.ack_groups), tuple(of(g) for g in q.consume_groups)
+        )
+    return out
+
+
+def log_bounds(admin: AdminClient, tps: Iterable[TP], *, timeout_s: float = 10.0) -> dict[TP, tuple[int, int]]:
+    """{(topic, partition): (log start, log end)}; partitions that do not exist are left out."""
+    keys = sorted(set(tps))
+    if not keys:
+        return {}
+    starts = _list_offsets(admin, keys, OffsetSpec.earliest(), timeout_s)
+    ends = _list_offsets(admin, keys, OffsetSpec.latest(), timeout_s)
+    return {k: (starts[k], ends[k]) for k in keys if k in starts and k in ends}
+
+
+def _list_offsets(admin: AdminClient, keys: Sequence[TP], spec: Any, timeout_s: float) -> dict[TP, int]:
+    futures = admin.list_offsets({TopicPartition(t, p): spec for t, p in keys}, request_timeout=timeout_s)
+    out: dict[TP, int] = {}
+    for tp, fut in futures.items():
+        try:
+            out[(tp.topic, tp.partition)] = int(fut.result(timeout=timeout_s).offset)
+        except KafkaException as exc:
+            if error_code(exc) in _GONE:
+                continue
+            raise classify(exc, f"cannot list offsets of {tp.topic}[{tp.partition}]") from exc
+    return out
+
+
+def committed_offsets(
+    admin: AdminClient, requests: Mapping[str, Iterable[TP]], *, timeout_s: float = 10.0
+) -> dict[str, dict[TP, int | None]]:
+    """{group: {(topic, partition): committed offset or None}} (one request per group, all in flight)."""
+    pending = []
+    for group, tps in requests.items():
+        parts = [TopicPartition(t, p) for t, p in sorted(set(tps))]
+        if not parts:
+            continue
+        futures = admin.list_consumer_group_offsets(
+            [ConsumerGroupTopicPartitions(group, parts)], request_timeout=timeout_s
+        )
+        pending.append((group, futures[group]))
+    return {group: _offsets_result(group, fut, timeout_s) for group, fut in pending}
+
+
+def all_committed_offsets(
+    admin: AdminClient, groups: Iterable[str], *, timeout_s: float = 10.0
+) -> dict[str, dict[TP, int | None]]:
+    """Every committed offset of each group (for groups whose topics are not known in advance)."""
+    pending = []
+    for group in sorted(set(groups)):
+        futures = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)], request_timeout=timeout_s)
+        pending.append((group, futures[group]))
+    return {group: _offsets_result(group, fut, timeout_s) for group, fut in pending}
+
+
+def _offsets_result(group: str, fut: Any, timeout_s: float) -> dict[TP, int | None]:
+    try:
+        res = fut.result(timeout=timeout_s)
+    except KafkaException as exc:
+        raise classify(exc, f"cannot read the committed offsets of group {group}") from exc
+    out: dict[TP, int | None] = {}
+    for tp in res.topic_partitions or []:
+        if tp.error is not None and tp.error.code() not in (KafkaError.UNKNOWN_TOPIC_OR_PART,):
+            raise KafkaOperationError(f"group {group} on {tp.topic}[{tp.partition}]: {tp.error}", tp.error)
+        out[(tp.topic, tp.partition)] = int(tp.offset) if tp.offset >= 0 else None
+    return out

@@ -1,0 +1,220 @@
+"""Connection settings, typed and resolved once at the edge (DESIGN.md section 7).
+
+:class:`KafkaSettings` says how to reach Kafka (addresses, security, passthrough librdkafka
+settings); :class:`ConnectionSettings` adds ZooKeeper and the topic prefix. Every process builds
+one with :meth:`ConnectionSettings.resolve` (options, then ``SHOAL_*`` environment variables, then
+the cluster file of ``shoal up``, then defaults) and passes it down; library code never reads the
+environment. Secrets are :class:`Secret` values, shown as ``***`` by ``repr``, ``str`` and logs.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+
+from shoal import cluster_file
+from shoal.errors import ClusterFileError, ConfigError
+
+log = logging.getLogger(__name__)
+
+DEFAULT_BOOTSTRAP_SERVERS = "127.0.0.1:9092"
+DEFAULT_ZK_HOSTS = "127.0.0.1:2181"
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+
+
+class Secret:
+    """A secret string: ``repr`` and ``str`` print ``'***'``; :meth:`reveal` gives the value."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: str) -> None:
+        if not isinstance(value, str):
+            raise ConfigError(f"a secret must be a string, got {type(value).__name__}")
+        self._value = value
+
+    def reveal(self) -> str:
+        return self._value
+
+    def __repr__(self) -> str:
+        return "'***'"
+
+    def __str__(self) -> str:
+        return "***"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Secret) and other._value == self._value
+
+    def __hash__(self) -> int:
+        return hash(self._value)
+
+
+def _empty() -> Mapping[str, str]:
+    return MappingProxyType({})
+
+
+@dataclass(frozen=True)
+class KafkaSettings:
+    """How to reach Kafka. ``passthrough`` holds further librdkafka settings (librdkafka names) that
+    every client gets; ``repr`` never shows the password."""
+
+    bootstrap_servers: str
+    security_protocol: str = "PLAINTEXT"
+    sasl_mechanism: str | None = None
+    sasl_username: str | None = None
+    sasl_password: Secret | None = None
+    ssl_ca_location: str | None = None
+    passthrough: Mapping[str, str] = field(default_factory=_empty, hash=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.bootstrap_servers, str) or not self.bootstrap_servers.strip():
+            raise ConfigError("bootstrap_servers must be a non-empty host:port list")
+        protocol = self.security_protocol.upper()
+        if protocol not in SECURITY_PROTOCOLS:
+            raise ConfigError(f"security_protocol must be one of {', '.join(SECURITY_PROTOCOLS)}, got {protocol!r}")
+        object.__setattr__(self, "security_protocol", protocol)
+        if isinstance(self.sasl_password, str):
+            object.__setattr__(self, "sasl_password", Secret(self.sasl_password))
+        if protocol.startswith("SASL_"):
+            missing = [
+                name
+                for name, value in (
+                    ("sasl_mechanism", self.sasl_mechanism),
+                    ("sasl_username", self.sasl_username),
+                    ("sasl_password", self.sasl_password),
+                )
+                if not value
+            ]
+            if missing:
+                raise ConfigError(f"security_protocol {protocol} needs {', '.join(missing)}")
+        if self.sasl_mechanism is not None and self.sasl_mechanism.upper() not in SASL_MECHANISMS:
+            raise ConfigError(
+                f"sasl_mechanism must be one of {', '.join(SASL_MECHANISMS)}, got {self.sasl_mechanism!r}"
+            )
+        object.__setattr__(self, "passthrough", MappingProxyType(dict(self.passthrough)))
+
+    @property
+    def uses_sasl(self) -> bool:
+        return self.security_protocol.startswith("SASL_")
+
+    @property
+    def uses_ssl(self) -> bool:
+        return self.security_protocol in ("SSL", "SASL_SSL")
+
+    def with_passthrough(self, **extra: str) -> KafkaSettings:
+        """A copy with more passthrough settings (librdkafka names, given as ``**{"a.b": "v"}``)."""
+        return KafkaSettings(
+            self.bootstrap_servers,
+            self.security_protocol,
+            self.sasl_mechanism,
+            self.sasl_username,
+            self.sasl_password,
+            self.ssl_ca_location,
+            {**self.passthrough, **extra},
+        )
+
+
+@dataclass(frozen=True)
+class ConnectionSettings:
+    """Kafka, ZooKeeper and the topic prefix: everything a shoal process needs to find the cluster."""
+
+    kafka: KafkaSettings
+    zk_hosts: str
+    zk_root: str = "/shoal"
+    topic_prefix: str = "shoal"
+    zk_user: str | None = None
+    zk_password: Secret | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.zk_hosts, str) or not self.zk_hosts.strip():
+            raise ConfigError("zk_hosts must be 'host:port[,host:port][/chroot]'")
+        if isinstance(self.zk_password, str):
+            object.__setattr__(self, "zk_password", Secret(self.zk_password))
+        if (self.zk_user is None) != (self.zk_password is None):
+            raise ConfigError("ZooKeeper digest auth needs both zk_user and zk_password (or neither)")
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return self.kafka.bootstrap_servers
+
+    @classmethod
+    def resolve(
+        cls,
+        options: Mapping[str, object | None],
+        environ: Mapping[str, str],
+        cluster_file_path: Path | None,
+    ) -> ConnectionSettings:
+        """The one place connection settings are resolved: ``options`` that are not None (or empty)
+        win, then the ``SHOAL_*`` environment variables in ``environ``, then the cluster file at
+        ``cluster_file_path`` (read only when Kafka or ZooKeeper is still open, and skipped when
+        absent), then defaults (a local cluster on 127.0.0.1).
+
+        Option keys: the field names (``bootstrap_servers``, ``zk_hosts``, ``zk_root``,
+        ``topic_prefix``, ``zk_user``, ``zk_password``, ``security_protocol``, ``sasl_mechanism``,
+        ``sasl_username``, ``sasl_password``, ``ssl_ca_location``) and ``kafka_passthrough`` (a
+        mapping of librdkafka settings). ConfigError names what is missing or invalid.
+        """
+        unknown = set(options) - set(_ENV) - {"kafka_passthrough"}
+        if unknown:
+            raise ConfigError(f"unknown connection option(s): {', '.join(sorted(unknown))}")
+        values: dict[str, str] = {}
+        for key, var in _ENV.items():
+            given = options.get(key)
+            if given is not None and given != "":
+                values[key] = given.reveal() if isinstance(given, Secret) else str(given)
+            elif environ.get(var):
+                values[key] = environ[var]
+        if cluster_file_path is not None and not ("bootstrap_servers" in values and "zk_hosts" in values):
+            values = {**_from_cluster_file(cluster_file_path), **values}
+        passthrough = options.get("kafka_passthrough") or {}
+        if not isinstance(passthrough, Mapping):
+            raise ConfigError("kafka_passthrough must be a mapping of librdkafka settings")
+        password = values.get("sasl_password")
+        kafka = KafkaSettings(
+            bootstrap_servers=values.get("bootstrap_servers", DEFAULT_BOOTSTRAP_SERVERS),
+            security_protocol=values.get("security_protocol", "PLAINTEXT"),
+            sasl_mechanism=values.get("sasl_mechanism"),
+            sasl_username=values.get("sasl_username"),
+            sasl_password=None if password is None else Secret(password),
+            ssl_ca_location=values.get("ssl_ca_location"),
+            passthrough={str(k): str(v) for k, v in passthrough.items()},
+        )
+        zk_password = values.get("zk_password")
+        return cls(
+            kafka=kafka,
+            zk_hosts=values.get("zk_hosts", DEFAULT_ZK_HOSTS),
+            zk_root=values.get("zk_root", "/shoal"),
+            topic_prefix=values.get("topic_prefix", "shoal"),
+            zk_user=values.get("zk_user"),
+            zk_password=None if zk_password is None else Secret(zk_password),
+        )
+
+
+_ENV = {
+    "bootstrap_servers": "SHOAL_BOOTSTRAP_SERVERS",
+    "zk_hosts": "SHOAL_ZK_CONNECT",
+    "topic_prefix": "SHOAL_TOPIC_PREFIX",
+    "zk_root": "SHOAL_ZK_ROOT",
+    "zk_user": "SHOAL_ZK_USER",
+    "zk_password": "SHOAL_ZK_PASSWORD",
+    "security_protocol": "SHOAL_KAFKA_SECURITY_PROTOCOL",
+    "sasl_mechanism": "SHOAL_KAFKA_SASL_MECHANISM",
+    "sasl_username": "SHOAL_KAFKA_SASL_USERNAME",
+    "sasl_password": "SHOAL_KAFKA_SASL_PASSWORD",
+    "ssl_ca_location": "SHOAL_KAFKA_SSL_CA_LOCATION",
+}
+"""Option key -> the environment variable that fills it when the option is not given."""
+
+ENV_VARS = tuple(_ENV.values())
+
+
+def _from_cluster_file(path: Path) -> dict[str, str]:
+    try:
+        info = cluster_file.read(path)
+    except ClusterFileError as exc:
+        log.debug("no cluster defaults from %s: %s", path, exc)
+        return {}
+    return {"bootstrap_servers": info.bootstrap_servers, "zk_hosts": info.zk_connect, "topic_prefix": info.topic_prefix}
