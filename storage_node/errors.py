@@ -7,6 +7,7 @@ message is built from them.
 from __future__ import annotations
 
 from shoal.errors import KafkaOperationError, ShoalError
+from shoal.kafka.errors import WedgedCallError
 
 
 class StorageNodeError(ShoalError):
@@ -26,20 +27,17 @@ class FencedError(StorageNodeError):
         self.reason = reason
 
 
-class WedgedProducerError(KafkaOperationError):
-    """A transactional call did not return within its bound: the producer is abandoned.
+class WedgedProducerError(WedgedCallError):
+    """A transactional call of a leader did not return within its bound: the producer is abandoned.
 
     librdkafka's ``send_offsets_to_transaction`` can ignore its own timeout after a broker restart
     (confluentinc/librdkafka#5456, #5511) and block forever. The leader role then ends as FAILED; the
-    node resigns the election and the next leader of this channel (usually this node again) starts
-    a new producer whose ``init_transactions`` fences the stuck one.
+    node resigns the election and the next leader of this channel (usually this node again) opens
+    a new producer whose ``init_transactions`` fences the stuck one. ``channel`` is the WAL topic.
     """
 
-    def __init__(self, call: str, timeout_s: float, channel: str | None = None) -> None:
-        what = f"{call} did not return within {timeout_s:.0f}s"
-        super().__init__(what if channel is None else f"{channel}: {what}")
-        self.call = call
-        self.timeout_s = timeout_s
+    def __init__(self, channel: str, detail: str) -> None:
+        super().__init__(f"{channel}: {detail}")
         self.channel = channel
 
 

@@ -68,9 +68,10 @@ from metadata.keyspace import KeyRange
 from metadata.metadata_file import MetadataFile
 from metadata.node_registry import node_path, register_node
 from metadata.notify import TableWatcher
+from metadata.security import ZkSecurity
 from metadata.table import TableDefinition
 from shoal.errors import PartitionUnavailableError
-from shoal.topics import TopicNames
+from shoal.kafka.indexes import channel_indexes
 from shoal.worker import Worker
 from storage_node.config import NodeConfig
 from storage_node.metrics import start_node_metrics
@@ -81,7 +82,6 @@ from storage_node.roles.compaction_intake import CompactionIntake
 from storage_node.roles.follower import FollowerConfig, PartitionFollower
 from storage_node.roles.leader import PartitionLeader
 from storage_node.serve import FlightServing, ScanServer
-from storage_node.wal.indexes import channel_indexes
 
 log = logging.getLogger(__name__)
 
@@ -150,11 +150,14 @@ def _add(into: dict[str, float], more: dict[str, float]) -> None:
 class StorageNode:
     def __init__(self, config: NodeConfig, *, metadata: MetadataConfig | None = None) -> None:
         self.config = config
+        conn = config.connection
         self.metadata_config = metadata or MetadataConfig(
-            zk_hosts=config.zk_hosts,
-            bootstrap_servers=config.bootstrap_servers,
-            topic_prefix=config.topic_prefix,
-            zk_root=config.zk_root,
+            zk_hosts=conn.zk_hosts,
+            bootstrap_servers=conn.kafka.bootstrap_servers,
+            topic_prefix=conn.topic_prefix,
+            zk_root=conn.zk_root,
+            security=ZkSecurity(conn.zk_user, None if conn.zk_password is None else conn.zk_password.reveal()),
+            kafka_config=dict(conn.kafka.passthrough),
         )
         self._stop = threading.Event()
         self._lock = threading.RLock()
@@ -292,7 +295,7 @@ class StorageNode:
     def _preference(self, partition_id: str) -> Callable[[Sequence[Candidate]], int | None]:
         """TokuMX failover: prefer the candidate with the highest Ack on the old leader's segments channel."""
         assert self._client is not None
-        client, topics, bs = self._client, TopicNames(self.config.topic_prefix), self.config.bootstrap_servers
+        client, topics, kafka = self._client, self.config.topics, self.config.kafka
 
         def prefer(line: Sequence[Candidate]) -> int | None:
             old = read_epoch(client.zk, client.layout, partition_id).placement_id
@@ -300,7 +303,7 @@ class StorageNode:
             if old is None or len(others) < 2:
                 return None
             groups = tuple(topics.replica_group(partition_id, p) for p in others)
-            acks = channel_indexes(bs, topics.segments(partition_id, old), groups, timeout_s=5).acks
+            acks = channel_indexes(kafka, topics.segments(partition_id, old), groups, timeout_s=5).acks
             positions = [-1 if a is None else a for _, a in acks]
             best = max(positions)
             return None if best < 0 else others[positions.index(best)]
@@ -337,9 +340,9 @@ class StorageNode:
             held.leader_changes += 1
             if held.intake is not None:  # compaction majors are committed by the leader, fenced by its epoch
                 held.intake.stop()
-            held.intake = CompactionIntake(held.replica, lambda: election.check_writable().epoch,
-                                           bootstrap_servers=self.config.bootstrap_servers,
-                                           topics=TopicNames(self.config.topic_prefix)).start()  # fmt: skip
+            held.intake = CompactionIntake(
+                held.replica, lambda: election.check_writable().epoch, self.config.kafka, topics=self.config.topics
+            ).start()
             log.info("node %s leads %s", self.config.server_id, held.replica.name)
 
     def _start_follower(self, held: HeldPartition) -> None:
@@ -362,7 +365,7 @@ class StorageNode:
                 rec = read_epoch(client.zk, client.layout, pid)
                 return None if rec.placement_id in (None, own) else rec.placement_id
 
-            config = FollowerConfig(self.config.bootstrap_servers, TopicNames(self.config.topic_prefix))
+            config = FollowerConfig(self.config.kafka, self.config.topics)
             held.follower = PartitionFollower(held.replica, config, leader, budget=self.budget).start()
 
     def _after_lost(self, held: HeldPartition) -> None:

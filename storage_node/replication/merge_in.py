@@ -22,14 +22,15 @@ import contextlib
 import logging
 import queue
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from shoal.errors import ShoalError
-from shoal.kafka_admin import admin_client, create_topic
+from shoal.kafka import clients
+from shoal.kafka.admin import create_topic
+from shoal.kafka.settings import KafkaSettings
 from shoal.segments import (
     ReceiveOutcome,
     SegmentRecord,
@@ -42,6 +43,7 @@ from shoal.topics import TopicNames
 from shoal.wire.records import SegmentChunk
 from shoal.wire.records import SegmentManifest as WireManifest
 from shoal.worker import Deadline, Worker
+from storage_node.config import consumer_overrides
 from storage_node.errors import ChunkError
 from storage_node.replica import PartitionReplica
 from storage_node.replication.publish import SEGMENTS_TOPIC_CONFIG
@@ -73,21 +75,19 @@ class PeerSegmentReceiver(Worker):
     def __init__(
         self,
         replica: PartitionReplica,
+        kafka: KafkaSettings,
         *,
-        bootstrap_servers: str,
         topics: TopicNames,
         peers: Callable[[], Sequence[int]],
         submit: Callable[[MergeJob], None],
-        kafka_config: Mapping[str, Any] | None = None,
         topic_replication_factor: int = -1,
     ) -> None:
         super().__init__(f"merge-{replica.partition_id[:8]}")
         self.replica = replica
-        self.bs = bootstrap_servers
+        self.kafka = kafka
         self.topics = topics
         self.peers = peers
         self.submit = submit
-        self.kafka_config = dict(kafka_config or {})
         self.rf = topic_replication_factor
         self.stats = MergeStats()
         self._consumer: Consumer | None = None
@@ -116,14 +116,15 @@ class PeerSegmentReceiver(Worker):
     def _open(self) -> None:
         pid = self.replica.partition_id
         peers = [p for p in self.peers() if p != self.replica.placement_id]
-        admin = admin_client(self.bs, self.kafka_config)
+        admin = clients.admin(self.kafka)
         self._owners = {self.topics.segments(pid, p): p for p in peers}
         for topic in self._owners:
             create_topic(admin, topic, replication_factor=self.rf, config=SEGMENTS_TOPIC_CONFIG)
-        consumer = Consumer({"bootstrap.servers": self.bs, **self.kafka_config,
-                             "group.id": self.topics.replica_group(pid, self.replica.placement_id),
-                             "isolation.level": "read_committed", "enable.auto.commit": False,
-                             "auto.offset.reset": "earliest"})  # fmt: skip
+        consumer = clients.consumer(
+            self.kafka,
+            group_id=self.topics.replica_group(pid, self.replica.placement_id),
+            **consumer_overrides(),
+        )
         tps = [TopicPartition(t, 0) for t in self._owners]
         if tps:
             committed = consumer.committed(tps, timeout=30)

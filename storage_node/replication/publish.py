@@ -2,10 +2,13 @@
 
 Chain-driven: every entry of the chain from the latest major to root (oldest first, source 3.4's
 order) that is not yet on this placement's segments channel is published as a manifest followed by
-its file in chunks, all in ONE Kafka transaction (``transactional.id`` = the channel topic, so a
-new incarnation of the placement fences an old one, and readers with ``read_committed`` never see
-half a segment). Because it follows the chain rather than the flush calls, a major committed later
-by the compaction intake, or a segment adopted at failover, is published too.
+its file in chunks, all in ONE Kafka transaction on the core's
+:class:`~shoal.kafka.transaction.TransactionalChannel` (``transactional.id`` = the channel topic, so
+a new incarnation of the placement fences an old one, and readers with ``read_committed`` never see
+half a segment; every blocking call is bounded, and a channel abandoned in a wedged call is opened
+again, which fences the stuck producer). Because it follows the chain rather than the flush calls,
+a major committed later by the compaction intake, or a segment adopted at failover, is published
+too.
 
 The publisher runs on its own :class:`~shoal.worker.Worker` thread ``publish-<pid[:8]>`` and never
 blocks ingest: the leader only calls :meth:`wake`.
@@ -25,13 +28,18 @@ import hashlib
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from confluent_kafka import KafkaError, KafkaException, Message, Producer
+from confluent_kafka import KafkaError, KafkaException, Message
 
 from shoal.errors import KafkaOperationError, ShoalError
-from shoal.kafka_admin import admin_client, create_topic
+from shoal.kafka import clients
+from shoal.kafka.admin import create_topic
+from shoal.kafka.errors import ProducerFencedError
+from shoal.kafka.readers import read_manifests
+from shoal.kafka.settings import KafkaSettings
+from shoal.kafka.transaction import Transaction, TransactionalChannel
 from shoal.segments import SegmentRecord
 from shoal.segments.channel import (
     DEFAULT_CHUNK_BYTES,
@@ -40,7 +48,6 @@ from shoal.segments.channel import (
     KIND_MANIFEST,
     to_wire,
 )
-from shoal.segments.channel_reader import read_manifests
 from shoal.segments.parquet_io import segment_path
 from shoal.topics import TopicNames
 from shoal.wire.records import SegmentChunk
@@ -70,10 +77,9 @@ class SegmentPublisher(Worker):
     def __init__(
         self,
         replica: PartitionReplica,
+        kafka: KafkaSettings,
         *,
-        bootstrap_servers: str,
         topics: TopicNames,
-        kafka_config: Mapping[str, str] | None = None,
         chunk_bytes: int = DEFAULT_CHUNK_BYTES,
         poll_s: float = 1.0,
         topic_replication_factor: int = -1,
@@ -83,10 +89,9 @@ class SegmentPublisher(Worker):
     ) -> None:
         super().__init__(f"publish-{replica.partition_id[:8]}")
         self.replica = replica
-        self.bootstrap_servers = bootstrap_servers
+        self.kafka = kafka
         self.topics = topics
         self.topic = topics.segments(replica.partition_id, replica.placement_id)
-        self.kafka_config = dict(kafka_config or {})
         self.chunk_bytes = chunk_bytes
         self.poll_s = poll_s
         self.rf = topic_replication_factor
@@ -103,7 +108,12 @@ class SegmentPublisher(Worker):
         self.latest_major_offset: int | None = None
         self.ready = threading.Event()
         self._wake = threading.Event()
-        self._producer: Producer | None = None
+        self._channel = TransactionalChannel(
+            kafka,
+            self.topic,
+            call_timeout_s=60,
+            **{"linger.ms": 5, "message.max.bytes": 2 * 1024 * 1024, "transaction.timeout.ms": 60_000},
+        )
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -146,34 +156,29 @@ class SegmentPublisher(Worker):
 
     def on_exit(self) -> None:
         self.ready.set()
-        if self._producer is not None:
-            self._producer.flush(5)
+        self._close()
+
+    def _close(self, flush_s: float = 5.0) -> None:
+        if self._channel.usable:
+            self._channel.flush(flush_s)
+        self._channel.close()
 
     def _open(self) -> None:
-        admin = admin_client(self.bootstrap_servers, self.kafka_config)
-        create_topic(admin, self.topic, replication_factor=self.rf, config=SEGMENTS_TOPIC_CONFIG)
-        producer = Producer(
-            {
-                "bootstrap.servers": self.bootstrap_servers,
-                **self.kafka_config,
-                "transactional.id": self.topic,
-                "enable.idempotence": True,
-                "acks": "all",
-                "linger.ms": 5,
-                "message.max.bytes": 2 * 1024 * 1024,
-                "transaction.timeout.ms": 60_000,
-            }
-        )
+        create_topic(clients.admin(self.kafka), self.topic, replication_factor=self.rf, config=SEGMENTS_TOPIC_CONFIG)
+        self._claim()
+
+    def _claim(self) -> None:
+        """Open the channel (fencing older producers of it) and read the manifests already on it."""
         try:
-            producer.init_transactions(30)
-        except KafkaException as exc:
-            raise KafkaOperationError(f"cannot claim segments channel {self.topic}: {exc}") from exc
-        self._producer = producer
-        for item in read_manifests(self.bootstrap_servers, self.topic, extra=self.kafka_config):
+            self._channel.open()
+        except KafkaOperationError as exc:
+            raise KafkaOperationError(f"cannot claim segments channel {self.topic}: {exc}", exc.kafka_error) from exc
+        for item in read_manifests(self.kafka, self.topic):
             self.manifest_offsets[item.manifest.segment_id] = item.offset
-            if item.manifest.is_major:
-                self.latest_major_offset = item.offset
+            if item.manifest.is_major and item.offset not in self.major_offsets:
+                self.latest_major_offset = max(item.offset, self.latest_major_offset or item.offset)
                 self.major_offsets.append(item.offset)
+        self.major_offsets.sort()
         log.info(
             "%s: segments channel %s holds %d manifests", self.replica.name, self.topic, len(self.manifest_offsets)
         )
@@ -182,6 +187,9 @@ class SegmentPublisher(Worker):
 
     def publish_pending(self) -> int:
         """Publish every chain entry from the latest major to root not yet on the channel; returns how many."""
+        if self._channel.abandoned:  # a call wedged: a new producer fences the stuck one
+            log.warning("%s: segments channel abandoned (%s); opening it again", self.replica.name, self._channel.error)
+            self._claim()
         n = 0
         for entry in self.replica.chain.since_latest_major():
             if self.stopping.is_set():
@@ -196,8 +204,6 @@ class SegmentPublisher(Worker):
         return n
 
     def _publish(self, record: SegmentRecord) -> None:
-        assert self._producer is not None
-        producer = self._producer
         manifest = to_wire(
             record,
             table=self.replica.table.name,
@@ -209,36 +215,28 @@ class SegmentPublisher(Worker):
         sid = record.segment_id
         offsets: dict[int, int] = {}
         try:
-            producer.begin_transaction()
-        except KafkaException as exc:
-            self._raise_if_fenced(exc)
-            raise
-        try:
-            _produce(producer, self.topic, manifest.to_bytes(), KIND_MANIFEST, offsets, 0)
-            digest = hashlib.sha256()
-            size = 0
-            with open(segment_path(self.replica.directory, sid), "rb") as f:
-                for index in range(manifest.chunk_count):
-                    data = f.read(self.chunk_bytes)
-                    digest.update(data)
-                    size += len(data)
-                    chunk = SegmentChunk(sid, index, manifest.chunk_count, data)
-                    _produce(producer, self.topic, chunk.to_bytes(), KIND_CHUNK, offsets, index + 1)
-                if f.read(1):
-                    raise KafkaOperationError(f"segment {sid}: file is larger than its {record.size_bytes} bytes")
-            if digest.hexdigest() != record.sha256 or size != record.size_bytes:
-                raise LocalSegmentMismatchError(sid, "local file does not match its checksum; not published")
-            if producer.flush(60):
-                raise KafkaOperationError(f"segment {sid}: chunks not delivered")
-            if any(o < 0 for o in offsets.values()):
-                raise KafkaOperationError(f"segment {sid}: delivery failed")
-            producer.commit_transaction(60)
-        except KafkaException as exc:
-            self._raise_if_fenced(exc)
-            self._abort()
-            raise KafkaOperationError(f"publishing segment {sid}: {exc}") from exc
-        except BaseException:
-            self._abort()
+            with self._channel.transaction() as txn:
+                self._produce(txn, manifest.to_bytes(), KIND_MANIFEST, offsets, 0)
+                digest = hashlib.sha256()
+                size = 0
+                with open(segment_path(self.replica.directory, sid), "rb") as f:
+                    for index in range(manifest.chunk_count):
+                        data = f.read(self.chunk_bytes)
+                        digest.update(data)
+                        size += len(data)
+                        chunk = SegmentChunk(sid, index, manifest.chunk_count, data)
+                        self._produce(txn, chunk.to_bytes(), KIND_CHUNK, offsets, index + 1)
+                    if f.read(1):
+                        raise KafkaOperationError(f"segment {sid}: file is larger than its {record.size_bytes} bytes")
+                if digest.hexdigest() != record.sha256 or size != record.size_bytes:
+                    raise LocalSegmentMismatchError(sid, "local file does not match its checksum; not published")
+                if txn.flush(60):
+                    raise KafkaOperationError(f"segment {sid}: chunks not delivered")
+                if any(o < 0 for o in offsets.values()):
+                    raise KafkaOperationError(f"segment {sid}: delivery failed")
+        except KafkaOperationError as exc:
+            if isinstance(exc, ProducerFencedError) or exc.fatal:
+                raise FencedError(self.topic, str(exc)) from exc
             raise
         offset = offsets[0]
         self.manifest_offsets[sid] = offset
@@ -264,14 +262,13 @@ class SegmentPublisher(Worker):
             return
         try:
             self.last_tail = truncate(
-                self.bootstrap_servers,
+                self.kafka,
                 self.topics,
                 self.replica.partition_id,
                 self.replica.placement_id,
                 list(self.peers()),
                 own_covered_end=self.replica.covered_end(),
                 major_offsets=list(self.major_offsets),
-                kafka_config=self.kafka_config,
             )
         except ShoalError as exc:
             log.warning("%s: truncation failed: %s", self.replica.name, exc)
@@ -285,49 +282,29 @@ class SegmentPublisher(Worker):
             return
         self.stats.deleted += len(deleted)
 
-    def _abort(self) -> None:
-        if self._producer is None:
-            return
-        try:
-            self._producer.abort_transaction(30)
-        except KafkaException as exc:
-            self._raise_if_fenced(exc)
-            log.warning("%s: abort failed: %s", self.replica.name, exc)
+    def _produce(self, txn: Transaction, value: bytes, kind: bytes, offsets: dict[int, int], index: int) -> None:
+        def on_delivery(err: KafkaError | None, msg: Message) -> None:
+            offsets[index] = -1 if err is not None else int(msg.offset() or 0)
 
-    def _raise_if_fenced(self, exc: KafkaException) -> None:
-        err = exc.args[0] if exc.args else None
-        if isinstance(err, KafkaError) and (err.fatal() or err.code() in _FENCED):
-            self._producer = None
-            raise FencedError(self.topic, str(err)) from exc
-
-
-_FENCED = {KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH}
-
-
-def _produce(producer: Producer, topic: str, value: bytes, kind: bytes, offsets: dict[int, int], index: int) -> None:
-    def on_delivery(err: KafkaError | None, msg: Message) -> None:
-        offsets[index] = -1 if err is not None else int(msg.offset() or 0)
-
-    while True:
-        try:
-            producer.produce(topic, value, partition=0, headers=[(KIND_HEADER, kind)], on_delivery=on_delivery)
-            return
-        except BufferError:
-            producer.poll(0.1)
-            time.sleep(0.01)
+        while True:
+            try:
+                txn.produce(self.topic, value, partition=0, headers=[(KIND_HEADER, kind)], on_delivery=on_delivery)
+                return
+            except BufferError:  # the producer's queue is full: serve deliveries, then try again
+                self._channel.producer.poll(0.1)
+                time.sleep(0.01)
 
 
 def push_segments(
     replica: PartitionReplica,
     records: Sequence[SegmentRecord],
     *,
-    bootstrap_servers: str,
+    kafka: KafkaSettings,
     topics: TopicNames,
-    kafka_config: Mapping[str, str] | None = None,
 ) -> int:
     """Source 3.5 follower procedure, PUSH: publish segments the leader lacks on this replica's own
     segments channel, for the leader to merge (``merge_in``). Returns how many were published."""
-    publisher = SegmentPublisher(replica, bootstrap_servers=bootstrap_servers, topics=topics, kafka_config=kafka_config)
+    publisher = SegmentPublisher(replica, kafka, topics=topics)
     publisher._open()
     try:
         n = 0
@@ -337,5 +314,4 @@ def push_segments(
                 n += 1
         return n
     finally:
-        if publisher._producer is not None:
-            publisher._producer.flush(10)
+        publisher._close(flush_s=10)

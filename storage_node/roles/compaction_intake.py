@@ -27,20 +27,23 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 
 from shoal.errors import ShoalError
-from shoal.kafka_admin import admin_client, create_topic
+from shoal.kafka import clients
+from shoal.kafka.admin import create_topic
+from shoal.kafka.settings import KafkaSettings
 from shoal.segments.errors import CompactionConflictError, SegmentError
 from shoal.segments.parquet_io import delete_segment_file, write_segment_bytes
 from shoal.topics import TopicNames
 from shoal.wire.records import SegmentChunk
 from shoal.wire.records import SegmentManifest as WireManifest
 from shoal.worker import Deadline, Worker
+from storage_node.config import consumer_overrides
 from storage_node.errors import IntakeRejected
 from storage_node.replica import PartitionReplica
 
@@ -79,10 +82,9 @@ class CompactionIntake(Worker):
         self,
         replica: PartitionReplica,
         epoch: Callable[[], int],
+        kafka: KafkaSettings,
         *,
-        bootstrap_servers: str,
         topics: TopicNames,
-        kafka_config: Mapping[str, str] | None = None,
         poll_s: float = 0.5,
         chunk_timeout_s: float = 30.0,
         topic_replication_factor: int = -1,
@@ -90,11 +92,10 @@ class CompactionIntake(Worker):
         super().__init__(f"compaction-intake-{replica.name}")
         self.replica = replica
         self.epoch = epoch
-        self.bootstrap_servers = bootstrap_servers
+        self.kafka = kafka
         self.topics = topics
         self.topic = topics.compaction(replica.partition_id)
         self.group = intake_group(topics, replica.partition_id, replica.placement_id)
-        self.kafka_config = dict(kafka_config or {})
         self.poll_s = poll_s
         self.chunk_timeout_s = chunk_timeout_s
         self.rf = topic_replication_factor
@@ -116,18 +117,8 @@ class CompactionIntake(Worker):
 
     def run(self) -> None:
         try:
-            create_topic(admin_client(self.bootstrap_servers, self.kafka_config), self.topic,
-                         replication_factor=self.rf)  # fmt: skip
-            self._consumer = Consumer(
-                {
-                    "bootstrap.servers": self.bootstrap_servers,
-                    "group.id": self.group,
-                    "enable.auto.commit": False,
-                    "auto.offset.reset": "earliest",
-                    "isolation.level": "read_committed",
-                    **self.kafka_config,
-                }
-            )
+            create_topic(clients.admin(self.kafka), self.topic, replication_factor=self.rf)
+            self._consumer = clients.consumer(self.kafka, group_id=self.group, **consumer_overrides())
             self._consumer.subscribe([self.topic])
             self.ready.set()
             while not self.stopping.is_set():

@@ -30,12 +30,13 @@ import logging
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from shoal.errors import KafkaOperationError, ShoalError
-from shoal.kafka_admin import admin_client, create_topic
+from shoal.kafka import clients
+from shoal.kafka.admin import create_topic
+from shoal.kafka.settings import KafkaSettings
 from shoal.segments import ReceiveOutcome, file_sha256, write_segment_bytes
 from shoal.segments.channel import KIND_CHUNK, KIND_MANIFEST, from_wire, message_kind
 from shoal.segments.errors import (
@@ -50,6 +51,7 @@ from shoal.wire.ingest import ingest_schema
 from shoal.wire.records import SegmentChunk, WalRecord, verify_chain
 from shoal.wire.records import SegmentManifest as WireManifest
 from shoal.worker import Deadline, Worker
+from storage_node.config import consumer_overrides
 from storage_node.errors import ChunkError
 from storage_node.replica import PartitionReplica, WalOverlay, versioned_rows
 from storage_node.replication.collect import collect_on_follower
@@ -64,9 +66,8 @@ LeaderLookup = Callable[[], int | None]
 
 @dataclass(frozen=True)
 class FollowerConfig:
-    bootstrap_servers: str
+    kafka: KafkaSettings
     topics: TopicNames = field(default_factory=TopicNames)
-    kafka_config: tuple[tuple[str, str], ...] = ()
     leader_check_s: float = 1.0
     poll_timeout_s: float = 0.5
     chunk_timeout_s: float = 30.0
@@ -182,24 +183,16 @@ class PartitionFollower(Worker):
                 self.leader_placement_id = None
                 raise
 
-    def _client_config(self) -> dict[str, Any]:
-        return {"bootstrap.servers": self.config.bootstrap_servers, **dict(self.config.kafka_config)}
-
     def _follow(self, leader: int) -> None:
         topic = self.config.topics.segments(self.replica.partition_id, leader)
-        admin = admin_client(self.config.bootstrap_servers, dict(self.config.kafka_config))
+        admin = clients.admin(self.config.kafka)
         create_topic(
             admin, topic, replication_factor=self.config.topic_replication_factor, config=SEGMENTS_TOPIC_CONFIG
         )
-        consumer = Consumer(
-            {
-                **self._client_config(),
-                "group.id": self.group_id,
-                "isolation.level": "read_committed",
-                "enable.auto.commit": False,
-                "auto.offset.reset": "earliest",
-                "fetch.message.max.bytes": 4 * 1024 * 1024,
-            }
+        consumer = clients.consumer(
+            self.config.kafka,
+            group_id=self.group_id,
+            **consumer_overrides(4 * 1024 * 1024),
         )
         tp = TopicPartition(topic, 0)
         try:
@@ -234,15 +227,10 @@ class PartitionFollower(Worker):
     def _open_wal(self, leader: int) -> None:
         """Tail the leader's WAL channel from what segments cover, into the replica's overlay."""
         topic = self.config.topics.wal(self.replica.partition_id, leader)
-        consumer = Consumer(
-            {
-                **self._client_config(),
-                "group.id": self.config.topics.consume_group(self.replica.partition_id, self.replica.placement_id),
-                "isolation.level": "read_committed",
-                "enable.auto.commit": False,
-                "auto.offset.reset": "earliest",
-                "fetch.message.max.bytes": 64 * 1024 * 1024,
-            }
+        consumer = clients.consumer(
+            self.config.kafka,
+            group_id=self.config.topics.consume_group(self.replica.partition_id, self.replica.placement_id),
+            **consumer_overrides(64 * 1024 * 1024),
         )
         start = self._leader_channel_end(leader)
         consumer.assign([TopicPartition(topic, 0, start)])
@@ -409,9 +397,8 @@ class PartitionFollower(Worker):
             self.stats.pushed += push_segments(
                 self.replica,
                 pushed,
-                bootstrap_servers=self.config.bootstrap_servers,
+                kafka=self.config.kafka,
                 topics=self.config.topics,
-                kafka_config=dict(self.config.kafka_config),
             )
         except ShoalError as exc:
             log.warning("%s: pushing detached segments failed: %s", self.replica.name, exc)

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import logging
 
-from confluent_kafka import Message, Producer
+from confluent_kafka import Message
 
+from shoal.kafka.transaction import Transaction
 from storage_node.replica import Rejected
 
 log = logging.getLogger(__name__)
@@ -31,7 +32,7 @@ def deadletter_headers(msg: Message, why: Rejected, *, source_topic: str, partit
 
 
 def produce_deadletter(
-    producer: Producer,
+    txn: Transaction,
     deadletter_topic: str,
     msg: Message,
     why: Rejected,
@@ -42,11 +43,11 @@ def produce_deadletter(
     max_payload_bytes: int,
     replica_name: str,
 ) -> None:
-    """Produce ``msg`` refused for ``why`` to ``deadletter_topic`` (inside the open transaction)."""
+    """Produce ``msg`` refused for ``why`` to ``deadletter_topic`` in the leader's transaction ``txn``."""
     value = msg.value()
     headers = deadletter_headers(msg, why, source_topic=source_topic, partition_id=partition_id, table=table)
     if value is not None and len(value) > max_payload_bytes:
         headers.append(("shoal.payload_dropped_bytes", str(len(value)).encode()))
         value = None
-    producer.produce(deadletter_topic, value, headers=headers)
+    txn.produce(deadletter_topic, value, headers=headers)
     log.warning("%s: ingest offset %d -> deadletter: %s: %s", replica_name, msg.offset(), why.reason, why.detail[:200])

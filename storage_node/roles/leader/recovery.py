@@ -20,10 +20,11 @@ import pyarrow as pa
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from shoal.errors import KafkaOperationError
+from shoal.kafka.readers import read_wal_channel, read_wal_record_at
+from shoal.kafka.settings import KafkaSettings
 from shoal.wire.records import GENESIS_HASH, Gtid, verify_chain
 from shoal.worker import Deadline
 from storage_node.replica import PartitionReplica, versioned_rows
-from storage_node.wal import read_channel, read_record_at
 
 log = logging.getLogger(__name__)
 
@@ -43,19 +44,19 @@ class Replayed:
 
 
 def replay_wal(
-    replica: PartitionReplica, bootstrap_servers: str, wal_topic: str, schema: pa.Schema, position: ChainPosition
+    replica: PartitionReplica, kafka: KafkaSettings, wal_topic: str, schema: pa.Schema, position: ChainPosition
 ) -> Replayed:
     """Replay ``wal_topic`` from what the durable segments cover into the memtable; moves ``position``."""
     start = replica.covered_end()
     prev: bytes | None = GENESIS_HASH
     if start > 0:
-        last = read_record_at(bootstrap_servers, wal_topic, start - 1)
+        last = read_wal_record_at(kafka, wal_topic, start - 1)
         if last is None:
             log.warning("%s: WAL record %d (end of segment coverage) is gone", replica.name, start - 1)
             prev = None
         else:
             prev, position.last_hash, position.last_gtid = last.hash, last.hash, last.last_gtid
-    records = list(read_channel(bootstrap_servers, wal_topic, start))
+    records = list(read_wal_channel(kafka, wal_topic, start))
     verify_chain([r.record for r in records], prev_hash=prev)
     rows = 0
     for item in records:

@@ -10,9 +10,10 @@ Loop (:meth:`PartitionLeader.step`), on the leader's own thread:
    the WAL record's payload is the validated ingest stream itself (no re-encoding) and it is
    chained to the previous record by ``hash``;
 4. in ONE Kafka transaction: produce the WAL records to this placement's channel and the refused
-   messages to deadletter, and commit the ingest offsets (``send_offsets_to_transaction``). The
-   producer's ``transactional.id`` is the channel topic, so a new incarnation fences a zombie
-   (:mod:`.transaction`);
+   messages to deadletter, and commit the ingest offsets (``send_offsets_to_transaction``), through
+   the core's :class:`~shoal.kafka.transaction.TransactionalChannel` (commit on exit, abort on an
+   exception, every call bounded). Its ``transactional.id`` is the channel topic, so a new
+   incarnation fences a zombie (:mod:`.transaction`);
 5. after the commit, append the stamped rows to the memtable; flush it to a segment when the
    :class:`~storage_node.config.FlushPolicy` says so.
 
@@ -21,8 +22,8 @@ minors await compaction (the writer stall, DESIGN.md section 9: :meth:`Partition
 and every ``gc_every_s`` it merges then deletes the segments the chain does not reference (source
 3.5, :meth:`PartitionLeader.collect_unreferenced`).
 
-Start-up (:meth:`PartitionLeader.open`) is recovery: ``init_transactions`` (aborts whatever a dead
-incarnation left open and fences it), then replay the channel from the offset the last durable
+Start-up (:meth:`PartitionLeader.open`) is recovery: open the channel (``init_transactions`` aborts
+whatever a dead incarnation left open and fences it), then replay the channel from the offset the last durable
 segment covers (:mod:`.recovery`), adopt the other placements' WAL channels
 (:mod:`storage_node.replication.adopt`), start the segment publisher and the peer segment receiver,
 then consume ingest from the leader group's committed offset.
@@ -40,15 +41,17 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from metadata.keyspace import KeyRange
 from shoal.errors import KafkaOperationError, ShoalError, StaleEpochError
-from shoal.kafka_admin import admin_client, create_topic
+from shoal.kafka import clients
+from shoal.kafka.admin import create_topic
+from shoal.kafka.transaction import Transaction, TransactionalChannel
 from shoal.wire.records import Gtid, IngestOffset, WalRecord
 from shoal.worker import Worker, wait_any
-from storage_node.config import LeaderConfig
-from storage_node.errors import FencedError, NotLeadingError, WedgedProducerError
+from storage_node.config import LeaderConfig, consumer_overrides
+from storage_node.errors import FencedError, NotLeadingError
 from storage_node.replica import IngestValidator, PartitionReplica, Rejected, minor_backlog, versioned_rows
 from storage_node.replication.adopt import adopt_channels
 from storage_node.replication.collect import merge_unreferenced, unreferenced_segments
@@ -56,13 +59,7 @@ from storage_node.replication.merge_in import MergeJob, PeerSegmentReceiver, dra
 from storage_node.replication.publish import SegmentPublisher
 from storage_node.roles.leader.deadletter import produce_deadletter
 from storage_node.roles.leader.recovery import ChainPosition, committed_offset, replay_wal
-from storage_node.roles.leader.transaction import (
-    claim_channel,
-    delivery_recorder,
-    fenced,
-    message_offset,
-    run_bounded,
-)
+from storage_node.roles.leader.transaction import delivery_recorder, leader_error, message_offset, wal_channel
 
 log = logging.getLogger(__name__)
 
@@ -127,7 +124,7 @@ class PartitionLeader(Worker):
         self.stats = LeaderStats()
         self.role_state = LeaderRoleState.STARTING
         self.ready = threading.Event()
-        self._producer: Producer | None = None
+        self._channel: TransactionalChannel = wal_channel(config, self.wal_topic)
         self._consumer: Consumer | None = None
         self.publisher: SegmentPublisher | None = None
         self.merger: PeerSegmentReceiver | None = None
@@ -198,15 +195,15 @@ class PartitionLeader(Worker):
             with contextlib.suppress(KafkaException):
                 self._consumer.close()
             self._consumer = None
-        if self._producer is not None:
-            self._producer.flush(5)
-            self._producer = None
+        if self._channel.usable:
+            self._channel.flush(5)
+        self._channel.close()
 
     # -- start-up: topics, fencing, recovery -----------------------------------------------------
 
     def open(self) -> None:
         config = self.config
-        admin = admin_client(config.bootstrap_servers, dict(config.kafka_config))
+        admin = clients.admin(config.kafka)
         rf = config.topic_replication_factor
         create_topic(admin, self.ingest_topic, replication_factor=rf)
         create_topic(admin, self.deadletter_topic, replication_factor=rf)
@@ -216,28 +213,27 @@ class PartitionLeader(Worker):
             replication_factor=rf,
             config={"max.message.bytes": str(config.wal_max_message_bytes), "retention.ms": "-1"},
         )
-        self._producer = claim_channel(config, self.wal_topic)
-        replayed = replay_wal(
-            self.replica, config.bootstrap_servers, self.wal_topic, self.validator.schema, self._chain
-        )
+        try:
+            self._channel.open()  # fences any older incarnation, aborts its open transaction
+        except KafkaOperationError as exc:
+            raise KafkaOperationError(f"cannot claim WAL channel {self.wal_topic}: {exc}", exc.kafka_error) from exc
+        replayed = replay_wal(self.replica, config.kafka, self.wal_topic, self.validator.schema, self._chain)
         self.stats.replayed_records += replayed.records
         self.stats.replayed_rows += replayed.rows
         if self.peers is not None:
             adopted = adopt_channels(
                 self.replica,
-                bootstrap_servers=config.bootstrap_servers,
+                config.kafka,
                 topics=config.topics,
                 peers=list(self.peers()),
                 epoch=self._current_epoch(),
                 schema=self.validator.schema,
-                kafka_config=dict(config.kafka_config),
             )
             self.stats.adopted_segments += len(adopted)
         self.publisher = SegmentPublisher(
             self.replica,
-            bootstrap_servers=config.bootstrap_servers,
+            config.kafka,
             topics=config.topics,
-            kafka_config=dict(config.kafka_config),
             topic_replication_factor=rf,
             peers=self.peers,
             still_leading=self._still_leading,
@@ -245,23 +241,16 @@ class PartitionLeader(Worker):
         if self.peers is not None:
             self.merger = PeerSegmentReceiver(
                 self.replica,
-                bootstrap_servers=config.bootstrap_servers,
+                config.kafka,
                 topics=config.topics,
                 peers=self.peers,
                 submit=self._merges.put,
-                kafka_config=dict(config.kafka_config),
                 topic_replication_factor=rf,
             ).start()
-        consumer = Consumer(
-            {
-                "bootstrap.servers": config.bootstrap_servers,
-                **dict(config.kafka_config),
-                "group.id": self.group_id,
-                "isolation.level": "read_committed",
-                "enable.auto.commit": False,
-                "auto.offset.reset": "earliest",
-                "fetch.message.max.bytes": config.max_ingest_bytes + 1024 * 1024,
-            }
+        consumer = clients.consumer(
+            config.kafka,
+            group_id=self.group_id,
+            **consumer_overrides(config.max_ingest_bytes + 1024 * 1024),
         )
         tp = TopicPartition(self.ingest_topic, 0)
         committed = committed_offset(consumer, tp)
@@ -370,58 +359,62 @@ class PartitionLeader(Worker):
     # -- one transaction -------------------------------------------------------------------------
 
     def _process(self, msgs: Sequence[Message]) -> None:
-        assert self._producer is not None and self._consumer is not None
+        """One transaction: WAL records and deadletters produced, ingest offsets sent, committed.
+
+        A failed transaction is aborted by the channel and retried from the first message (the
+        ingest offsets were not committed); a fence or a wedged call ends the role.
+        """
+        assert self._consumer is not None
         epoch = self._current_epoch()
         seq, prev = self._next_seq, self._chain.last_hash
         accepted: list[tuple[WalRecord, pa.Table]] = []
         offsets: dict[int, int] = {}
-        producer = self._producer
-        self._begin()
+        began = False
         try:
-            for i, msg in enumerate(msgs):
-                result = self.validator.validate(msg.value(), msg.headers())
-                if isinstance(result, Rejected):
-                    self._deadletter(msg, result)
-                    continue
-                if result.num_rows == 0:
-                    continue
-                gtid = Gtid(epoch, seq)
-                record = WalRecord.create(
-                    partition_id=self.partition_id,
-                    placement_id=self.placement_id,
-                    gtid=gtid,
-                    row_count=result.num_rows,
-                    payload=bytes(msg.value() or b""),
-                    prev_hash=prev,
-                    ingest_offsets=(IngestOffset(self.ingest_topic, 0, message_offset(msg)),),
+            with self._channel.transaction() as txn:
+                began = True
+                for i, msg in enumerate(msgs):
+                    result = self.validator.validate(msg.value(), msg.headers())
+                    if isinstance(result, Rejected):
+                        self._deadletter(txn, msg, result)
+                        continue
+                    if result.num_rows == 0:
+                        continue
+                    gtid = Gtid(epoch, seq)
+                    record = WalRecord.create(
+                        partition_id=self.partition_id,
+                        placement_id=self.placement_id,
+                        gtid=gtid,
+                        row_count=result.num_rows,
+                        payload=bytes(msg.value() or b""),
+                        prev_hash=prev,
+                        ingest_offsets=(IngestOffset(self.ingest_topic, 0, message_offset(msg)),),
+                    )
+                    txn.produce(
+                        self.wal_topic, record.to_bytes(), partition=0, on_delivery=delivery_recorder(offsets, i)
+                    )
+                    accepted.append((record, result))
+                    seq += result.num_rows
+                    prev = record.hash
+                remaining = txn.flush(30)
+                if remaining:
+                    raise KafkaOperationError(f"{remaining} WAL records not delivered")
+                if len(offsets) != len(accepted) or any(o < 0 for o in offsets.values()):
+                    raise KafkaOperationError(f"WAL delivery failed: {offsets}")
+                last = msgs[-1]
+                txn.send_offsets(
+                    [TopicPartition(self.ingest_topic, 0, message_offset(last) + 1)],
+                    self._consumer.consumer_group_metadata(),
                 )
-                producer.produce(
-                    self.wal_topic, record.to_bytes(), partition=0, on_delivery=delivery_recorder(offsets, i)
-                )
-                accepted.append((record, result))
-                seq += result.num_rows
-                prev = record.hash
-            remaining = producer.flush(30)
-            if remaining:
-                raise KafkaOperationError(f"{remaining} WAL records not delivered")
-            if len(offsets) != len(accepted) or any(o < 0 for o in offsets.values()):
-                raise KafkaOperationError(f"WAL delivery failed: {offsets}")
-            last = msgs[-1]
-            group = self._consumer.consumer_group_metadata()
-            self._bounded(
-                "send_offsets_to_transaction",
-                lambda: producer.send_offsets_to_transaction(
-                    [TopicPartition(self.ingest_topic, 0, message_offset(last) + 1)], group, 30
-                ),
-            )
-            self._bounded("commit_transaction", lambda: producer.commit_transaction(30))
-        except KafkaException as exc:
-            self._on_txn_error(exc, msgs[0])
-            return
-        except WedgedProducerError:
-            raise
-        except KafkaOperationError:
-            self._abort(msgs[0])
+        except KafkaOperationError as exc:
+            ending = leader_error(exc, self.wal_topic)
+            if ending is not None:
+                raise ending from exc
+            if not began:
+                what = f"cannot begin a transaction on {self.wal_topic}: {exc}"
+                raise KafkaOperationError(what, exc.kafka_error) from exc
+            log.warning("%s: transaction failed, retrying: %s", self.replica.name, exc)
+            self._consumer.seek(TopicPartition(self.ingest_topic, 0, message_offset(msgs[0])))
             return
         self._next_seq, self._chain.last_hash = seq, prev
         wal_offsets = sorted(offsets.items())
@@ -432,10 +425,9 @@ class PartitionLeader(Worker):
             self.stats.rows += record.row_count
         self.stats.transactions += 1
 
-    def _deadletter(self, msg: Message, why: Rejected) -> None:
-        assert self._producer is not None
+    def _deadletter(self, txn: Transaction, msg: Message, why: Rejected) -> None:
         produce_deadletter(
-            self._producer,
+            txn,
             self.deadletter_topic,
             msg,
             why,
@@ -446,39 +438,3 @@ class PartitionLeader(Worker):
             replica_name=self.replica.name,
         )
         self.stats.deadlettered += 1
-
-    def _bounded(self, what: str, call: Callable[[], object]) -> None:
-        try:
-            run_bounded(call, what, self.config.transaction_call_timeout_s)
-        except WedgedProducerError as exc:
-            self._producer = None  # never touched again: a new incarnation fences it
-            raise WedgedProducerError(exc.call, exc.timeout_s, self.wal_topic) from exc
-
-    def _begin(self) -> None:
-        assert self._producer is not None
-        try:
-            self._producer.begin_transaction()
-        except KafkaException as exc:
-            self._raise_if_fenced(exc)
-            raise KafkaOperationError(f"cannot begin a transaction on {self.wal_topic}: {exc}") from exc
-
-    def _raise_if_fenced(self, exc: KafkaException) -> None:
-        error = fenced(exc, self.wal_topic)
-        if error is not None:
-            self._producer = None  # a fenced producer is unusable
-            raise error from exc
-
-    def _on_txn_error(self, exc: KafkaException, first: Message) -> None:
-        self._raise_if_fenced(exc)
-        log.warning("%s: transaction failed, retrying: %s", self.replica.name, exc)
-        self._abort(first)
-
-    def _abort(self, first: Message) -> None:
-        assert self._producer is not None and self._consumer is not None
-        producer = self._producer
-        try:
-            self._bounded("abort_transaction", lambda: producer.abort_transaction(30))
-        except KafkaException as exc:
-            self._raise_if_fenced(exc)
-            raise KafkaOperationError(f"cannot abort a transaction on {self.wal_topic}: {exc}") from exc
-        self._consumer.seek(TopicPartition(self.ingest_topic, 0, message_offset(first)))

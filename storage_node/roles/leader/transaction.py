@@ -1,80 +1,49 @@
-"""The leader's transactional producer on its WAL channel (DESIGN.md section 4).
+"""The leader's WAL channel as a :class:`~shoal.kafka.transaction.TransactionalChannel` (DESIGN.md section 4).
 
-``transactional.id`` is the channel topic, so ``init_transactions`` by a new incarnation fences an
-old one and aborts whatever it left open. A fenced producer is unusable: :func:`raise_if_fenced`
-turns Kafka's fence codes (or any fatal error) into :class:`~storage_node.errors.FencedError`.
-``send_offsets_to_transaction``, ``commit_transaction`` and ``abort_transaction`` run bounded
-(:func:`run_bounded`): librdkafka can fail to honour its own timeout.
+``transactional.id`` is the channel topic, so ``open()`` by a new incarnation fences an old one and
+aborts whatever it left open. The channel classifies every Kafka error once
+(:func:`shoal.kafka.errors.classify`: fenced, fatal, retriable) and bounds every blocking call on
+its one helper thread, so a call librdkafka never returns from (``send_offsets_to_transaction``
+after a broker restart) raises instead of wedging the leader. :func:`leader_error` says what such
+an error means for the role.
 """
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 
-from confluent_kafka import KafkaError, KafkaException, Message, Producer
+from confluent_kafka import KafkaError, Message
 
 from shoal.errors import KafkaOperationError
+from shoal.kafka.errors import ProducerFencedError, WedgedCallError
+from shoal.kafka.transaction import TransactionalChannel
 from storage_node.config import LeaderConfig
 from storage_node.errors import FencedError, WedgedProducerError
 
-FENCED_CODES = {
-    KafkaError._FENCED,
-    KafkaError.PRODUCER_FENCED,
-    KafkaError.INVALID_PRODUCER_EPOCH,
-    KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
-}
 
-
-def claim_channel(config: LeaderConfig, wal_topic: str) -> Producer:
-    """A transactional producer for ``wal_topic`` that fenced every older incarnation."""
-    producer = Producer(
-        {
-            "bootstrap.servers": config.bootstrap_servers,
-            **dict(config.kafka_config),
-            "transactional.id": wal_topic,
-            "enable.idempotence": True,
-            "acks": "all",
+def wal_channel(config: LeaderConfig, wal_topic: str) -> TransactionalChannel:
+    """The (not yet opened) transactional channel of a leader's WAL topic."""
+    return TransactionalChannel(
+        config.kafka,
+        wal_topic,
+        call_timeout_s=config.transaction_call_timeout_s,
+        **{
             "linger.ms": 5,
             "message.max.bytes": config.wal_max_message_bytes,
             "transaction.timeout.ms": config.transaction_timeout_ms,
-        }
+        },
     )
-    try:
-        producer.init_transactions(30)  # fences any older incarnation, aborts its open transaction
-    except KafkaException as exc:
-        raise KafkaOperationError(f"cannot claim WAL channel {wal_topic}: {exc}") from exc
-    return producer
 
 
-def fenced(exc: KafkaException, channel: str) -> FencedError | None:
-    """The FencedError ``exc`` means on ``channel`` (a fence code or a fatal error), else None."""
-    err = exc.args[0] if exc.args else None
-    if isinstance(err, KafkaError) and (err.code() in FENCED_CODES or err.fatal()):
-        return FencedError(channel, str(err))
+def leader_error(error: KafkaOperationError, channel: str) -> FencedError | WedgedProducerError | None:
+    """What a classified channel error ends the role with: FencedError when a newer incarnation took
+    the channel (or librdkafka says the producer is fatally broken), WedgedProducerError when a call
+    did not return within its bound; None when the transaction can be retried."""
+    if isinstance(error, WedgedCallError):
+        return WedgedProducerError(channel, str(error))
+    if isinstance(error, ProducerFencedError) or error.fatal:
+        return FencedError(channel, str(error))
     return None
-
-
-def run_bounded(call: Callable[[], object], what: str, timeout_s: float) -> None:
-    """Run ``call`` on a daemon thread; re-raise its exception; WedgedProducerError if it is still
-    running after ``timeout_s`` (the thread is left behind: it holds only the abandoned producer)."""
-    outcome: list[BaseException | None] = []
-
-    def run() -> None:
-        try:
-            call()
-        except BaseException as exc:
-            outcome.append(exc)
-        else:
-            outcome.append(None)
-
-    thread = threading.Thread(target=run, daemon=True, name=f"txn-{what}")
-    thread.start()
-    thread.join(timeout_s)
-    if not outcome:
-        raise WedgedProducerError(what, timeout_s)
-    if outcome[0] is not None:
-        raise outcome[0]
 
 
 def message_offset(msg: Message) -> int:

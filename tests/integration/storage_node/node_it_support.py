@@ -16,6 +16,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from metadata.table import Column, ColumnType, TableDefinition
 from shoal.ids import new_partition_id
+from shoal.kafka.settings import KafkaSettings
 from shoal.topics import TopicNames
 from shoal.wire.arrow_ipc import encode_batch
 from shoal.wire.ingest import TABLE_HEADER, ingest_schema
@@ -106,7 +107,7 @@ class LeaderFixture:
         self, epoch: int | Callable[[], int] = 1, placement_id: int = 1, data_dir: Path | None = None, **cfg: Any
     ) -> PartitionLeader:
         replica = PartitionReplica(self.table, self.partition_id, placement_id, data_dir or self.data_dir)
-        config = LeaderConfig(self.bootstrap, self.topics, self.flush, **cfg)
+        config = LeaderConfig(KafkaSettings(self.bootstrap), self.topics, self.flush, **cfg)
         fn = epoch if callable(epoch) else (lambda: epoch)
         leader = PartitionLeader(replica, config, fn).start()
         leader.wait_ready(60)

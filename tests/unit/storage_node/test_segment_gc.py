@@ -10,6 +10,7 @@ import pytest
 from metadata.table import Column, ColumnType, TableDefinition
 from shoal.errors import ConfigError
 from shoal.ids import new_partition_id, new_segment_id
+from shoal.kafka.settings import KafkaSettings
 from shoal.segments import SegmentRecord, lww_merge, read_segment, write_segment
 from shoal.segments.compaction import compaction_entry, segments_to_compact
 from shoal.segments.parquet_io import segment_path
@@ -28,6 +29,8 @@ from storage_node.replication.collect import (
 TABLE = TableDefinition(
     "events", (Column("k", ColumnType.UINT64, False), Column("v", ColumnType.STRING)), ("k",), "k", 1
 )
+
+KAFKA = KafkaSettings("b:9092")
 
 
 def _ingest(keys: list[int], values: list[str]) -> pa.Table:
@@ -114,8 +117,8 @@ def test_leader_merges_unreferenced_segments_then_deletes_them(tmp_path: Path) -
 
 
 def test_stall_settings_are_validated() -> None:
-    assert LeaderConfig("b:9092").max_minors_before_stall == 64 and LeaderConfig("b:9092").minor_stall_s == 0.2
+    assert LeaderConfig(KAFKA).max_minors_before_stall == 64 and LeaderConfig(KAFKA).minor_stall_s == 0.2
     with pytest.raises(ConfigError, match="max_minors_before_stall"):
-        LeaderConfig("b:9092", max_minors_before_stall=-1)
+        LeaderConfig(KAFKA, max_minors_before_stall=-1)
     with pytest.raises(ConfigError, match="minor_stall_s"):
-        LeaderConfig("b:9092", minor_stall_s=-0.1)
+        LeaderConfig(KAFKA, minor_stall_s=-0.1)
