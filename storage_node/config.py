@@ -69,8 +69,11 @@ class LeaderConfig:
     def __post_init__(self) -> None:
         if not isinstance(self.kafka, KafkaSettings):
             raise ConfigError(f"kafka must be KafkaSettings, got {type(self.kafka).__name__}")
-        if isinstance(self.max_minors_before_stall, bool) or not isinstance(self.max_minors_before_stall, int) \
-                or self.max_minors_before_stall < 0:  # fmt: skip
+        if (
+            isinstance(self.max_minors_before_stall, bool)
+            or not isinstance(self.max_minors_before_stall, int)
+            or self.max_minors_before_stall < 0
+        ):
             raise ConfigError(f"max_minors_before_stall must be an int >= 0, got {self.max_minors_before_stall!r}")
         if not 0 <= self.minor_stall_s <= 60:
             raise ConfigError(f"minor_stall_s must be in [0, 60] seconds, got {self.minor_stall_s!r}")

@@ -136,9 +136,22 @@ def follower_counters(follower: PartitionFollower) -> dict[str, float]:
     return {k: float(v) for k, v in out.items()}
 
 
-NODE_COUNTERS = ("fast_forwards", "merges", "segments_written", "segments_received", "segments_acked",
-                 "leader_changes", "transactions", "wal_records", "rows", "deadlettered", "out_of_order",
-                 "invalid_segments", "stalls", "segments_deleted")  # fmt: skip
+NODE_COUNTERS = (
+    "fast_forwards",
+    "merges",
+    "segments_written",
+    "segments_received",
+    "segments_acked",
+    "leader_changes",
+    "transactions",
+    "wal_records",
+    "rows",
+    "deadlettered",
+    "out_of_order",
+    "invalid_segments",
+    "stalls",
+    "segments_deleted",
+)
 """Counters every partition reports (0 until they happen): those documented in :mod:`storage_node.metrics`."""
 
 
@@ -214,8 +227,9 @@ class StorageNode:
             self.location = f"grpc://{self.config.flight_host}:{server.port}"
             register_node(client.zk, client.layout, self.config.server_id, self.location, self.metadata_config.security)
             if self.config.metrics_port is not None:
-                exporter = start_node_metrics(self.config.metrics_port, self.stats, server_id=self.config.server_id,
-                                              host=self.config.metrics_host)  # fmt: skip
+                exporter = start_node_metrics(
+                    self.config.metrics_port, self.stats, server_id=self.config.server_id, host=self.config.metrics_host
+                )
                 stack.callback(exporter.close)
                 self.metrics_url = exporter.url
                 log.info("node %s serves metrics at %s", self.config.server_id, exporter.url)
@@ -396,8 +410,9 @@ class StorageNode:
         """
         try:
             if client.zk.exists(node_path(client.layout, self.config.server_id)) is None and self.location:
-                register_node(client.zk, client.layout, self.config.server_id, self.location,
-                              self.metadata_config.security)  # fmt: skip
+                register_node(
+                    client.zk, client.layout, self.config.server_id, self.location, self.metadata_config.security
+                )
                 log.info("node %s registered again at %s", self.config.server_id, self.location)
         except Exception as exc:
             log.warning("cannot re-register node %s: %s", self.config.server_id, exc)
@@ -408,8 +423,11 @@ class StorageNode:
             lead = election.leadership if election is not None else None
             same_term = ended and lead is not None and held.leader is not None and held.leader.term == lead.epoch
             if same_term and election is not None and election.state is LeaderState.LEADER:
-                log.warning("%s: the leader role ended (%s); resigning", held.replica.name,
-                            held.leader.role_state.value if held.leader else "none")  # fmt: skip
+                log.warning(
+                    "%s: the leader role ended (%s); resigning",
+                    held.replica.name,
+                    held.leader.role_state.value if held.leader else "none",
+                )
                 with contextlib.suppress(Exception):
                     election.resign()
                 continue
@@ -440,8 +458,12 @@ class StorageNode:
                     epoch = read_epoch(client.zk, client.layout, pid).epoch
             chain = held.replica.chain
             minors = sum(1 for e in chain.since_latest_major() if not e.is_major)
-            counters.update(is_leader=float(leading), epoch=float(epoch),
-                            minors_awaiting_compaction=float(minors), segments=float(len(chain)))  # fmt: skip
+            counters.update(
+                is_leader=float(leading),
+                epoch=float(epoch),
+                minors_awaiting_compaction=float(minors),
+                segments=float(len(chain)),
+            )
             out[pid] = counters
         return out
 

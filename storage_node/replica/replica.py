@@ -105,8 +105,12 @@ class PartitionReplica:
         )
         rec = reconcile(self._list.chain, self.directory)
         if rec.orphan_files or rec.removed_temp_files:
-            log.info("%s: removed %d orphan segment files and %d temp files", self.name, len(rec.orphan_files),
-                     len(rec.removed_temp_files))  # fmt: skip
+            log.info(
+                "%s: removed %d orphan segment files and %d temp files",
+                self.name,
+                len(rec.orphan_files),
+                len(rec.removed_temp_files),
+            )
         if not rec.consistent:
             log.error("%s: segment files missing for %s (must be re-fetched)", self.name, rec.missing_files)
         self.memtable = Memtable(start_offset=self.covered_end())
@@ -180,8 +184,14 @@ class PartitionReplica:
                     frozen.end_offset = self.memtable.end_offset or frozen.end_offset
                     self.memtable = frozen
             raise
-        log.info("%s: flushed segment %s (%d rows, WAL [%d, %d))", self.name, record.segment_id, record.row_count,
-                 frozen.start_offset, frozen.end_offset)  # fmt: skip
+        log.info(
+            "%s: flushed segment %s (%d rows, WAL [%d, %d))",
+            self.name,
+            record.segment_id,
+            record.row_count,
+            frozen.start_offset,
+            frozen.end_offset,
+        )
         return record
 
     def _write_on_root(

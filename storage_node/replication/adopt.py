@@ -78,7 +78,13 @@ def adopt_channels(
         covered = WalRange(replica.partition_id, placement, min(start, records[0].offset), records[-1].offset + 1)
         record = replica.write_adopted(tables, covered, epoch)
         out.append(record)
-        log.info("%s: adopted %d WAL records (%d rows) of placement %d, offsets [%d, %d)", replica.name,
-                 len(records), sum(t.num_rows for t in tables), placement, covered.start_offset,
-                 covered.end_offset)  # fmt: skip
+        log.info(
+            "%s: adopted %d WAL records (%d rows) of placement %d, offsets [%d, %d)",
+            replica.name,
+            len(records),
+            sum(t.num_rows for t in tables),
+            placement,
+            covered.start_offset,
+            covered.end_offset,
+        )
     return out

@@ -128,8 +128,9 @@ class PeerSegmentReceiver(Worker):
         tps = [TopicPartition(t, 0) for t in self._owners]
         if tps:
             committed = consumer.committed(tps, timeout=30)
-            consumer.assign([TopicPartition(tp.topic, 0, tp.offset if tp.offset >= 0 else OFFSET_BEGINNING)
-                             for tp in committed])  # fmt: skip
+            consumer.assign(
+                [TopicPartition(tp.topic, 0, tp.offset if tp.offset >= 0 else OFFSET_BEGINNING) for tp in committed]
+            )
         self._consumer = consumer
 
     def _poll(self, timeout: float) -> Message | None:
@@ -176,18 +177,31 @@ class PeerSegmentReceiver(Worker):
             return
         if decision.outcome is not ReceiveOutcome.MERGE or decision.entry is None:
             self.stats.invalid += 1
-            log.error("%s: pushed segment %s: %s %s", self.replica.name, wire.segment_id, decision.outcome.value,
-                      decision.reason)  # fmt: skip
+            log.error(
+                "%s: pushed segment %s: %s %s",
+                self.replica.name,
+                wire.segment_id,
+                decision.outcome.value,
+                decision.reason,
+            )
             return
         try:
-            written = write_segment_bytes(self.replica.directory, wire.segment_id, chunks,
-                                          expected_sha256=wire.checksum, expected_size=wire.size_bytes)  # fmt: skip
+            written = write_segment_bytes(
+                self.replica.directory,
+                wire.segment_id,
+                chunks,
+                expected_sha256=wire.checksum,
+                expected_size=wire.size_bytes,
+            )
         except (ChecksumMismatchError, CorruptSegmentError, ChunkError) as exc:
             self.stats.invalid += 1
             log.error("%s: pushed segment %s is corrupt: %s", self.replica.name, wire.segment_id, exc)
             return
-        job = MergeJob(SegmentRecord(entry=decision.entry, sha256=written.sha256, row_count=written.row_count,
-                                     size_bytes=written.size_bytes))  # fmt: skip
+        job = MergeJob(
+            SegmentRecord(
+                entry=decision.entry, sha256=written.sha256, row_count=written.row_count, size_bytes=written.size_bytes
+            )
+        )
         self.submit(job)
         while not job.done.wait(0.5):
             if self.stopping.is_set():

@@ -245,8 +245,14 @@ class SegmentPublisher(Worker):
             self.major_offsets.append(offset)
         self.stats.published += 1
         self.stats.bytes += record.size_bytes
-        log.info("%s: published segment %s at offset %d (%d bytes, %d chunks)", self.replica.name, sid, offset,
-                 record.size_bytes, manifest.chunk_count)  # fmt: skip
+        log.info(
+            "%s: published segment %s at offset %d (%d bytes, %d chunks)",
+            self.replica.name,
+            sid,
+            offset,
+            record.size_bytes,
+            manifest.chunk_count,
+        )
 
     def _maybe_truncate(self) -> None:
         """Move the Tail of this leader's WAL and segments channels (storage_node.replication.tail),

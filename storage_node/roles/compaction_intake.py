@@ -201,8 +201,14 @@ class CompactionIntake(Worker):
             self._discard(m.segment_id)
             raise
         self.stats.committed += 1
-        log.info("%s: committed major %s (%d rows, base %s, epoch %d)", self.replica.name, m.segment_id, row_count,
-                 m.base_segment_id, epoch)  # fmt: skip
+        log.info(
+            "%s: committed major %s (%d rows, base %s, epoch %d)",
+            self.replica.name,
+            m.segment_id,
+            row_count,
+            m.base_segment_id,
+            epoch,
+        )
 
     def _leader_epoch(self) -> int:
         try:

@@ -121,8 +121,12 @@ class PartitionFollower(Worker):
         try:
             self._repair = scrub(self.replica)
             if self._repair:
-                log.error("%s: %d segment files are missing or corrupt; fetching them again: %s",
-                          self.replica.name, len(self._repair), sorted(self._repair))  # fmt: skip
+                log.error(
+                    "%s: %d segment files are missing or corrupt; fetching them again: %s",
+                    self.replica.name,
+                    len(self._repair),
+                    sorted(self._repair),
+                )
             self._collect()  # weak segments left by a crash between a major's apply and their deletion
             while not self.stopping.is_set():
                 self._step()
@@ -258,8 +262,13 @@ class PartitionFollower(Worker):
                     rows = versioned_rows(record.rows(schema), record.gtid)
                 except ShoalError as exc:
                     self.stats.invalid += 1
-                    log.error("%s: WAL record at offset %s of %s is invalid: %s", self.replica.name, m.offset(),
-                              self._wal_topic, exc)  # fmt: skip
+                    log.error(
+                        "%s: WAL record at offset %s of %s is invalid: %s",
+                        self.replica.name,
+                        m.offset(),
+                        self._wal_topic,
+                        exc,
+                    )
                     continue
                 self._wal_prev_hash = record.hash
                 overlay.add(channel, int(m.offset() or 0), rows, coverage)
@@ -357,8 +366,13 @@ class PartitionFollower(Worker):
             n = self._out_of_order.get(sid, 0) + 1
             self._out_of_order[sid] = n
             target = wire.latest_major_offset
-            log.warning("%s: OUT_OF_ORDER at offset %d (%s); replaying from %s", self.replica.name, offset,
-                        result.reason, target)  # fmt: skip
+            log.warning(
+                "%s: OUT_OF_ORDER at offset %d (%s); replaying from %s",
+                self.replica.name,
+                offset,
+                result.reason,
+                target,
+            )
             if n > 1 and self._diverged(manifest.base_segment_id):
                 self.stopping.wait(self.config.out_of_order_pause_s)
                 self._seek(offset)  # the same manifest again, now based on the (rewound) root
@@ -402,8 +416,9 @@ class PartitionFollower(Worker):
             )
         except ShoalError as exc:
             log.warning("%s: pushing detached segments failed: %s", self.replica.name, exc)
-        log.warning("%s: chain diverged from the leader's; root rewound to %s, detached %s", self.replica.name, base,
-                    above)  # fmt: skip
+        log.warning(
+            "%s: chain diverged from the leader's; root rewound to %s, detached %s", self.replica.name, base, above
+        )
         return True
 
     def _chunks(self, wire: WireManifest, last: list[int]) -> Iterator[bytes]:
@@ -440,9 +455,12 @@ class PartitionFollower(Worker):
             return
         try:
             write_segment_bytes(
-                self.replica.directory, wire.segment_id, chunks, expected_sha256=record.sha256,
+                self.replica.directory,
+                wire.segment_id,
+                chunks,
+                expected_sha256=record.sha256,
                 expected_size=record.size_bytes,
-            )  # fmt: skip
+            )
         except (ChecksumMismatchError, CorruptSegmentError, ChunkError) as exc:
             self.stats.invalid += 1
             self.stats.refetches += 1

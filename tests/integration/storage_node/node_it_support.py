@@ -40,8 +40,14 @@ def rows(table: TableDefinition, keys: Sequence[int], values: Sequence[str | Non
 
 
 def produce(bootstrap: str, topic: str, payloads: Sequence[bytes | None], table: str = "events") -> None:
-    p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all",
-                  "message.max.bytes": 16 * 1024 * 1024})  # fmt: skip
+    p = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "enable.idempotence": True,
+            "acks": "all",
+            "message.max.bytes": 16 * 1024 * 1024,
+        }
+    )
     for value in payloads:
         p.produce(topic, value, partition=0, headers=[(TABLE_HEADER, table.encode())])
     assert p.flush(30) == 0
@@ -53,8 +59,14 @@ def produce_rows(bootstrap: str, topic: str, *tables: pa.Table) -> None:
 
 def read_all(bootstrap: str, topic: str, timeout: float = 10.0) -> list[Any]:
     """Every committed message of partition 0 of ``topic`` (up to its end now)."""
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "it-reader", "enable.auto.commit": False,
-                  "isolation.level": "read_committed"})  # fmt: skip
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "it-reader",
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed",
+        }
+    )
     try:
         low, high = c.get_watermark_offsets(TopicPartition(topic, 0), timeout=timeout)
         c.assign([TopicPartition(topic, 0, low)])
@@ -120,11 +132,17 @@ class NodeProcesses:
     Each node logs to ``<base>/<id>.log``; ``kill``/``stop``/``pause``/``resume`` act by pid only.
     """
 
-    def __init__(self, base: Path, zk_hosts: str, bootstrap: str, prefix: str, *, flush_rows: int = 20,
-                 flush_age: float = 1.0) -> None:  # fmt: skip
+    def __init__(
+        self, base: Path, zk_hosts: str, bootstrap: str, prefix: str, *, flush_rows: int = 20, flush_age: float = 1.0
+    ) -> None:
         self.base = base
-        self.env = {**os.environ, "SHOAL_ZK_CONNECT": zk_hosts, "SHOAL_BOOTSTRAP_SERVERS": bootstrap,
-                    "SHOAL_TOPIC_PREFIX": prefix, "PYTHONPATH": os.getcwd()}  # fmt: skip
+        self.env = {
+            **os.environ,
+            "SHOAL_ZK_CONNECT": zk_hosts,
+            "SHOAL_BOOTSTRAP_SERVERS": bootstrap,
+            "SHOAL_TOPIC_PREFIX": prefix,
+            "PYTHONPATH": os.getcwd(),
+        }
         self.flush_rows, self.flush_age = flush_rows, flush_age
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
 
@@ -135,8 +153,22 @@ class NodeProcesses:
         """Start ``shoal -v node --id server_id`` (``extra``: more ``shoal node`` options)."""
         code = "from shoal_app.cli.main import main; main()"
         data = str(self.data_dir(server_id))
-        args = [sys.executable, "-c", code, "-v", "node", "--id", server_id, "--data-dir", data,
-                "--flush-rows", str(self.flush_rows), "--flush-age", str(self.flush_age), *extra]  # fmt: skip
+        args = [
+            sys.executable,
+            "-c",
+            code,
+            "-v",
+            "node",
+            "--id",
+            server_id,
+            "--data-dir",
+            data,
+            "--flush-rows",
+            str(self.flush_rows),
+            "--flush-age",
+            str(self.flush_age),
+            *extra,
+        ]
         log = open(self.base / f"{server_id}.log", "ab")  # noqa: SIM115 (closed with the process)
         self.procs[server_id] = subprocess.Popen(args, env=self.env, stdout=log, stderr=subprocess.STDOUT)
         log.close()

@@ -97,8 +97,9 @@ def _compact(held: HeldPartition) -> tuple[str, list[str]]:
     sid = new_segment_id()
     written = write_segment(replica.directory, sid, merged, key_columns=replica.key_columns)
     entry = compaction_entry(chain, sid, placement_id=replica.placement_id, epoch=epoch)
-    record = SegmentRecord(entry=entry, sha256=written.sha256, row_count=written.row_count,
-                           size_bytes=written.size_bytes)  # fmt: skip
+    record = SegmentRecord(
+        entry=entry, sha256=written.sha256, row_count=written.row_count, size_bytes=written.size_bytes
+    )
     replica.commit_major(record, leader_epoch=epoch)
     assert held.leader is not None and held.leader.publisher is not None
     held.leader.publisher.wake()

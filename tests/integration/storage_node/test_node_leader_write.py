@@ -42,8 +42,9 @@ def test_leader_writes_wal_in_transactions_and_scans(cluster: Any, topic_prefix:
         assert [(r.gtid.epoch, r.gtid.seq, r.row_count) for r in wal] == [(3, 0, 3), (3, 3, 2), (3, 5, 1)]
         verify_chain(wal, prev_hash=GENESIS_HASH)
         # ingest offsets committed in the same transactions
-        assert wait_until(lambda: committed(cluster.bootstrap_servers, f.topics.leader_group(f.partition_id),
-                                            f.ingest) == 3, 10)  # fmt: skip
+        assert wait_until(
+            lambda: committed(cluster.bootstrap_servers, f.topics.leader_group(f.partition_id), f.ingest) == 3, 10
+        )
     finally:
         leader.stop()
 

@@ -98,8 +98,11 @@ def test_three_nodes_replicate_by_fast_forward_and_repair_a_corrupt_file(
             out = []
             for p in verify_table(client, "events")["partitions"]:
                 leader = next(r for r in p["replicas"] if r["role"] == "leader")
-                groups = tuple(topics.replica_group(p["partition_id"], r["placement_id"])
-                               for r in p["replicas"] if r["role"] == "follower")  # fmt: skip
+                groups = tuple(
+                    topics.replica_group(p["partition_id"], r["placement_id"])
+                    for r in p["replicas"]
+                    if r["role"] == "follower"
+                )
                 idx = channel_indexes(KafkaSettings(bs), topics.wal(p["partition_id"], leader["placement_id"]), groups)
                 assert not idx.check(), idx
                 out.append((idx.tail, [a for _, a in idx.acks], idx.append))

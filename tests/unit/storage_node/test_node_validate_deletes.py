@@ -19,8 +19,14 @@ TABLE = TableDefinition(
 
 
 def _batch(k: list[int], v: list[str | None], deleted: list[bool]) -> bytes:
-    schema = pa.schema([pa.field("k", pa.uint64(), False), pa.field("v", pa.string()), pa.field("n", pa.int64()),
-                        pa.field(DELETED_COLUMN, pa.bool_(), False)])  # fmt: skip
+    schema = pa.schema(
+        [
+            pa.field("k", pa.uint64(), False),
+            pa.field("v", pa.string()),
+            pa.field("n", pa.int64()),
+            pa.field(DELETED_COLUMN, pa.bool_(), False),
+        ]
+    )
     return encode_batch(pa.table([k, v, [None] * len(k), deleted], schema=schema))
 
 

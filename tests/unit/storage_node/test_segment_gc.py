@@ -55,8 +55,9 @@ def _compact(r: PartitionReplica) -> tuple[str, list[str]]:
     sid = new_segment_id()
     w = write_segment(r.directory, sid, merged, key_columns=r.key_columns)
     entry = compaction_entry(chain, sid, placement_id=r.placement_id, epoch=1)
-    r.commit_major(SegmentRecord(entry=entry, sha256=w.sha256, row_count=w.row_count, size_bytes=w.size_bytes),
-                   leader_epoch=1)  # fmt: skip
+    r.commit_major(
+        SegmentRecord(entry=entry, sha256=w.sha256, row_count=w.row_count, size_bytes=w.size_bytes), leader_epoch=1
+    )
     return sid, folded
 
 
@@ -106,14 +107,22 @@ def test_leader_merges_unreferenced_segments_then_deletes_them(tmp_path: Path) -
     walk = [s.segment_id for s in chain.walk()]  # newest first
     r.rewind(walk[1])  # the newest segment is left unreferenced (e.g. a rewind after a failover)
     assert unreferenced_segments(r.chain) == [walk[0]]
-    assert r.scan().sort_by("k").to_pylist() != [{"k": 0, "v": "v0"}, {"k": 1, "v": "v1"}, {"k": 2, "v": "v2"},
-                                                 {"k": 100, "v": "last2"}]  # fmt: skip
+    assert r.scan().sort_by("k").to_pylist() != [
+        {"k": 0, "v": "v0"},
+        {"k": 1, "v": "v1"},
+        {"k": 2, "v": "v2"},
+        {"k": 100, "v": "last2"},
+    ]
     assert merge_unreferenced(r, epoch=2) == 1
     assert unreferenced_segments(r.chain) == [] and walk[0] not in r.chain
     assert not segment_path(r.directory, walk[0]).exists()
     # its rows are back, with their GTIDs (the newest version of key 100 wins again)
-    assert r.scan().sort_by("k").to_pylist() == [{"k": 0, "v": "v0"}, {"k": 1, "v": "v1"}, {"k": 2, "v": "v2"},
-                                                 {"k": 100, "v": "last2"}]  # fmt: skip
+    assert r.scan().sort_by("k").to_pylist() == [
+        {"k": 0, "v": "v0"},
+        {"k": 1, "v": "v1"},
+        {"k": 2, "v": "v2"},
+        {"k": 100, "v": "last2"},
+    ]
 
 
 def test_stall_settings_are_validated() -> None:
