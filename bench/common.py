@@ -103,14 +103,14 @@ def leading_node(
     import threading
 
     from metadata.client import MetadataClient
-    from shoal.kafka.settings import ConnectionSettings, KafkaSettings
+    from shoal.kafka.settings import ConnectionSettings
     from storage_node.config import NodeConfig
     from storage_node.node import StorageNode
 
     with MetadataClient(meta) as client:
         client.coordinator.create_table(table, [server_id], list(split_points))
-    connection = ConnectionSettings(
-        KafkaSettings(ep.bootstrap_servers), ep.zk_connect, zk_root=meta.zk_root, topic_prefix=meta.topic_prefix
+    connection = ConnectionSettings.plain(
+        ep.bootstrap_servers, ep.zk_connect, topic_prefix=meta.topic_prefix, zk_root=meta.zk_root
     )
     config = NodeConfig(server_id, data_dir, connection, flush=flush, table_poll_s=0.2)
     node = StorageNode(config, metadata=meta)

@@ -32,6 +32,7 @@ def main(argv: list[str] | None = None) -> None:
     from metadata.client import MetadataConfig
     from metadata.table import Column, ColumnType, TableDefinition
     from producer import Producer, ProducerConfig
+    from shoal.kafka.settings import ConnectionSettings
     from shoal.segments import lww_merge, read_segment, write_segment
     from spark_jobs.compaction.policy import CompactionPolicy
     from spark_jobs.compaction.service import CompactionConfig, CompactionService
@@ -51,7 +52,9 @@ def main(argv: list[str] | None = None) -> None:
                 try:
                     held = next(iter(node.partitions().values()))
                     say(f"writing {args.rounds} rounds of {args.rows_per_round} rows")
-                    with Producer(ProducerConfig(ep.bootstrap_servers, ep.zk_connect, prefix)) as producer:
+                    with Producer(
+                        ProducerConfig(ConnectionSettings.plain(ep.bootstrap_servers, ep.zk_connect, prefix))
+                    ) as producer:
                         for r in range(args.rounds):
                             before = len(held.replica.chain.since_latest_major())
                             start = r * args.rows_per_round // 2  # half of each round overwrites the previous one

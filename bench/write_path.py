@@ -46,19 +46,17 @@ def _table_definition() -> Any:
 
 
 def _wal_end(bootstrap: str, topic: str) -> int:
-    from confluent_kafka import Consumer, TopicPartition
+    from shoal.kafka.admin import log_start_and_end
+    from shoal.kafka.settings import KafkaSettings
 
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-watermarks", "enable.auto.commit": False})
-    try:
-        return int(c.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)[1])
-    finally:
-        c.close()
+    return log_start_and_end(KafkaSettings(bootstrap), topic)[1]
 
 
 def run_shoal(ep: common.Endpoints, args: argparse.Namespace, rows: pa.Table, say: Any) -> dict[str, Any]:
     from metadata.client import MetadataConfig
     from metadata.keyspace import Keyspace
     from producer import Producer, ProducerConfig
+    from shoal.kafka.settings import ConnectionSettings
     from storage_node.config import FlushPolicy
 
     run = uuid.uuid4().hex[:10]
@@ -77,9 +75,12 @@ def run_shoal(ep: common.Endpoints, args: argparse.Namespace, rows: pa.Table, sa
             return common.ready_leaders(node)
 
         say(f"shoal: writing {rows.num_rows:,} rows into {args.partitions} partition(s)")
-        pconf = ProducerConfig(ep.bootstrap_servers, ep.zk_connect, topic_prefix=prefix, zk_root=zk_root,
-                               linger_ms=args.linger_ms, max_message_bytes=args.max_message_bytes,
-                               kafka_config={"batch.size": args.batch_bytes})  # fmt: skip
+        pconf = ProducerConfig(
+            ConnectionSettings.plain(ep.bootstrap_servers, ep.zk_connect, topic_prefix=prefix, zk_root=zk_root),
+            linger_ms=args.linger_ms,
+            max_message_bytes=args.max_message_bytes,
+            kafka_config={"batch.size": args.batch_bytes},
+        )
         with Producer(pconf) as producer:
             producer.partition_map("bench")  # metadata and topics first: not part of the measurement
             producer.write("bench", rows.slice(0, 1)).wait(60)
@@ -119,10 +120,13 @@ def _payloads(rows: pa.Table, args: argparse.Namespace) -> list[bytes]:
 def run_raw(ep: common.Endpoints, args: argparse.Namespace, payloads: list[bytes], say: Any) -> dict[str, Any]:
     from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
-    from shoal.kafka_admin import admin_client, create_topic
+    from shoal.kafka import clients
+    from shoal.kafka.admin import create_topic
+    from shoal.kafka.settings import KafkaSettings
 
     topic = f"bench-raw-{uuid.uuid4().hex[:10]}"
-    create_topic(admin_client(ep.bootstrap_servers), topic, partitions=args.partitions)
+    # the baseline: plain confluent-kafka clients with the same tuning as shoal's producer and leader
+    create_topic(clients.admin(KafkaSettings(ep.bootstrap_servers)), topic, partitions=args.partitions)
     producer = Producer({"bootstrap.servers": ep.bootstrap_servers, "acks": "all", "enable.idempotence": True,
                          "linger.ms": args.linger_ms, "compression.type": "none", "batch.size": args.batch_bytes,
                          "message.max.bytes": max(args.max_message_bytes + 64 * 1024, 1_000_000)})  # fmt: skip

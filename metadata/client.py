@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from metadata.coordinator import MetadataCoordinator
@@ -19,49 +20,95 @@ from metadata.store import KafkaFileStore, KafkaStoreConfig
 from metadata.zk_client import make_client
 from metadata.zk_layout import ZkLayout
 from shoal.errors import ConfigError
+from shoal.kafka.settings import CONNECTION_KEYS, ConnectionFields, ConnectionSettings, KafkaSettings, Secret
 from shoal.topics import TopicNames
 
 
-@dataclass(frozen=True)
-class MetadataConfig:
-    zk_hosts: str
-    bootstrap_servers: str
-    topic_prefix: str = "shoal"
-    zk_root: str = "/shoal"
-    zk_timeout_s: float = 10.0
-    security: ZkSecurity = field(default_factory=ZkSecurity)
-    metadata_topic_replication_factor: int = 1
-    kafka_config: Mapping[str, Any] = field(default_factory=dict, hash=False)
+@dataclass(frozen=True, init=False)
+class MetadataConfig(ConnectionFields):
+    """Where the metadata lives (``connection``) and how to talk to it.
 
-    def __post_init__(self) -> None:
-        if not isinstance(self.zk_hosts, str) or not self.zk_hosts.strip():
-            raise ConfigError("zk_hosts must be 'host:port[,host:port][/chroot]'")
-        if not isinstance(self.bootstrap_servers, str) or not self.bootstrap_servers.strip():
-            raise ConfigError("bootstrap_servers must be a non-empty host:port list")
-        TopicNames(self.topic_prefix)
-        ZkLayout(self.zk_root)
+    Build it with ``MetadataConfig(connection=ConnectionSettings.resolve(...))``. The flat keyword
+    form (``zk_hosts=``, ``bootstrap_servers=``, ``topic_prefix=``, ``zk_root=``, ``security=``,
+    ``kafka_config=``) builds the same ``connection`` for callers that still pass addresses.
+    """
+
+    connection: ConnectionSettings
+    zk_timeout_s: float = 10.0
+    metadata_topic_replication_factor: int = 1
+    zk_world_readable: bool = False
+
+    def __init__(
+        self,
+        zk_hosts: str | None = None,
+        bootstrap_servers: str | None = None,
+        topic_prefix: str = "shoal",
+        zk_root: str = "/shoal",
+        zk_timeout_s: float = 10.0,
+        security: ZkSecurity | None = None,
+        metadata_topic_replication_factor: int = 1,
+        kafka_config: Mapping[str, Any] | None = None,
+        *,
+        connection: ConnectionSettings | None = None,
+        zk_world_readable: bool = False,
+    ) -> None:
+        if connection is None:
+            if not isinstance(bootstrap_servers, str) or not bootstrap_servers.strip():
+                raise ConfigError("bootstrap_servers must be a non-empty host:port list")
+            sec = security or ZkSecurity()
+            connection = ConnectionSettings(
+                KafkaSettings(bootstrap_servers, passthrough=dict(kafka_config or {})),
+                zk_hosts if isinstance(zk_hosts, str) else "",
+                zk_root=zk_root,
+                topic_prefix=topic_prefix,
+                zk_user=sec.username,
+                zk_password=None if sec.password is None else Secret(sec.password),
+            )
+            zk_world_readable = zk_world_readable or sec.world_readable
+        elif zk_hosts is not None or bootstrap_servers is not None or security is not None or kafka_config:
+            raise ConfigError("MetadataConfig takes either connection= or the flat connection fields, not both")
+        object.__setattr__(self, "connection", connection)
+        object.__setattr__(self, "zk_timeout_s", zk_timeout_s)
+        object.__setattr__(self, "metadata_topic_replication_factor", metadata_topic_replication_factor)
+        object.__setattr__(self, "zk_world_readable", zk_world_readable)
+        TopicNames(connection.topic_prefix)
+        ZkLayout(connection.zk_root)
+        self.security  # noqa: B018 - validates the ZooKeeper credentials
         if self.zk_timeout_s <= 0:
             raise ConfigError(f"zk_timeout_s must be > 0, got {self.zk_timeout_s}")
 
+    @property
+    def security(self) -> ZkSecurity:
+        """ZooKeeper digest credentials of ``connection`` (and whether znodes are world-readable)."""
+        password = self.connection.zk_password
+        return ZkSecurity(
+            self.connection.zk_user, None if password is None else password.reveal(), self.zk_world_readable
+        )
+
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> MetadataConfig:
-        """From SHOAL_ZK_CONNECT, SHOAL_BOOTSTRAP_SERVERS, SHOAL_TOPIC_PREFIX, SHOAL_ZK_ROOT,
-        SHOAL_ZK_USER / SHOAL_ZK_PASSWORD; ``overrides`` that are not None win."""
-        return cls(**connection_from_env(env, overrides))
+        """From the SHOAL_* environment (:meth:`ConnectionSettings.resolve`); connection ``overrides``
+        that are not None win, the others (``zk_timeout_s``, ...) are passed on."""
+        connection, rest = resolve_connection(env, overrides)
+        return cls(connection=connection, **rest)
 
 
-def connection_from_env(env: Mapping[str, str] | None, overrides: Mapping[str, Any]) -> dict[str, Any]:
-    """The connection settings every shoal client reads from the environment; overrides that are not None win."""
-    env = os.environ if env is None else env
-    values: dict[str, Any] = {
-        "zk_hosts": env.get("SHOAL_ZK_CONNECT", "127.0.0.1:2181"),
-        "bootstrap_servers": env.get("SHOAL_BOOTSTRAP_SERVERS", "127.0.0.1:9092"),
-        "topic_prefix": env.get("SHOAL_TOPIC_PREFIX", "shoal"),
-        "zk_root": env.get("SHOAL_ZK_ROOT", "/shoal"),
-        "security": ZkSecurity(env.get("SHOAL_ZK_USER"), env.get("SHOAL_ZK_PASSWORD")),
-    }
-    values.update({k: v for k, v in overrides.items() if v is not None})
-    return values
+def resolve_connection(
+    env: Mapping[str, str] | None, overrides: Mapping[str, Any], cluster_file_path: Path | None = None
+) -> tuple[ConnectionSettings, dict[str, Any]]:
+    """(ConnectionSettings resolved from the connection ``overrides``, ``env`` (default: the process
+    environment) and the cluster file; the other overrides). A ``security`` override (ZkSecurity)
+    gives the ZooKeeper credentials."""
+    options = {k: v for k, v in overrides.items() if k in CONNECTION_KEYS}
+    rest = {k: v for k, v in overrides.items() if k not in CONNECTION_KEYS and k not in ("security", "kafka_config")}
+    security = overrides.get("security")
+    if isinstance(security, ZkSecurity) and security.enabled:
+        options.setdefault("zk_user", security.username)
+        options.setdefault("zk_password", security.password)
+    if overrides.get("kafka_config"):
+        options["kafka_passthrough"] = overrides["kafka_config"]
+    environ = os.environ if env is None else env
+    return ConnectionSettings.resolve(options, environ, cluster_file_path), rest
 
 
 class MetadataClient:
@@ -85,10 +132,9 @@ class MetadataClient:
         if self._store is None:
             self._store = KafkaFileStore(
                 KafkaStoreConfig(
-                    bootstrap_servers=self.config.bootstrap_servers,
+                    self.config.kafka,
                     topic_prefix=self.config.topic_prefix,
                     replication_factor=self.config.metadata_topic_replication_factor,
-                    client_config=self.config.kafka_config,
                 )
             )
         return self._store

@@ -19,13 +19,14 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from metadata.errors import MetadataDecodeError, MetadataFileNotFoundError, MetadataStoreError
 from metadata.metadata_file import MetadataFile, parse_store_key, store_key
 from shoal.errors import ConfigError
+from shoal.kafka import clients
+from shoal.kafka.settings import KafkaSettings
 from shoal.topics import TopicNames
 
 log = logging.getLogger(__name__)
@@ -136,17 +137,19 @@ class MemoryFileStore:
 
 @dataclass(frozen=True)
 class KafkaStoreConfig:
-    bootstrap_servers: str
+    kafka: KafkaSettings
+    """How to reach Kafka (a bare ``host:port`` list is accepted too)."""
     topic_prefix: str = "shoal"
     replication_factor: int = 1
     min_insync_replicas: int | None = None
     timeout_s: float = 30.0
-    client_config: Mapping[str, Any] = field(default_factory=dict, hash=False)
-    """Extra librdkafka settings (e.g. security.protocol, sasl.*) for every client."""
 
     def __post_init__(self) -> None:
-        if not isinstance(self.bootstrap_servers, str) or not self.bootstrap_servers.strip():
-            raise ConfigError("metadata store: bootstrap_servers must be a non-empty host:port list")
+        if isinstance(self.kafka, str):
+            try:
+                object.__setattr__(self, "kafka", KafkaSettings(self.kafka))
+            except ConfigError as exc:
+                raise ConfigError(f"metadata store: {exc}") from exc
         TopicNames(self.topic_prefix)  # validates the prefix
         if self.replication_factor < 1:
             raise ConfigError(f"metadata topic replication_factor must be >= 1, got {self.replication_factor}")
@@ -192,17 +195,14 @@ class KafkaFileStore:
                 self._consumer.close()
                 self._consumer = None
 
-    def _base_config(self) -> dict[str, Any]:
-        return {"bootstrap.servers": self.config.bootstrap_servers, **dict(self.config.client_config)}
-
     def ensure_topic(self) -> None:
         """Create the compacted topic (1 partition) if it is missing; refuse one that is not compacted."""
         if self._topic_ready:
             return
         from confluent_kafka import KafkaError, KafkaException
-        from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
+        from confluent_kafka.admin import ConfigResource, NewTopic
 
-        admin = AdminClient(self._base_config())
+        admin = clients.admin(self.config.kafka)
         cfg = {"cleanup.policy": "compact", "min.compaction.lag.ms": "60000"}
         if self.config.min_insync_replicas is not None:
             cfg["min.insync.replicas"] = str(self.config.min_insync_replicas)
@@ -243,35 +243,21 @@ class KafkaFileStore:
         if self._closed:
             raise MetadataStoreError("metadata store is closed")
         if self._producer is None:
-            from confluent_kafka import Producer
-
             self.ensure_topic()
-            self._producer = Producer(
-                {
-                    **self._base_config(),
-                    "enable.idempotence": True,
-                    "acks": "all",
-                    "linger.ms": 0,
-                    "message.timeout.ms": int(self.config.timeout_s * 1000),
-                }
-            )
+            tuning: dict[str, Any] = {"linger.ms": 0, "message.timeout.ms": int(self.config.timeout_s * 1000)}
+            self._producer = clients.producer(self.config.kafka, **tuning)
         return self._producer
 
     def _get_consumer(self) -> Any:
         if self._closed:
             raise MetadataStoreError("metadata store is closed")
         if self._consumer is None:
-            from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+            from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
             self.ensure_topic()
-            self._consumer = Consumer(
-                {
-                    **self._base_config(),
-                    "group.id": f"shoal-metadata-reader-{uuid.uuid4().hex}",
-                    "enable.auto.commit": False,
-                    "enable.partition.eof": False,
-                    "auto.offset.reset": "earliest",
-                }
+            reading: dict[str, Any] = {"enable.partition.eof": False, "auto.offset.reset": "earliest"}
+            self._consumer = clients.consumer(
+                self.config.kafka, group_id=f"shoal-metadata-reader-{uuid.uuid4().hex}", **reading
             )
             self._consumer.assign([TopicPartition(self.topic, 0, OFFSET_BEGINNING)])
         return self._consumer

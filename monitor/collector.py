@@ -60,6 +60,7 @@ from monitor.kafka_offsets import KafkaOffsets, RecordInfo
 from monitor.segments import SegmentsTracker
 from monitor.status import Sample, Status, Verdict, evaluate, worst
 from monitor.topology import Channel, PartitionTopology
+from shoal.kafka.indexes import ChannelIndexes, IndexQuery
 
 log = logging.getLogger(__name__)
 SNAPSHOT_VERSION = 1
@@ -177,16 +178,14 @@ class Collector:
                         "the old topic",
                     )
                 hist.topic_ids[topic] = tid
-        bounds = self.kafka.log_bounds((t, 0) for t in present)
+        indexes = self.kafka.channel_indexes(_index_queries(channels, set(present)))
+        bounds: dict[tuple[str, int], tuple[int, int]] = {(t, 0): (ix.tail, ix.append) for t, ix in indexes.items()}
         requests: dict[str, set[tuple[str, int]]] = {}
-        for c in channels:
-            if c.topic not in bounds and (c.topic, 0) not in bounds:
-                continue
-            for r in c.readers:
-                requests.setdefault(r.ack_group, set()).add((c.topic, 0))
-                if r.consume_group:
-                    requests.setdefault(r.consume_group, set()).add((c.topic, 0))
-        committed = self.kafka.committed(requests)
+        committed: dict[str, dict[tuple[str, int], int | None]] = {}
+        for t, ix in indexes.items():
+            for group, offset in ix.acks + ix.consumes:
+                requests.setdefault(group, set()).add((t, 0))
+                committed.setdefault(group, {})[(t, 0)] = offset
         spark_groups = self.kafka.groups_with_prefix(f"{self.config.topic_prefix}.spark.")
         spark_committed = self.kafka.all_committed(spark_groups) if spark_groups else {}
         spark_tps = {tp for offs in spark_committed.values() for tp in offs}
@@ -212,7 +211,7 @@ class Collector:
                 prev = self._avg_size.get(topic)
                 self._avg_size[topic] = info.size_bytes if prev is None else 0.8 * prev + 0.2 * info.size_bytes
 
-        ctx = _PollContext(self, now, bounds, committed, members, records, existing)
+        ctx = _PollContext(self, now, bounds, committed, members, records, existing, indexes)
         tables: dict[str, list[dict[str, Any]]] = {}
         with self._lock:
             for p in parts:
@@ -372,11 +371,12 @@ class Collector:
             v = self._absent(ctx, where, c.topic)
             return {**head, "replicas": [], "status": v.status.value, "reason": v.reason}
         head["covered_index"] = covered
-        start, end = ctx.bounds[(c.topic, 0)]
+        ix = ctx.indexes[c.topic]
+        start, end = ix.tail, ix.append
         replicas = []
         for r in c.readers:
-            ack = ctx.committed.get(r.ack_group, {}).get((c.topic, 0))
-            consume = ctx.committed.get(r.consume_group, {}).get((c.topic, 0)) if r.consume_group else None
+            ack = ix.ack(r.ack_group)
+            consume = ix.consume(r.consume_group) if r.consume_group else None
             row: dict[str, Any] = {
                 "server_id": r.replica.server_id,
                 "placement_id": r.replica.placement_id,
@@ -426,7 +426,7 @@ class Collector:
         if self.history.active_events(f"topic:{c.topic}", ctx.now, self.config.window_s):
             self.segments.forget(c.topic)
         mans = self.segments.update(c.topic, start, end)
-        acks = {r.replica.placement_id: ctx.committed.get(r.ack_group, {}).get((c.topic, 0)) for r in c.readers}
+        acks = {r.replica.placement_id: ctx.indexes[c.topic].ack(r.ack_group) for r in c.readers}
         recent = (
             [
                 {
@@ -526,6 +526,21 @@ class Collector:
         }
 
 
+def _index_queries(channels: list[Channel], present: set[str]) -> list[IndexQuery]:
+    """One query per existing channel topic: the Ack and Consume groups of all its readers."""
+    acks: dict[str, dict[str, None]] = {}
+    consumes: dict[str, dict[str, None]] = {}
+    for c in channels:
+        if c.topic not in present:
+            continue
+        acks.setdefault(c.topic, {})
+        for r in c.readers:
+            acks.setdefault(c.topic, {})[r.ack_group] = None
+            if r.consume_group:
+                consumes.setdefault(c.topic, {})[r.consume_group] = None
+    return [IndexQuery(t, tuple(acks[t]), tuple(consumes.get(t, {}))) for t in sorted(acks)]
+
+
 class _PollContext:
     def __init__(
         self,
@@ -536,8 +551,11 @@ class _PollContext:
         members: dict[str, int],
         records: dict[tuple[str, int, int], RecordInfo | None],
         existing: dict[str, int],
+        indexes: dict[str, ChannelIndexes],
     ) -> None:
         self.collector = collector
+        self.indexes = indexes
+        """The channel indexes (Tail, Append, Ack, Consume) of every channel whose topic exists."""
         self.now = now
         self.bounds = bounds
         self.committed = committed

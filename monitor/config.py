@@ -6,12 +6,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from shoal.errors import ConfigError
+from shoal.kafka.settings import KafkaSettings
 from shoal.topics import TopicNames
 
 
 @dataclass(frozen=True)
 class MonitorConfig:
-    bootstrap_servers: str
+    kafka: KafkaSettings
+    """The Kafka of the cluster (a bare ``host:port`` list is accepted and becomes plaintext settings)."""
     topic_prefix: str = "shoal"
     interval_s: float = 10.0
     """Seconds between two polls; one poll adds one sample to every window."""
@@ -28,8 +30,11 @@ class MonitorConfig:
     """How long to wait for the one record read at a committed offset (lag in seconds)."""
 
     def __post_init__(self) -> None:
-        if not isinstance(self.bootstrap_servers, str) or not self.bootstrap_servers.strip():
-            raise ConfigError("monitor bootstrap_servers must be a non-empty host:port list")
+        if isinstance(self.kafka, str):
+            try:
+                object.__setattr__(self, "kafka", KafkaSettings(self.kafka))
+            except ConfigError as exc:
+                raise ConfigError(f"monitor {exc}") from exc
         TopicNames(self.topic_prefix)
         if not 0 < self.interval_s <= 3600:
             raise ConfigError(f"monitor interval_s must be in (0, 3600], got {self.interval_s!r}")
@@ -56,6 +61,10 @@ class MonitorConfig:
                 raise ConfigError(f"monitor {name} must be in (0, 600], got {value!r}")
         if self.history_dir is not None:
             object.__setattr__(self, "history_dir", Path(self.history_dir))
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return self.kafka.bootstrap_servers
 
     @property
     def topics(self) -> TopicNames:

@@ -1,9 +1,9 @@
 """What the monitor asks Kafka, one batched request per question (KMinion / kafka-consumer-groups style).
 
-- log start and end of every channel (``AdminClient.list_offsets``: earliest / latest): the Tail
-  and Append indexes of a WAL channel;
-- committed offsets of consumer groups (``list_consumer_group_offsets``): Ack, Consume and
-  accepted-by-leader indexes; and how many live members each group has (``describe_consumer_groups``);
+- the indexes of every channel (:mod:`shoal.kafka.indexes`: log start and end by
+  ``list_offsets``, committed offsets of the follower groups by ``list_consumer_group_offsets``):
+  Tail, Append, Ack, Consume and accepted-by-leader; and how many live members each group has
+  (``describe_consumer_groups``);
 - topic ids (``describe_topics``) and the cluster id (metadata), to notice a topic recreated under
   a group or a different cluster;
 - the first *data* record at or after a committed offset, read ``read_committed`` with a consumer
@@ -17,24 +17,28 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import (
-    ConsumerGroupTopicPartitions,
-    KafkaError,
-    KafkaException,
-    TopicCollection,
-    TopicPartition,
-)
-from confluent_kafka.admin import AdminClient, OffsetSpec
+from confluent_kafka import KafkaError, KafkaException, TopicCollection, TopicPartition
+from confluent_kafka.admin import AdminClient
 
 from shoal.errors import KafkaOperationError
+from shoal.kafka import clients
+from shoal.kafka.errors import classify, error_code
+from shoal.kafka.indexes import (
+    TP,
+    ChannelIndexes,
+    IndexQuery,
+    all_committed_offsets,
+    committed_offsets,
+    log_bounds,
+    read_indexes,
+)
+from shoal.kafka.settings import KafkaSettings
 
 log = logging.getLogger(__name__)
-
-TP = tuple[str, int]
 
 
 @dataclass(frozen=True)
@@ -47,17 +51,21 @@ class RecordInfo:
 
 
 class KafkaOffsets:
-    """Lazy admin client + one reader consumer; ``close()`` releases them."""
+    """Lazy admin client + one reader consumer; ``close()`` releases them.
+
+    The channel indexes (Tail, Append, Ack, Consume) come from :mod:`shoal.kafka.indexes`, the one
+    reader the storage node uses too.
+    """
 
     def __init__(
         self,
-        bootstrap_servers: str,
+        kafka: KafkaSettings | str,
         *,
         request_timeout_s: float = 10.0,
         fetch_timeout_s: float = 3.0,
         extra: Mapping[str, Any] | None = None,
     ) -> None:
-        self.bootstrap_servers = bootstrap_servers
+        self.kafka = KafkaSettings(kafka) if isinstance(kafka, str) else kafka
         self.request_timeout_s = request_timeout_s
         self.fetch_timeout_s = fetch_timeout_s
         self._extra = dict(extra or {})
@@ -65,9 +73,13 @@ class KafkaOffsets:
         self._reader: Any = None
 
     @property
+    def bootstrap_servers(self) -> str:
+        return self.kafka.bootstrap_servers
+
+    @property
     def admin(self) -> AdminClient:
         if self._admin is None:
-            self._admin = AdminClient({"bootstrap.servers": self.bootstrap_servers, **self._extra})
+            self._admin = clients.admin(self.kafka, **self._extra)
         return self._admin
 
     def close(self) -> None:
@@ -86,10 +98,11 @@ class KafkaOffsets:
 
     def cluster_and_topics(self) -> tuple[str | None, dict[str, int]]:
         """(cluster id, {topic: partition count}) of every topic without an error."""
+        self.admin.poll(0)  # once per monitor poll: emit librdkafka's log lines
         try:
             md = self.admin.list_topics(timeout=self.request_timeout_s)
         except KafkaException as exc:
-            raise KafkaOperationError(f"cannot list the topics of {self.bootstrap_servers}: {exc}") from exc
+            raise classify(exc, f"cannot list the topics of {self.bootstrap_servers}") from exc
         topics = {name: len(t.partitions) for name, t in md.topics.items() if t.error is None}
         return md.cluster_id, topics
 
@@ -104,69 +117,30 @@ class KafkaOffsets:
             try:
                 out[name] = str(fut.result(timeout=self.request_timeout_s).topic_id)
             except KafkaException as exc:
-                if _code(exc) == KafkaError.UNKNOWN_TOPIC_OR_PART:
+                if error_code(exc) == KafkaError.UNKNOWN_TOPIC_OR_PART:
                     continue
-                raise KafkaOperationError(f"cannot describe topic {name}: {exc}") from exc
+                raise classify(exc, f"cannot describe topic {name}") from exc
         return out
+
+    # -- indexes --------------------------------------------------------------------------------
+
+    def channel_indexes(self, queries: Iterable[IndexQuery]) -> dict[str, ChannelIndexes]:
+        """{topic: ChannelIndexes} of every queried channel that exists (batched requests)."""
+        return read_indexes(self.admin, queries, timeout_s=self.request_timeout_s)
 
     def log_bounds(self, tps: Iterable[TP]) -> dict[TP, tuple[int, int]]:
         """{(topic, partition): (log start, log end)}; partitions that vanished meanwhile are left out."""
-        keys = sorted(set(tps))
-        if not keys:
-            return {}
-        starts = self._list_offsets(keys, OffsetSpec.earliest())
-        ends = self._list_offsets(keys, OffsetSpec.latest())
-        return {k: (starts[k], ends[k]) for k in keys if k in starts and k in ends}
-
-    def _list_offsets(self, keys: Sequence[TP], spec: Any) -> dict[TP, int]:
-        request = {TopicPartition(t, p): spec for t, p in keys}
-        futures = self.admin.list_offsets(request, request_timeout=self.request_timeout_s)
-        out: dict[TP, int] = {}
-        for tp, fut in futures.items():
-            try:
-                out[(tp.topic, tp.partition)] = int(fut.result(timeout=self.request_timeout_s).offset)
-            except KafkaException as exc:
-                if _code(exc) in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError.UNKNOWN_TOPIC_ID):
-                    continue
-                raise KafkaOperationError(f"cannot list offsets of {tp.topic}[{tp.partition}]: {exc}") from exc
-        return out
+        return log_bounds(self.admin, tps, timeout_s=self.request_timeout_s)
 
     # -- groups ---------------------------------------------------------------------------------
 
     def committed(self, requests: Mapping[str, Iterable[TP]]) -> dict[str, dict[TP, int | None]]:
         """{group: {(topic, partition): committed offset or None}} (one request per group, all in flight)."""
-        pending = []
-        for group, tps in requests.items():
-            parts = [TopicPartition(t, p) for t, p in sorted(set(tps))]
-            if not parts:
-                continue
-            futures = self.admin.list_consumer_group_offsets(
-                [ConsumerGroupTopicPartitions(group, parts)], request_timeout=self.request_timeout_s
-            )
-            pending.append((group, futures[group]))
-        return {group: self._offsets_result(group, fut) for group, fut in pending}
+        return committed_offsets(self.admin, requests, timeout_s=self.request_timeout_s)
 
     def all_committed(self, groups: Iterable[str]) -> dict[str, dict[TP, int | None]]:
         """Every committed offset of each group (for groups whose topics are not known in advance)."""
-        pending = []
-        for group in sorted(set(groups)):
-            futures = self.admin.list_consumer_group_offsets(
-                [ConsumerGroupTopicPartitions(group)], request_timeout=self.request_timeout_s
-            )
-            pending.append((group, futures[group]))
-        return {group: self._offsets_result(group, fut) for group, fut in pending}
-
-    def _offsets_result(self, group: str, fut: Any) -> dict[TP, int | None]:
-        try:
-            res = fut.result(timeout=self.request_timeout_s)
-        except KafkaException as exc:
-            raise KafkaOperationError(f"cannot read the committed offsets of group {group}: {exc}") from exc
-        out: dict[TP, int | None] = {}
-        for tp in res.topic_partitions or []:
-            if tp.error is not None and tp.error.code() not in (KafkaError.UNKNOWN_TOPIC_OR_PART,):
-                raise KafkaOperationError(f"group {group} on {tp.topic}[{tp.partition}]: {tp.error}")
-            out[(tp.topic, tp.partition)] = int(tp.offset) if tp.offset >= 0 else None
-        return out
+        return all_committed_offsets(self.admin, groups, timeout_s=self.request_timeout_s)
 
     def members(self, groups: Iterable[str]) -> dict[str, int]:
         """{group: live members} (0 for an empty, dead or unknown group)."""
@@ -196,21 +170,15 @@ class KafkaOffsets:
 
     def _consumer(self) -> Any:
         if self._reader is None:
-            from confluent_kafka import Consumer
-
-            self._reader = Consumer(
-                {
-                    "bootstrap.servers": self.bootstrap_servers,
-                    "group.id": "shoal-monitor-reader",  # assign() only, never commits
-                    "enable.auto.commit": False,
-                    "enable.partition.eof": True,
-                    "isolation.level": "read_committed",
-                    "fetch.max.bytes": 8 * 1024 * 1024,
-                    "fetch.wait.max.ms": 20,  # an end-of-partition answer must not wait for data
-                    "max.partition.fetch.bytes": 1024 * 1024,
-                    **self._extra,
-                }
-            )
+            reading: dict[str, Any] = {
+                "enable.partition.eof": True,
+                "fetch.max.bytes": 8 * 1024 * 1024,
+                "fetch.wait.max.ms": 20,  # an end-of-partition answer must not wait for data
+                "max.partition.fetch.bytes": 1024 * 1024,
+                **self._extra,
+            }
+            # assign() only, never commits
+            self._reader = clients.consumer(self.kafka, group_id="shoal-monitor-reader", **reading)
         return self._reader
 
     def first_records(self, requests: Iterable[tuple[str, int, int]]) -> dict[tuple[str, int, int], RecordInfo | None]:
@@ -254,14 +222,14 @@ class KafkaOffsets:
                         continue
                     if err.code() == KafkaError.OFFSET_OUT_OF_RANGE:
                         continue
-                    raise KafkaOperationError(f"reading {key[0]}[{key[1]}] at {wanted[key]}: {err}")
+                    raise KafkaOperationError(f"reading {key[0]}[{key[1]}] at {wanted[key]}: {err}", err)
                 offset = int(msg.offset() or 0)
                 if offset < wanted[key]:
                     continue
                 _kind, ts = msg.timestamp()
                 found[req] = RecordInfo(offset, int(ts), len(msg.value() or b"") + len(msg.key() or b""))
         except KafkaException as exc:
-            raise KafkaOperationError(f"cannot read records of {sorted(wanted)}: {exc}") from exc
+            raise classify(exc, f"cannot read records of {sorted(wanted)}") from exc
         finally:
             try:
                 consumer.unassign()
@@ -280,11 +248,4 @@ class KafkaOffsets:
             (fut,) = futures.values()
             return int(fut.result(timeout=self.request_timeout_s).low_watermark)
         except KafkaException as exc:
-            raise KafkaOperationError(
-                f"cannot delete records of {topic}[{partition}] below {before_offset}: {exc}"
-            ) from exc
-
-
-def _code(exc: KafkaException) -> int | None:
-    arg = exc.args[0] if exc.args else None
-    return arg.code() if isinstance(arg, KafkaError) else None
+            raise classify(exc, f"cannot delete records of {topic}[{partition}] below {before_offset}") from exc

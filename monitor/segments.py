@@ -17,9 +17,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from shoal.errors import KafkaOperationError, WireFormatError
+from shoal.kafka import clients
+from shoal.kafka.settings import KafkaSettings
 from shoal.wire.avro import HEADER_LEN, MAGIC, codec
 from shoal.wire.records import SegmentManifest
 
@@ -78,9 +80,9 @@ class SegmentsTracker:
     """Keeps the manifests of every segments channel it is asked about. Lazy consumer, ``close()``."""
 
     def __init__(
-        self, bootstrap_servers: str, *, timeout_s: float = 10.0, extra: Mapping[str, Any] | None = None
+        self, kafka: KafkaSettings | str, *, timeout_s: float = 10.0, extra: Mapping[str, Any] | None = None
     ) -> None:
-        self.bootstrap_servers = bootstrap_servers
+        self.kafka = KafkaSettings(kafka) if isinstance(kafka, str) else kafka
         self.timeout_s = timeout_s
         self._extra = dict(extra or {})
         self._consumer: Any = None
@@ -95,17 +97,13 @@ class SegmentsTracker:
 
     def _reader(self) -> Any:
         if self._consumer is None:
-            self._consumer = Consumer(
-                {
-                    "bootstrap.servers": self.bootstrap_servers,
-                    "group.id": "shoal-monitor-segments",  # assign() only, never commits
-                    "enable.auto.commit": False,
-                    "enable.partition.eof": True,
-                    "isolation.level": "read_committed",
-                    "fetch.wait.max.ms": 20,  # reaching the end must not wait for new data
-                    **self._extra,
-                }
-            )
+            reading: dict[str, Any] = {
+                "enable.partition.eof": True,
+                "fetch.wait.max.ms": 20,  # reaching the end must not wait for new data
+                **self._extra,
+            }
+            # assign() only, never commits
+            self._consumer = clients.consumer(self.kafka, group_id="shoal-monitor-segments", **reading)
         return self._consumer
 
     def forget(self, topic: str) -> None:

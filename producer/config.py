@@ -7,9 +7,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from metadata.client import MetadataConfig, connection_from_env
-from metadata.security import ZkSecurity
+from metadata.client import MetadataConfig, resolve_connection
 from shoal.errors import ConfigError
+from shoal.kafka import clients
+from shoal.kafka.settings import ConnectionFields, ConnectionSettings
 from shoal.topics import TopicNames
 
 DEFAULT_MAX_MESSAGE_BYTES = 1_000_000
@@ -45,21 +46,19 @@ class SyncPolicy:
 
 
 @dataclass(frozen=True)
-class ProducerConfig:
+class ProducerConfig(ConnectionFields):
     """Everything a :class:`producer.Producer` needs.
 
     ``max_message_bytes`` bounds one encoded Kafka message (an Arrow IPC stream); bigger batches are
     split. ``max_value_bytes`` bounds one string/binary value and ``max_row_bytes`` the variable-size
-    part of one row, so that every valid row fits in a message. ``kafka_config`` is passed to the
-    confluent-kafka producer last, except for the settings the design fixes (idempotence, acks).
+    part of one row, so that every valid row fits in a message. ``kafka_config`` (librdkafka names)
+    is passed to the confluent-kafka producer last, except for the settings the design fixes
+    (idempotence, acks). ``connection`` is resolved once at the edge: :meth:`from_env` or
+    :meth:`ConnectionSettings.resolve <shoal.kafka.settings.ConnectionSettings.resolve>`.
     """
 
-    bootstrap_servers: str
-    zk_hosts: str
-    topic_prefix: str = "shoal"
-    zk_root: str = "/shoal"
+    connection: ConnectionSettings
     zk_timeout_s: float = 10.0
-    security: ZkSecurity = field(default_factory=ZkSecurity)
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
     max_rows_per_message: int = 100_000
     max_value_bytes: int = 256 * 1024
@@ -73,10 +72,8 @@ class ProducerConfig:
     kafka_config: Mapping[str, Any] = field(default_factory=dict, hash=False)
 
     def __post_init__(self) -> None:
-        if not isinstance(self.bootstrap_servers, str) or not self.bootstrap_servers.strip():
-            raise ConfigError("bootstrap_servers must be a non-empty host:port list")
-        if not isinstance(self.zk_hosts, str) or not self.zk_hosts.strip():
-            raise ConfigError("zk_hosts must be 'host:port[,host:port][/chroot]'")
+        if not isinstance(self.connection, ConnectionSettings):
+            raise ConfigError(f"connection must be a ConnectionSettings, got {type(self.connection).__name__}")
         TopicNames(self.topic_prefix)
         for name in ("max_message_bytes", "max_rows_per_message", "max_value_bytes", "max_row_bytes"):
             value = getattr(self, name)
@@ -104,29 +101,26 @@ class ProducerConfig:
         return TopicNames(self.topic_prefix)
 
     def metadata_config(self) -> MetadataConfig:
-        return MetadataConfig(
-            zk_hosts=self.zk_hosts,
-            bootstrap_servers=self.bootstrap_servers,
-            topic_prefix=self.topic_prefix,
-            zk_root=self.zk_root,
-            zk_timeout_s=self.zk_timeout_s,
-            security=self.security,
-        )
+        return MetadataConfig(connection=self.connection, zk_timeout_s=self.zk_timeout_s)
 
-    def kafka_producer_config(self) -> dict[str, Any]:
+    def kafka_producer_overrides(self) -> dict[str, Any]:
+        """The librdkafka settings of the row producer on top of :func:`shoal.kafka.clients.producer`'s."""
         return {
-            "bootstrap.servers": self.bootstrap_servers,
             "linger.ms": self.linger_ms,
             # Arrow IPC bodies are already compressed (zstd/lz4): Kafka compression would gain little.
             "compression.type": "none",
             "message.max.bytes": max(self.max_message_bytes + 64 * 1024, 1_000_000),
             **dict(self.kafka_config),
-            "enable.idempotence": True,
-            "acks": "all",
         }
+
+    def kafka_producer_config(self) -> dict[str, Any]:
+        """The full librdkafka configuration of the row producer (idempotent, ``acks=all``)."""
+        return clients.producer_config(self.kafka, **self.kafka_producer_overrides())
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> ProducerConfig:
-        """From SHOAL_ZK_CONNECT, SHOAL_BOOTSTRAP_SERVERS, SHOAL_TOPIC_PREFIX, SHOAL_ZK_ROOT, SHOAL_ZK_USER and
-        SHOAL_ZK_PASSWORD (the same variables as :meth:`MetadataConfig.from_env`); overrides that are not None win."""
-        return cls(**connection_from_env(env, overrides))
+        """The connection from SHOAL_ZK_CONNECT, SHOAL_BOOTSTRAP_SERVERS, SHOAL_TOPIC_PREFIX, SHOAL_ZK_ROOT,
+        SHOAL_ZK_USER, SHOAL_ZK_PASSWORD and SHOAL_KAFKA_* (:meth:`ConnectionSettings.resolve`); connection
+        ``overrides`` that are not None win, the others are ProducerConfig fields."""
+        connection, rest = resolve_connection(env, overrides)
+        return cls(connection, **rest)

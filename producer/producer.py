@@ -20,6 +20,7 @@ or Kafka reports an unknown ingest topic, so a stale map is never fatal.
 
 from __future__ import annotations
 
+import atexit
 import logging
 import threading
 from collections.abc import Callable
@@ -40,7 +41,9 @@ from producer.errors import DeliveryError, ProducerClosedError, RoutingError, Sy
 from producer.routing import route
 from producer.validation import Limits, to_ingest, validate_keys, validate_rows
 from shoal.errors import KafkaOperationError
+from shoal.kafka import clients
 from shoal.wire.ingest import TABLE_HEADER
+from shoal.worker import Worker
 
 log = logging.getLogger(__name__)
 
@@ -99,6 +102,29 @@ class WriteResult:
         return [f.result() for f in self.futures]
 
 
+class _PollWorker(Worker):
+    """Serves the Kafka producer's delivery callbacks (``poll``) until stopped, or at interpreter
+    exit: a daemon thread still inside librdkafka while the interpreter tears down could crash it."""
+
+    def __init__(self, kafka: Any) -> None:
+        super().__init__("shoal-producer-poll")
+        self.kafka = kafka
+
+    def start(self) -> _PollWorker:
+        super().start()
+        atexit.register(self.stop, 5.0)
+        return self
+
+    def step(self) -> None:
+        try:
+            self.kafka.poll(0.1)
+        except Exception:  # a user callback raising must not kill delivery reporting
+            log.exception("error while polling the Kafka producer")
+
+    def on_exit(self) -> None:
+        atexit.unregister(self.stop)
+
+
 OffsetsReader = Callable[[str, str], "int | None"]
 """(consumer group, topic) -> the group's committed offset on partition 0, or None if it has none."""
 
@@ -135,8 +161,7 @@ class Producer:
         self._failed: list[DeliveryReport] = []
         self._in_flight = 0
         self._closed = False
-        self._stop_polling = threading.Event()
-        self._poller: threading.Thread | None = None
+        self._poller: _PollWorker | None = None
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -164,9 +189,8 @@ class Producer:
             remaining = self._kafka.flush(timeout)
             if remaining:
                 log.warning("producer closed with %d messages not delivered", remaining)
-        self._stop_polling.set()
         if self._poller is not None:
-            self._poller.join(timeout=5)
+            self._poller.stop(timeout=5)
         if self._metadata is not None and self._own_metadata:
             self._metadata.close()
             self._metadata = None
@@ -179,28 +203,16 @@ class Producer:
     def kafka(self) -> Any:
         with self._lock:
             if self._kafka is None:
-                from confluent_kafka import Producer as KafkaProducer
-
-                self._kafka = KafkaProducer(self.config.kafka_producer_config())
+                self._kafka = clients.producer(self.config.kafka, **self.config.kafka_producer_overrides())
             if self._poller is None:
-                self._poller = threading.Thread(target=self._poll_loop, daemon=True, name="shoal-producer-poll")
-                self._poller.start()
+                self._poller = _PollWorker(self._kafka).start()
             return self._kafka
-
-    def _poll_loop(self) -> None:
-        while not self._stop_polling.is_set():
-            try:
-                self._kafka.poll(0.1)
-            except Exception:  # a user callback raising must not kill delivery reporting
-                log.exception("error while polling the Kafka producer")
 
     @property
     def admin(self) -> Any:
         with self._lock:
             if self._admin is None:
-                from shoal.kafka_admin import admin_client
-
-                self._admin = admin_client(self.config.bootstrap_servers)
+                self._admin = clients.admin(self.config.kafka)
             return self._admin
 
     def _metadata_client(self) -> MetadataClient:
@@ -307,7 +319,7 @@ class Producer:
     def _ensure_topic(self, topic: str) -> None:
         if topic in self._topics_ready or not self.config.create_topics:
             return
-        from shoal.kafka_admin import create_topic
+        from shoal.kafka.admin import create_topic
 
         create_topic(
             self.admin,

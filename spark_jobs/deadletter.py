@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from metadata.table import ColumnType, TableDefinition
+from shoal.kafka.settings import KafkaSettings
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +31,7 @@ REASON = "spark-ingest"
 
 @dataclass(frozen=True)
 class DeadletterTarget:
-    bootstrap_servers: str
+    kafka: KafkaSettings
     topic: str
     table: str
 
@@ -82,12 +83,11 @@ def split_and_deadletter(
 
 
 def _producer(target: DeadletterTarget) -> Any:
-    from confluent_kafka import Producer
+    from shoal.kafka import clients
+    from shoal.kafka.admin import create_topic
 
-    from shoal.kafka_admin import admin_client, create_topic
-
-    create_topic(admin_client(target.bootstrap_servers), target.topic)
-    return Producer({"bootstrap.servers": target.bootstrap_servers, "enable.idempotence": True, "acks": "all"})
+    create_topic(clients.admin(target.kafka), target.topic)
+    return clients.producer(target.kafka)
 
 
 def _produce(producer: Any, target: DeadletterTarget, rejected: pa.Table, why: pa.Array) -> None:

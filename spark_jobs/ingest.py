@@ -23,6 +23,8 @@ from metadata.client import MetadataClient, MetadataConfig
 from metadata.table import TableDefinition
 from shoal.errors import ConfigError
 from shoal.ids import validate_table_name
+from shoal.kafka.clients import spark_kafka_options
+from shoal.kafka.settings import KafkaSettings
 from shoal.topics import TopicNames
 from spark_jobs.datasource import register
 from spark_jobs.deadletter import ERROR_COLUMN, META_COLUMNS, VALUE_COLUMN, DeadletterTarget, split_and_deadletter
@@ -82,7 +84,14 @@ class IngestConfig:
 
     @property
     def kafka_bootstrap(self) -> str:
-        return self.source_bootstrap_servers or self.connection.bootstrap_servers
+        return self.source_kafka.bootstrap_servers
+
+    @property
+    def source_kafka(self) -> KafkaSettings:
+        """The Kafka of the source topic: shoal's own unless ``source_bootstrap_servers`` names another."""
+        if self.source_bootstrap_servers:
+            return KafkaSettings(self.source_bootstrap_servers)
+        return self.connection.kafka
 
     def sink_options(self) -> dict[str, str]:
         c = self.connection
@@ -124,7 +133,7 @@ class IngestJob:
 def _source(spark: SparkSession, cfg: IngestConfig) -> DataFrame:
     reader = (
         spark.readStream.format("kafka")
-        .option("kafka.bootstrap.servers", cfg.kafka_bootstrap)
+        .options(**spark_kafka_options(cfg.source_kafka))
         .option("subscribe", cfg.source_topic)
         .option("startingOffsets", cfg.starting_offsets)
         .option("failOnDataLoss", str(cfg.fail_on_data_loss).lower())
@@ -189,8 +198,7 @@ def build(spark: SparkSession, cfg: IngestConfig, table: TableDefinition, malfor
         parsed = parse_json(raw, table)
     else:
         parsed = parse_avro(raw, table, cfg.avro_schema or json.dumps(table.avro_schema()))
-    target = DeadletterTarget(cfg.connection.bootstrap_servers, TopicNames(cfg.connection.topic_prefix).deadletter,
-                              table.name)  # fmt: skip
+    target = DeadletterTarget(cfg.connection.kafka, TopicNames(cfg.connection.topic_prefix).deadletter, table.name)
 
     def route(it: Any) -> Any:
         return split_and_deadletter(it, table, target, malformed)
@@ -208,7 +216,7 @@ def start_ingest(spark: SparkSession, cfg: IngestConfig) -> IngestJob:
         raise IngestError(f"cannot read table {cfg.table!r}: {exc}") from exc
     malformed = spark.sparkContext.accumulator(0)
     stream = build(spark, cfg, table, malformed)
-    mirror = OffsetsMirror(cfg.query_name, cfg.group, cfg.kafka_bootstrap)
+    mirror = OffsetsMirror(cfg.query_name, cfg.group, cfg.source_kafka)
     spark.streams.addListener(mirror)
     writer = (
         stream.writeStream.format("shoal").options(**cfg.sink_options())

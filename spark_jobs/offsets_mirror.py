@@ -17,6 +17,8 @@ from typing import Any
 
 from pyspark.sql.streaming import StreamingQueryListener
 
+from shoal.kafka.settings import KafkaSettings
+
 log = logging.getLogger(__name__)
 
 
@@ -54,11 +56,11 @@ class OffsetsMirror(StreamingQueryListener):
     """Commits the Kafka end offsets of the query named ``query_name`` to ``group`` after each batch."""
 
     def __init__(
-        self, query_name: str, group: str, bootstrap_servers: str, *, kafka_config: Mapping[str, Any] | None = None
+        self, query_name: str, group: str, kafka: KafkaSettings | str, *, kafka_config: Mapping[str, Any] | None = None
     ) -> None:
         self.query_name = query_name
         self.group = group
-        self.bootstrap_servers = bootstrap_servers
+        self.kafka = KafkaSettings(kafka) if isinstance(kafka, str) else kafka
         self.kafka_config = dict(kafka_config or {})
         self._consumer: Any = None
         self._lock = threading.Lock()
@@ -68,10 +70,9 @@ class OffsetsMirror(StreamingQueryListener):
 
     def _client(self) -> Any:
         if self._consumer is None:
-            from confluent_kafka import Consumer
+            from shoal.kafka import clients
 
-            self._consumer = Consumer({"bootstrap.servers": self.bootstrap_servers, "group.id": self.group,
-                                       "enable.auto.commit": False, **self.kafka_config})  # fmt: skip
+            self._consumer = clients.consumer(self.kafka, group_id=self.group, **self.kafka_config)
         return self._consumer
 
     def mirror(self, offsets: dict[tuple[str, int], int]) -> None:

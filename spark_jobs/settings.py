@@ -17,8 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from metadata.client import MetadataConfig
-from shoal.errors import ClusterFileError, ConfigError, ShoalError
+from shoal.errors import ConfigError, ShoalError
 from shoal.ids import validate_server_id, validate_table_name
+from shoal.kafka.settings import ConnectionSettings
 from spark_jobs.errors import SinkOptionError
 
 CONNECTION_OPTIONS = {
@@ -26,13 +27,10 @@ CONNECTION_OPTIONS = {
     "bootstrapservers": "bootstrap_servers",
     "topicprefix": "topic_prefix",
     "zkroot": "zk_root",
+    "zkuser": "zk_user",
+    "zkpassword": "zk_password",
 }
-_ENV = {
-    "zk_hosts": "SHOAL_ZK_CONNECT",
-    "bootstrap_servers": "SHOAL_BOOTSTRAP_SERVERS",
-    "topic_prefix": "SHOAL_TOPIC_PREFIX",
-    "zk_root": "SHOAL_ZK_ROOT",
-}
+"""Spark option (lower-cased) -> :meth:`ConnectionSettings.resolve` option key."""
 
 
 def _lower(options: Mapping[str, Any]) -> dict[str, str]:
@@ -47,32 +45,15 @@ def _cluster_file(env: Mapping[str, str]) -> Path:
 
 
 def resolve_connection(options: Mapping[str, Any], env: Mapping[str, str] | None = None) -> MetadataConfig:
-    """Options > environment > cluster file > built-in defaults, as a validated MetadataConfig."""
+    """Options > environment > cluster file > built-in defaults (:meth:`ConnectionSettings.resolve`),
+    as a validated MetadataConfig."""
     env = os.environ if env is None else env
     opts = _lower(options)
-    values: dict[str, Any] = {}
-    for option, name in CONNECTION_OPTIONS.items():
-        if opts.get(option):
-            values[name] = opts[option]
-        elif env.get(_ENV[name]):
-            values[name] = env[_ENV[name]]
-    if not values.get("zk_hosts") or not values.get("bootstrap_servers"):
-        from shoal import cluster_file
-
-        try:
-            info = cluster_file.read(_cluster_file(env))
-        except ClusterFileError:
-            info = None
-        if info is not None:
-            values.setdefault("zk_hosts", info.zk_connect)
-            values.setdefault("bootstrap_servers", info.bootstrap_servers)
-            values.setdefault("topic_prefix", info.topic_prefix)
-    if opts.get("zkuser") or opts.get("zkpassword"):
-        from metadata.security import ZkSecurity
-
-        values["security"] = ZkSecurity(opts.get("zkuser"), opts.get("zkpassword"))
     try:
-        return MetadataConfig.from_env(env, **values)
+        connection = ConnectionSettings.resolve(
+            {key: opts.get(option) for option, key in CONNECTION_OPTIONS.items()}, env, _cluster_file(env)
+        )
+        return MetadataConfig(connection=connection)
     except ConfigError as exc:
         raise SinkOptionError(f"format('shoal'): bad connection setting: {exc}") from exc
 

@@ -74,15 +74,7 @@ def producer_config(settings: SinkSettings) -> ProducerConfig:
     from producer import ProducerConfig
 
     c = settings.connection
-    return ProducerConfig(
-        bootstrap_servers=c.bootstrap_servers,
-        zk_hosts=c.zk_hosts,
-        topic_prefix=c.topic_prefix,
-        zk_root=c.zk_root,
-        zk_timeout_s=c.zk_timeout_s,
-        security=c.security,
-        watch_metadata=False,
-    )
+    return ProducerConfig(c.connection, zk_timeout_s=c.zk_timeout_s, watch_metadata=False)
 
 
 def write_batches(settings: SinkSettings, file: MetadataFile, batches: Iterator[pa.RecordBatch]) -> tuple[int, int]:

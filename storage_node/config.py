@@ -13,7 +13,7 @@ from typing import Any
 
 from shoal.errors import ConfigError
 from shoal.ids import validate_server_id
-from shoal.kafka.settings import ConnectionSettings, KafkaSettings
+from shoal.kafka.settings import ConnectionFields, ConnectionSettings, KafkaSettings
 from shoal.topics import TopicNames
 
 
@@ -88,7 +88,7 @@ class LeaderConfig:
 
 
 @dataclass(frozen=True)
-class NodeConfig:
+class NodeConfig(ConnectionFields):
     """One storage node process: its id, where its data lives, how to reach the cluster."""
 
     server_id: str
@@ -118,26 +118,6 @@ class NodeConfig:
         if self.metrics_port is not None and not 0 <= self.metrics_port < 65536:
             raise ConfigError(f"metrics_port must be in [0, 65535], got {self.metrics_port}")
         self.leader_config()  # validates the stall settings
-
-    @property
-    def kafka(self) -> KafkaSettings:
-        return self.connection.kafka
-
-    @property
-    def bootstrap_servers(self) -> str:
-        return self.connection.kafka.bootstrap_servers
-
-    @property
-    def zk_hosts(self) -> str:
-        return self.connection.zk_hosts
-
-    @property
-    def zk_root(self) -> str:
-        return self.connection.zk_root
-
-    @property
-    def topic_prefix(self) -> str:
-        return self.connection.topic_prefix
 
     @property
     def topics(self) -> TopicNames:

@@ -68,7 +68,6 @@ from metadata.keyspace import KeyRange
 from metadata.metadata_file import MetadataFile
 from metadata.node_registry import node_path, register_node
 from metadata.notify import TableWatcher
-from metadata.security import ZkSecurity
 from metadata.table import TableDefinition
 from shoal.errors import PartitionUnavailableError
 from shoal.kafka.indexes import channel_indexes
@@ -163,15 +162,7 @@ def _add(into: dict[str, float], more: dict[str, float]) -> None:
 class StorageNode:
     def __init__(self, config: NodeConfig, *, metadata: MetadataConfig | None = None) -> None:
         self.config = config
-        conn = config.connection
-        self.metadata_config = metadata or MetadataConfig(
-            zk_hosts=conn.zk_hosts,
-            bootstrap_servers=conn.kafka.bootstrap_servers,
-            topic_prefix=conn.topic_prefix,
-            zk_root=conn.zk_root,
-            security=ZkSecurity(conn.zk_user, None if conn.zk_password is None else conn.zk_password.reveal()),
-            kafka_config=dict(conn.kafka.passthrough),
-        )
+        self.metadata_config = metadata or MetadataConfig(connection=config.connection)
         self._stop = threading.Event()
         self._lock = threading.RLock()
         self._held: dict[str, HeldPartition] = {}

@@ -1,5 +1,5 @@
-"""The Kafka layer (DESIGN.md section 7): typed settings, the client factory, transactional
-channels, channel readers, the channel indexes and topic administration.
+"""The Kafka layer of the core (DESIGN.md sections 1 and 11): typed settings, the client factory,
+transactional channels, channel readers, the channel indexes and topic administration.
 
 - :mod:`shoal.kafka.settings`: ``Secret``, ``KafkaSettings``, ``ConnectionSettings.resolve``.
 - :mod:`shoal.kafka.clients`: ``producer``, ``consumer``, ``admin`` (the only librdkafka configs).

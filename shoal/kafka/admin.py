@@ -34,6 +34,8 @@ def create_topic(
     except KafkaException as exc:
         if error_code(exc) != KafkaError.TOPIC_ALREADY_EXISTS:
             raise classify(exc, f"cannot create topic {name!r}") from exc
+    finally:
+        admin.poll(0)  # emit librdkafka's log lines
     wait_for_topic(admin, name, timeout_s=timeout_s)
 
 
@@ -67,6 +69,7 @@ def delete_topics(admin: AdminClient, names: list[str], timeout_s: float = 30.0)
         except KafkaException as exc:
             if error_code(exc) != KafkaError.UNKNOWN_TOPIC_OR_PART:
                 raise classify(exc, f"cannot delete topic {name!r}") from exc
+    admin.poll(0)
 
 
 def log_start_and_end(

@@ -1,10 +1,11 @@
-"""The client factory: the only place a librdkafka configuration is built (DESIGN.md section 7).
+"""The client factory: the only place a librdkafka configuration is built (DESIGN.md sections 1 and 11).
 
 Every producer, consumer and admin client of shoal comes from here, so connection and security
 settings are applied once and the same way. ``overrides`` use librdkafka's own names
 (``**{"linger.ms": 5}``) so tuning carries over unchanged. librdkafka's log lines go to Python
 logging (logger ``shoal.kafka.librdkafka``) instead of stderr; they are emitted when the client is
-polled.
+polled (``poll``/``consume``/``flush``; an admin client's by ``admin.poll(0)``, which the helpers of
+:mod:`shoal.kafka.admin` call after each request).
 """
 
 from __future__ import annotations
@@ -43,10 +44,17 @@ def client_config(settings: KafkaSettings, **overrides: Any) -> dict[str, Any]:
 
 def producer(settings: KafkaSettings, *, transactional_id: str | None = None, **overrides: Any) -> Producer:
     """An idempotent producer (``acks=all``); transactional when ``transactional_id`` is given."""
+    return Producer(producer_config(settings, transactional_id=transactional_id, **overrides))
+
+
+def producer_config(
+    settings: KafkaSettings, *, transactional_id: str | None = None, **overrides: Any
+) -> dict[str, Any]:
+    """The configuration :func:`producer` uses (idempotent, ``acks=all``, then ``overrides``)."""
     base: dict[str, Any] = {"enable.idempotence": True, "acks": "all"}
     if transactional_id is not None:
         base["transactional.id"] = transactional_id
-    return Producer(client_config(settings, **{**base, **overrides}))
+    return client_config(settings, **{**base, **overrides})
 
 
 def consumer(settings: KafkaSettings, *, group_id: str, read_committed: bool = True, **overrides: Any) -> Consumer:
@@ -61,6 +69,7 @@ def consumer(settings: KafkaSettings, *, group_id: str, read_committed: bool = T
 
 
 def admin(settings: KafkaSettings, **overrides: Any) -> AdminClient:
+    """An admin client; a long-lived one should call ``poll(0)`` now and then to emit its log lines."""
     return AdminClient(client_config(settings, **overrides))
 
 

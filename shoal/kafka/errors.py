@@ -1,4 +1,4 @@
-"""Kafka errors, classified with librdkafka's own ``KafkaError`` (DESIGN.md section 7).
+"""Kafka errors, classified with librdkafka's own ``KafkaError`` (fencing: DESIGN.md sections 3, 7).
 
 :func:`classify` turns a ``KafkaException`` into a :class:`KafkaOperationError` that carries the
 ``KafkaError`` (``.fatal``, ``.retriable``, ``.txn_requires_abort``, ``.code``), or into

@@ -1,4 +1,4 @@
-"""Connection settings, typed and resolved once at the edge (DESIGN.md section 7).
+"""Connection settings, typed and resolved once at the edge (DESIGN.md section 1).
 
 :class:`KafkaSettings` says how to reach Kafka (addresses, security, passthrough librdkafka
 settings); :class:`ConnectionSettings` adds ZooKeeper and the topic prefix. Every process builds
@@ -13,7 +13,6 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import MappingProxyType
 
 from shoal import cluster_file
 from shoal.errors import ClusterFileError, ConfigError
@@ -52,10 +51,6 @@ class Secret:
         return hash(self._value)
 
 
-def _empty() -> Mapping[str, str]:
-    return MappingProxyType({})
-
-
 @dataclass(frozen=True)
 class KafkaSettings:
     """How to reach Kafka. ``passthrough`` holds further librdkafka settings (librdkafka names) that
@@ -67,7 +62,8 @@ class KafkaSettings:
     sasl_username: str | None = None
     sasl_password: Secret | None = None
     ssl_ca_location: str | None = None
-    passthrough: Mapping[str, str] = field(default_factory=_empty, hash=False)
+    passthrough: Mapping[str, str] = field(default_factory=dict, hash=False, repr=False)
+    """Not shown by ``repr``: librdkafka settings may hold credentials."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.bootstrap_servers, str) or not self.bootstrap_servers.strip():
@@ -94,15 +90,7 @@ class KafkaSettings:
             raise ConfigError(
                 f"sasl_mechanism must be one of {', '.join(SASL_MECHANISMS)}, got {self.sasl_mechanism!r}"
             )
-        object.__setattr__(self, "passthrough", MappingProxyType(dict(self.passthrough)))
-
-    @property
-    def uses_sasl(self) -> bool:
-        return self.security_protocol.startswith("SASL_")
-
-    @property
-    def uses_ssl(self) -> bool:
-        return self.security_protocol in ("SSL", "SASL_SSL")
+        object.__setattr__(self, "passthrough", {str(k): config_text(v) for k, v in self.passthrough.items()})
 
     def with_passthrough(self, **extra: str) -> KafkaSettings:
         """A copy with more passthrough settings (librdkafka names, given as ``**{"a.b": "v"}``)."""
@@ -141,6 +129,13 @@ class ConnectionSettings:
         return self.kafka.bootstrap_servers
 
     @classmethod
+    def plain(
+        cls, bootstrap_servers: str, zk_hosts: str, topic_prefix: str = "shoal", zk_root: str = "/shoal"
+    ) -> ConnectionSettings:
+        """A cluster without security (tests, benchmarks, the local runtime)."""
+        return cls(KafkaSettings(bootstrap_servers), zk_hosts, zk_root=zk_root, topic_prefix=topic_prefix)
+
+    @classmethod
     def resolve(
         cls,
         options: Mapping[str, object | None],
@@ -173,24 +168,59 @@ class ConnectionSettings:
         if not isinstance(passthrough, Mapping):
             raise ConfigError("kafka_passthrough must be a mapping of librdkafka settings")
         password = values.get("sasl_password")
-        kafka = KafkaSettings(
-            bootstrap_servers=values.get("bootstrap_servers", DEFAULT_BOOTSTRAP_SERVERS),
-            security_protocol=values.get("security_protocol", "PLAINTEXT"),
-            sasl_mechanism=values.get("sasl_mechanism"),
-            sasl_username=values.get("sasl_username"),
-            sasl_password=None if password is None else Secret(password),
-            ssl_ca_location=values.get("ssl_ca_location"),
-            passthrough={str(k): str(v) for k, v in passthrough.items()},
-        )
         zk_password = values.get("zk_password")
-        return cls(
-            kafka=kafka,
-            zk_hosts=values.get("zk_hosts", DEFAULT_ZK_HOSTS),
-            zk_root=values.get("zk_root", "/shoal"),
-            topic_prefix=values.get("topic_prefix", "shoal"),
-            zk_user=values.get("zk_user"),
-            zk_password=None if zk_password is None else Secret(zk_password),
-        )
+        try:
+            kafka = KafkaSettings(
+                bootstrap_servers=values.get("bootstrap_servers", DEFAULT_BOOTSTRAP_SERVERS),
+                security_protocol=values.get("security_protocol", "PLAINTEXT"),
+                sasl_mechanism=values.get("sasl_mechanism"),
+                sasl_username=values.get("sasl_username"),
+                sasl_password=None if password is None else Secret(password),
+                ssl_ca_location=values.get("ssl_ca_location"),
+                passthrough=passthrough,
+            )
+            return cls(
+                kafka=kafka,
+                zk_hosts=values.get("zk_hosts", DEFAULT_ZK_HOSTS),
+                zk_root=values.get("zk_root", "/shoal"),
+                topic_prefix=values.get("topic_prefix", "shoal"),
+                zk_user=values.get("zk_user"),
+                zk_password=None if zk_password is None else Secret(zk_password),
+            )
+        except ConfigError as exc:
+            named = ", ".join(f"{key} from {var}" for key, var in _ENV.items() if key in str(exc))
+            raise ConfigError(f"{exc} (options, or the environment: {named})" if named else str(exc)) from exc
+
+
+def config_text(value: object) -> str:
+    """A librdkafka setting as text (booleans as ``true`` / ``false``)."""
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+class ConnectionFields:
+    """Read-only shortcuts for a configuration that holds ``connection: ConnectionSettings``."""
+
+    connection: ConnectionSettings
+
+    @property
+    def kafka(self) -> KafkaSettings:
+        return self.connection.kafka
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return self.connection.kafka.bootstrap_servers
+
+    @property
+    def zk_hosts(self) -> str:
+        return self.connection.zk_hosts
+
+    @property
+    def zk_root(self) -> str:
+        return self.connection.zk_root
+
+    @property
+    def topic_prefix(self) -> str:
+        return self.connection.topic_prefix
 
 
 _ENV = {
@@ -209,6 +239,8 @@ _ENV = {
 """Option key -> the environment variable that fills it when the option is not given."""
 
 ENV_VARS = tuple(_ENV.values())
+CONNECTION_KEYS = frozenset(_ENV)
+"""The option keys :meth:`ConnectionSettings.resolve` reads (besides ``kafka_passthrough``)."""
 
 
 def _from_cluster_file(path: Path) -> dict[str, str]:

@@ -1,6 +1,6 @@
 """A transactional channel: one ``transactional.id``, transactions as a context manager.
 
-The write path of a channel (DESIGN.md sections 3 and 7): ``open()`` runs ``init_transactions``
+The write path of a channel (DESIGN.md sections 3 and 4): ``open()`` runs ``init_transactions``
 (which fences any older incarnation of the id), ``with channel.transaction() as txn:`` begins a
 transaction, ``txn.produce`` / ``txn.send_offsets`` add to it, a normal exit commits and an
 exception aborts and re-raises the error classified (:func:`shoal.kafka.errors.classify`).

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 import click
 
 from metadata.client import MetadataConfig
-from shoal.errors import ClusterFileError
+from shoal.kafka.settings import ConnectionSettings
 from shoal_app.cli.context import CliContext
 
 T = TypeVar("T")
@@ -27,25 +28,15 @@ def connection_options(fn: Callable[..., T]) -> Callable[..., T]:
     return fn
 
 
-def with_cluster_defaults(conn: dict[str, Any]) -> dict[str, Any]:
-    """``conn`` with addresses and topic prefix that options and env left open taken from the cluster file."""
-    if conn.get("zk_hosts") and conn.get("bootstrap_servers"):
-        return conn
+def connection_settings(conn: Mapping[str, Any], environ: Mapping[str, str] | None = None) -> ConnectionSettings:
+    """The cluster named by the connection options ``conn`` (None = not given), then the SHOAL_*
+    environment (default: the process's), then the cluster file of ``shoal up``
+    (:meth:`ConnectionSettings.resolve`)."""
     ctx = click.get_current_context(silent=True)
     obj = ctx.find_object(CliContext) if ctx is not None else None
-    if obj is None:
-        return conn
-    try:
-        info = obj.cluster()
-    except ClusterFileError:
-        return conn
-    return {
-        **conn,
-        "zk_hosts": conn.get("zk_hosts") or info.zk_connect,
-        "bootstrap_servers": conn.get("bootstrap_servers") or info.bootstrap_servers,
-        "topic_prefix": conn.get("topic_prefix") or info.topic_prefix,
-    }
+    path = obj.cluster_file_path if obj is not None else None
+    return ConnectionSettings.resolve(conn, os.environ if environ is None else environ, path)
 
 
-def metadata_config(conn: dict[str, Any]) -> MetadataConfig:
-    return MetadataConfig.from_env(**with_cluster_defaults(conn))
+def metadata_config(conn: Mapping[str, Any]) -> MetadataConfig:
+    return MetadataConfig(connection=connection_settings(conn))

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from pathlib import Path
 from typing import Any
 
@@ -73,27 +72,11 @@ def node_command(
     **conn: Any,
 ) -> None:
     """Run one storage node until SIGTERM: it leads the partitions discovery gives it."""
-    from shoal.kafka.settings import ConnectionSettings
     from storage_node.config import FlushPolicy, NodeConfig
     from storage_node.node import StorageNode
 
     try:
-        meta = metadata_config(conn)
-        # the node's typed connection settings, resolved once here: the addresses as the metadata
-        # client resolved them (options, environment, cluster file), Kafka security from SHOAL_KAFKA_*
-        connection = ConnectionSettings.resolve(
-            {
-                "bootstrap_servers": meta.bootstrap_servers,
-                "zk_hosts": meta.zk_hosts,
-                "zk_root": meta.zk_root,
-                "topic_prefix": meta.topic_prefix,
-                "zk_user": meta.security.username,
-                "zk_password": meta.security.password,
-                "kafka_passthrough": dict(meta.kafka_config),
-            },
-            os.environ,
-            None,
-        )
+        meta = metadata_config(conn)  # the typed connection settings, resolved once here (options, env, cluster file)
         obj = ctx.find_object(CliContext)
         base = obj.data_dir if obj is not None else Path.home() / ".shoal" / "local"
         defaults = FlushPolicy()
@@ -105,7 +88,7 @@ def node_command(
         config = NodeConfig(
             server_id=server_id,
             data_dir=node_data_dir or base / "nodes" / server_id,
-            connection=connection,
+            connection=meta.connection,
             flight_host=flight_host,
             flight_port=flight_port,
             flush=flush,

@@ -45,7 +45,7 @@ def open_collector(
     try:
         meta = metadata_config(conn)
         config = MonitorConfig(
-            bootstrap_servers=meta.bootstrap_servers,
+            kafka=meta.kafka,
             topic_prefix=meta.topic_prefix,
             interval_s=interval_s,
             window_samples=window_samples,

@@ -14,7 +14,7 @@ import click
 
 from producer import DeliveryReport, Producer, ProducerConfig, RowValidationError
 from shoal.errors import ShoalError
-from shoal_app.cli.connection import connection_options, with_cluster_defaults
+from shoal_app.cli.connection import connection_options, connection_settings
 from shoal_app.cli.context import emit_json, output_option
 
 
@@ -64,13 +64,7 @@ def write_command(
     reports: list[DeliveryReport] = []
     rows_sent = 0
     try:
-        conn = with_cluster_defaults(conn)
-        config = ProducerConfig.from_env(
-            zk_hosts=conn.get("zk_hosts"),
-            bootstrap_servers=conn.get("bootstrap_servers"),
-            topic_prefix=conn.get("topic_prefix"),
-            zk_root=conn.get("zk_root"),
-        )
+        config = ProducerConfig(connection_settings(conn))
         with Producer(config, on_delivery=reports.append) as producer:
             for rows, lines in _chunks(file, chunk_rows):
                 try:

@@ -11,11 +11,14 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
-from confluent_kafka import KafkaError, Message, Producer
+from confluent_kafka import KafkaError, Message
 
 from shoal.errors import ConfigError, KafkaOperationError
+from shoal.kafka import clients
+from shoal.kafka.settings import KafkaSettings
 from shoal_app.demo.events import event_id_at, event_json
 
 log = logging.getLogger(__name__)
@@ -100,15 +103,8 @@ class EventGenerator:
 
     def _run(self) -> None:
         cfg = self.config
-        producer = Producer(
-            {
-                "bootstrap.servers": cfg.bootstrap_servers,
-                "acks": "all",
-                "enable.idempotence": True,
-                "linger.ms": 20,
-                "delivery.timeout.ms": 120_000,
-            }
-        )
+        tuning: dict[str, Any] = {"linger.ms": 20, "delivery.timeout.ms": 120_000}
+        producer = clients.producer(KafkaSettings(cfg.bootstrap_servers), **tuning)
         self.started_at = time.monotonic()
         try:
             next_id = 0

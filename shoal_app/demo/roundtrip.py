@@ -11,11 +11,12 @@ import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from confluent_kafka import Consumer, Producer
 from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError
 
-from shoal.kafka_admin import admin_client, create_topic, delete_topics
+from shoal.kafka import clients
+from shoal.kafka.admin import create_topic, delete_topics
+from shoal.kafka.settings import KafkaSettings
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -58,10 +59,10 @@ def zookeeper_cas(zk_connect: str, run_id: str) -> StepResult:
 def kafka_transaction(bootstrap: str, topic: str, run_id: str) -> StepResult:
     """Commit one transaction and abort another; a read_committed consumer sees only the first."""
     t0 = time.monotonic()
-    admin = admin_client(bootstrap)
+    kafka = KafkaSettings(bootstrap)
+    admin = clients.admin(kafka)
     create_topic(admin, topic, partitions=1)
-    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"shoal-demo-{run_id}",
-                         "enable.idempotence": True, "acks": "all"})  # fmt: skip
+    producer = clients.producer(kafka, transactional_id=f"shoal-demo-{run_id}")
     producer.init_transactions(30)
     producer.begin_transaction()
     for i in range(3):
@@ -71,9 +72,8 @@ def kafka_transaction(bootstrap: str, topic: str, run_id: str) -> StepResult:
     for i in range(3, 5):
         producer.produce(topic, key=str(i).encode(), value=json.dumps({"n": i, "txn": "aborted"}).encode())
     producer.abort_transaction(30)
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"shoal-demo-{run_id}",
-                         "isolation.level": "read_committed", "auto.offset.reset": "earliest",
-                         "enable.auto.commit": False})  # fmt: skip
+    from_start: dict[str, Any] = {"auto.offset.reset": "earliest"}
+    consumer = clients.consumer(kafka, group_id=f"shoal-demo-{run_id}", **from_start)
     consumer.subscribe([topic])
     seen: list[dict[str, Any]] = []
     deadline = time.monotonic() + 20
@@ -97,7 +97,7 @@ def spark_streaming_read(spark: SparkSession, bootstrap: str, topic: str) -> Ste
     with tempfile.TemporaryDirectory(prefix="shoal-demo-ckpt-") as ckpt:
         stream = (
             spark.readStream.format("kafka")
-            .option("kafka.bootstrap.servers", bootstrap)
+            .options(**clients.spark_kafka_options(KafkaSettings(bootstrap)))
             .option("subscribe", topic)
             .option("startingOffsets", "earliest")
             .option("kafka.isolation.level", "read_committed")
@@ -117,4 +117,4 @@ def spark_streaming_read(spark: SparkSession, bootstrap: str, topic: str) -> Ste
 
 
 def cleanup_topic(bootstrap: str, topic: str) -> None:
-    delete_topics(admin_client(bootstrap), [topic])
+    delete_topics(clients.admin(KafkaSettings(bootstrap)), [topic])

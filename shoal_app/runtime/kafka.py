@@ -13,6 +13,7 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from shoal.cluster_file import ProcessRecord
 from shoal.errors import RuntimeLaunchError
@@ -160,14 +161,14 @@ def start(directory: Path, node: BrokerPorts, cache_dir: Path, heap_mb: int = 76
 
 def broker_count(bootstrap_servers: str, timeout_s: float = 5.0) -> int:
     """How many brokers the cluster reports (0 if it does not answer)."""
-    from confluent_kafka.admin import AdminClient
+    from shoal.kafka import clients
+    from shoal.kafka.settings import KafkaSettings
 
     first = bootstrap_servers.split(",")[0].rsplit(":", 1)
     if len(first) == 2 and first[1].isdigit() and not is_listening(int(first[1]), first[0]):
         return 0
-    admin = AdminClient(
-        {"bootstrap.servers": bootstrap_servers, "socket.timeout.ms": int(timeout_s * 1000), "log_level": 2}
-    )
+    quiet: dict[str, Any] = {"socket.timeout.ms": int(timeout_s * 1000), "log_level": 2}
+    admin = clients.admin(KafkaSettings(bootstrap_servers), **quiet)
     try:
         md = admin.list_topics(timeout=timeout_s)
     except Exception:

@@ -31,6 +31,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from metadata.table import ColumnType, TableDefinition
+from shoal.kafka.settings import KafkaSettings
 from shoal.segments.versioned import DELETED_COLUMN, EPOCH_COLUMN, SEQ_COLUMN
 from shoal.wire.records import SegmentChunk
 from shoal.wire.records import SegmentManifest as WireManifest
@@ -140,23 +141,24 @@ def reassemble(
         yield from finish(current)
 
 
-def _kafka_range(spark: SparkSession, bootstrap: str, sources: list[SegmentSource]) -> DataFrame:
+def _kafka_range(spark: SparkSession, kafka: KafkaSettings, sources: list[SegmentSource]) -> DataFrame:
     from pyspark.sql import functions as F
 
     topic = sources[0].topic
     if any(s.topic != topic for s in sources):
         raise CompactionJobError("the segments of one compaction must come from one channel")
-    from shoal.kafka_admin import log_start_and_end
+    from shoal.kafka.admin import log_start_and_end
+    from shoal.kafka.clients import spark_kafka_options
 
     start = min(s.manifest_offset for s in sources)
     end = max(s.manifest_offset + s.chunk_count for s in sources) + 2  # + the transaction marker
-    log_start, log_end = log_start_and_end(bootstrap, topic)
+    log_start, log_end = log_start_and_end(kafka, topic)
     if start < log_start:
         raise CompactionJobError(f"{topic} was truncated to {log_start}, above segment data at {start}")
     end = min(end, log_end)
     return (
         spark.read.format("kafka")
-        .option("kafka.bootstrap.servers", bootstrap)
+        .options(**spark_kafka_options(kafka))
         .option("kafka.isolation.level", "read_committed")
         .option("assign", json.dumps({topic: [0]}))
         .option("startingOffsets", json.dumps({topic: {"0": start}}))
@@ -171,7 +173,7 @@ def _kafka_range(spark: SparkSession, bootstrap: str, sources: list[SegmentSourc
 
 def compute_major(
     spark: SparkSession,
-    bootstrap: str,
+    kafka: KafkaSettings,
     sources: list[SegmentSource],
     table: TableDefinition,
     *,
@@ -184,7 +186,7 @@ def compute_major(
         raise CompactionJobError("nothing to compact")
     by_id = {s.segment_id: s for s in sources}
     wanted = frozenset(by_id)
-    chunks = _kafka_range(spark, bootstrap, sources).mapInArrow(
+    chunks = _kafka_range(spark, kafka, sources).mapInArrow(
         lambda it: decode_chunks(it, wanted), "segment_id string, idx int, data binary"
     )
     ordered = chunks.repartition(min(len(sources), 8), "segment_id").sortWithinPartitions("segment_id", "idx")

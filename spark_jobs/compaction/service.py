@@ -35,6 +35,7 @@ from metadata.election import read_epoch
 from metadata.table import TableDefinition
 from shoal.errors import ConfigError, ShoalError
 from shoal.ids import new_segment_id, validate_table_name
+from shoal.kafka.clients import spark_kafka_options
 from shoal.topics import TopicNames
 from shoal.wire.records import SegmentManifest as WireManifest
 from spark_jobs.compaction.book import ChannelBook, ChannelView
@@ -151,7 +152,7 @@ class CompactionService:
         pattern = re.escape(self.topics.prefix) + r"\.segments\..+"
         return (
             self.spark.readStream.format("kafka")
-            .option("kafka.bootstrap.servers", self.config.connection.bootstrap_servers)
+            .options(**spark_kafka_options(self.config.connection.kafka))
             .option("kafka.isolation.level", "read_committed")
             .option("subscribePattern", pattern)
             .option("startingOffsets", "earliest")
@@ -277,7 +278,7 @@ class CompactionService:
         reason = reason or "forced"
         table = self._table(view.table)
         sources = [SegmentSource.of(view.topic, *view.manifests[e.segment_id]) for e in folded]
-        rows = compute_major(self.spark, self.config.connection.bootstrap_servers, sources, table,
+        rows = compute_major(self.spark, self.config.connection.kafka, sources, table,
                              drop_tombstones=self.config.policy.full)  # fmt: skip
         segment_id = new_segment_id()
         written = write_major(self.work_dir, segment_id, rows, table)
@@ -294,7 +295,7 @@ class CompactionService:
     def publish(self, prepared: PreparedMajor) -> CompactionOutcome:
         m = prepared.manifest
         try:
-            publish_major(self.config.connection.bootstrap_servers, self.topics, m, prepared.path)
+            publish_major(self.config.connection.kafka, self.topics, m, prepared.path)
         finally:
             prepared.path.unlink(missing_ok=True)
         self._pending[prepared.partition_id] = (m.segment_id, self.clock(), m.epoch)
@@ -305,7 +306,7 @@ class CompactionService:
 
     def wait_committed(self, partition_id: str, segment_id: str, timeout_s: float | None = None) -> bool:
         """True once the leader published the major on its segments channel (it committed it)."""
-        from shoal.segments.channel_reader import read_manifests
+        from shoal.kafka.readers import read_manifests
 
         deadline = time.monotonic() + (timeout_s if timeout_s is not None else self.config.commit_timeout_s)
         while True:
@@ -313,7 +314,7 @@ class CompactionService:
             if rec.placement_id is not None:
                 topic = self.topics.segments(partition_id, rec.placement_id)
                 try:
-                    seen = read_manifests(self.config.connection.bootstrap_servers, topic, timeout_s=10)
+                    seen = read_manifests(self.config.connection.kafka, topic, timeout_s=10)
                 except ShoalError:
                     seen = []
                 if any(cm.manifest.segment_id == segment_id for cm in seen):

@@ -15,6 +15,7 @@ from metadata.client import MetadataClient, MetadataConfig
 from metadata.election import read_epoch
 from metadata.node_registry import lookup_node
 from producer import Producer, ProducerConfig
+from shoal.kafka.settings import ConnectionSettings
 from shoal.scan import ScanRequest, describe_remote, scan_remote
 from shoal_app.cli.verify import verify_table
 from shoal_app.testing.wait import wait_until
@@ -30,7 +31,7 @@ class Writer(threading.Thread):
         self, bootstrap: str, zk_hosts: str, prefix: str, *, first_key: int = 0, batch: int = 20, pause_s: float = 0.1
     ) -> None:
         super().__init__(daemon=True, name="fault-writer")
-        self.config = ProducerConfig(bootstrap, zk_hosts, topic_prefix=prefix)
+        self.config = ProducerConfig(ConnectionSettings.plain(bootstrap, zk_hosts, topic_prefix=prefix))
         self.first_key, self.batch, self.pause_s = first_key, batch, pause_s
         self.acked: set[int] = set()
         self.sent: set[int] = set()

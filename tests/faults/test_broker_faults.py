@@ -39,6 +39,7 @@ from producer import Producer, ProducerConfig
 from shoal import cluster_file
 from shoal.cluster_file import ClusterInfo, ProcessRecord
 from shoal.jvm import jars
+from shoal.kafka.settings import ConnectionSettings
 from shoal.scan import ScanRequest, scan_remote
 from shoal.topics import TopicNames
 from shoal_app.cli.verify import verify_table
@@ -90,7 +91,8 @@ class RetryingWriter(threading.Thread):
         super().__init__(daemon=True, name="broker-fault-writer")
         # short delivery timeout: messages produced while the broker is down fail instead of waiting it out
         self.config = ProducerConfig(
-            info.bootstrap_servers, info.zk_connect, topic_prefix=prefix, kafka_config={"message.timeout.ms": 5000}
+            ConnectionSettings.plain(info.bootstrap_servers, info.zk_connect, topic_prefix=prefix),
+            kafka_config={"message.timeout.ms": 5000},
         )
         self.batch, self.pause_s = batch, pause_s
         self.acked: set[int] = set()

@@ -15,7 +15,7 @@ from metadata.table import Column, ColumnType, TableDefinition
 
 
 def make_store(cluster: Any, prefix: str) -> KafkaFileStore:
-    return KafkaFileStore(KafkaStoreConfig(bootstrap_servers=cluster.bootstrap_servers, topic_prefix=prefix))
+    return KafkaFileStore(KafkaStoreConfig(cluster.bootstrap_servers, topic_prefix=prefix))
 
 
 def make_table(name: str = "events", rf: int = 1, keyspace: str = "uint64") -> TableDefinition:

@@ -80,7 +80,7 @@ def make_collector(env: Env, history_dir: Path | None = None, **overrides: Any) 
         "history_dir": history_dir,
         **overrides,
     }
-    config = MonitorConfig(bootstrap_servers=env.bootstrap, topic_prefix=env.topics.prefix, **settings)
+    config = MonitorConfig(env.bootstrap, topic_prefix=env.topics.prefix, **settings)
     return Collector(config, lambda: read_topology(env.topics, env.client.coordinator, env.table))
 
 

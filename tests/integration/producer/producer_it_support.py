@@ -16,7 +16,7 @@ from shoal.wire.ingest import TABLE_HEADER
 
 
 def make_store(cluster: Any, prefix: str) -> KafkaFileStore:
-    return KafkaFileStore(KafkaStoreConfig(bootstrap_servers=cluster.bootstrap_servers, topic_prefix=prefix))
+    return KafkaFileStore(KafkaStoreConfig(cluster.bootstrap_servers, topic_prefix=prefix))
 
 
 def events_table(name: str = "events") -> TableDefinition:

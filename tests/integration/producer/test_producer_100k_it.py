@@ -15,7 +15,7 @@ from metadata.client import MetadataClient, MetadataConfig
 from metadata.keyspace import Keyspace
 from metadata.node_registry import lookup_node
 from producer import Producer, ProducerConfig
-from shoal.kafka.settings import ConnectionSettings, KafkaSettings
+from shoal.kafka.settings import ConnectionSettings
 from shoal.scan import ScanRequest, scan_remote
 from shoal.topics import TopicNames
 from shoal_app.testing.wait import wait_until
@@ -50,7 +50,7 @@ def test_100k_unique_rows_are_all_readable_and_sync_waits(
         file = client.coordinator.create_table(events_table(), ["node-1"], [Keyspace.UINT64.encode(2**63)])
         partition_ids = [p.partition_id for p in file.partitions]
         # Segments are written during the run (40k rows each), so reads combine segments and the memtable.
-        connection = ConnectionSettings(KafkaSettings(bs), zk_hosts, topic_prefix=topic_prefix)
+        connection = ConnectionSettings.plain(bs, zk_hosts, topic_prefix=topic_prefix)
         config = NodeConfig("node-1", tmp_path / "n1", connection, flush=FlushPolicy(max_rows=40_000), table_poll_s=0.2)
         node = StorageNode(config, metadata=meta)
         thread = threading.Thread(target=node.run, daemon=True, name="node-1")
@@ -62,7 +62,9 @@ def test_100k_unique_rows_are_all_readable_and_sync_waits(
             keys = pa.array([i * STEP for i in range(ROWS)], pa.uint64())
             values = pa.array([f"value-{i:06d}" for i in range(ROWS)], pa.string())
             rows = pa.table({"k": keys, "v": values, "n": pa.array(range(ROWS), pa.int64())})
-            with Producer(ProducerConfig(bs, zk_hosts, topic_prefix=topic_prefix)) as producer:
+            with Producer(
+                ProducerConfig(ConnectionSettings.plain(bs, zk_hosts, topic_prefix=topic_prefix))
+            ) as producer:
                 result = producer.write("events", rows)
                 assert sum(r.rows for r in result.wait(120)) == ROWS
                 producer.sync(timeout=120)

@@ -15,6 +15,7 @@ from producer_it_support import commit_as_leader, create, events_table, make_sto
 from metadata.coordinator import MetadataCoordinator
 from metadata.keyspace import Keyspace
 from producer import Producer, ProducerConfig, RowValidationError, SyncPolicy, SyncTimeoutError
+from shoal.kafka.settings import ConnectionSettings
 from shoal.topics import TopicNames
 from shoal.wire.ingest import DELETED_COLUMN
 from shoal_app.cli.write import write_command
@@ -30,7 +31,7 @@ def coord(cluster: Any, zk: Any, topic_prefix: str) -> Iterator[MetadataCoordina
 
 
 def _config(cluster: Any, zk_hosts: str, prefix: str, **kw: Any) -> ProducerConfig:
-    return ProducerConfig(cluster.bootstrap_servers, zk_hosts, topic_prefix=prefix, **kw)
+    return ProducerConfig(ConnectionSettings.plain(cluster.bootstrap_servers, zk_hosts, topic_prefix=prefix), **kw)
 
 
 def _keys_by_partition(cluster: Any, file: Any, prefix: str, group: str) -> dict[str, list[int]]:

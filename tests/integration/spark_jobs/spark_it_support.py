@@ -16,7 +16,6 @@ from metadata.election import read_epoch
 from metadata.metadata_file import MetadataFile
 from metadata.node_registry import lookup_node
 from metadata.table import Column, ColumnType, TableDefinition
-from shoal.kafka.settings import ConnectionSettings, KafkaSettings
 from shoal.scan import ScanRequest, scan_remote
 from shoal_app.testing.wait import wait_until
 from storage_node.config import FlushPolicy, NodeConfig
@@ -76,10 +75,7 @@ class SparkCluster:
 
 
 def start_node(meta: MetadataConfig, server_id: str, data_dir: Path, flush: FlushPolicy) -> StorageNode:
-    connection = ConnectionSettings(
-        KafkaSettings(meta.bootstrap_servers), meta.zk_hosts, topic_prefix=meta.topic_prefix
-    )
-    config = NodeConfig(server_id, data_dir / server_id, connection, flush=flush, table_poll_s=0.2)
+    config = NodeConfig(server_id, data_dir / server_id, meta.connection, flush=flush, table_poll_s=0.2)
     node = StorageNode(config, metadata=meta)
     thread = threading.Thread(target=node.run, daemon=True, name=f"node-{server_id}")
     thread.start()

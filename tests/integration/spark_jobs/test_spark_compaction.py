@@ -64,7 +64,7 @@ def _leader_epoch(sc: SparkCluster) -> int:
 
 
 def _write_rounds(sc: SparkCluster, rounds: range, *, delete: list[int] | None = None) -> None:
-    config = ProducerConfig(sc.meta.bootstrap_servers, sc.meta.zk_hosts, sc.meta.topic_prefix)
+    config = ProducerConfig(sc.meta.connection)
     with Producer(config) as p:
         for i in rounds:
             before = len(_held(sc).replica.chain.since_latest_major())
@@ -147,7 +147,7 @@ def test_compaction_commits_a_major_and_refuses_a_stale_one(
             )
             junk = tmp_path / "junk.parquet"
             junk.write_bytes(b"x" * forged.size_bytes)
-            publish_major(sc.meta.bootstrap_servers, TopicNames(sc.meta.topic_prefix), forged, junk)
+            publish_major(sc.meta.kafka, TopicNames(sc.meta.topic_prefix), forged, junk)
             assert wait_until(lambda: new.intake is not None and new.intake.stats.rejected == 1, 60)
             assert "sha256" in str(new.intake.stats.last_error) and new.replica.chain.root == outcome.segment_id
             assert not segment_path(new.replica.directory, forged.segment_id).exists()
@@ -170,7 +170,7 @@ def test_a_committed_major_reaches_the_follower_by_fast_forward(
             return lead[0], next(h for h in helds if h is not lead[0])
 
         leader, follower = roles()
-        config = ProducerConfig(sc.meta.bootstrap_servers, sc.meta.zk_hosts, sc.meta.topic_prefix)
+        config = ProducerConfig(sc.meta.connection)
         with Producer(config) as p:
             for i in range(4):
                 before = len(leader.replica.chain.since_latest_major())

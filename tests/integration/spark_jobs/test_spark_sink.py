@@ -153,7 +153,7 @@ def test_stream_killed_mid_batch_and_replayed_writes_each_row_once(
         assert sc.rows() == {k: ("a", k) for k in keys}
 
         # 3. a newer write to key 1, then Spark loses its last commit-log entry and replays batch 0.
-        with Producer(ProducerConfig(sc.meta.bootstrap_servers, sc.meta.zk_hosts, sc.meta.topic_prefix)) as p:
+        with Producer(ProducerConfig(sc.meta.connection)) as p:
             p.write(sc.table.name, [{"k": 1, "v": "b", "n": -1}])
             p.sync(60)
         before = _ends(sc)

@@ -24,7 +24,7 @@ from node_it_support import make_table, produce_rows, rows
 from metadata.client import MetadataClient, MetadataConfig
 from shoal.ids import new_segment_id
 from shoal.kafka.indexes import channel_indexes
-from shoal.kafka.settings import ConnectionSettings, KafkaSettings
+from shoal.kafka.settings import KafkaSettings
 from shoal.segments import SegmentRecord, lww_merge, read_segment, write_segment
 from shoal.segments.compaction import compaction_entry, segments_to_compact
 from shoal.segments.parquet_io import segment_path
@@ -40,11 +40,8 @@ NODES = ("node-1", "node-2", "node-3")
 
 
 def _start(meta: MetadataConfig, server_id: str, base: Path) -> StorageNode:
-    connection = ConnectionSettings(
-        KafkaSettings(meta.bootstrap_servers), meta.zk_hosts, topic_prefix=meta.topic_prefix
-    )
     config = NodeConfig(
-        server_id, base / server_id, connection, flush=FlushPolicy(max_rows=20, max_age_s=1.0), table_poll_s=0.2
+        server_id, base / server_id, meta.connection, flush=FlushPolicy(max_rows=20, max_age_s=1.0), table_poll_s=0.2
     )
     node = StorageNode(config, metadata=meta)
     thread = threading.Thread(target=node.run, daemon=True, name=f"node-{server_id}")

@@ -17,7 +17,7 @@ from node_it_support import make_table, produce_rows, rows
 from metadata.client import MetadataClient, MetadataConfig
 from metadata.election import read_epoch
 from metadata.node_registry import lookup_node
-from shoal.kafka.settings import ConnectionSettings, KafkaSettings
+from shoal.kafka.settings import ConnectionSettings
 from shoal.scan import ScanRequest, scan_remote
 from shoal.topics import TopicNames
 from shoal_app.cli.node import scan_command
@@ -38,7 +38,7 @@ def test_node_leads_its_partitions_and_serves_scans(
         file = client.coordinator.create_table(table, ["node-1"], [(1000).to_bytes(8, "big")])
         pids = [p.partition_id for p in file.partitions]
         flush = FlushPolicy(max_rows=3)
-        connection = ConnectionSettings(KafkaSettings(bs), zk_hosts, topic_prefix=topic_prefix)
+        connection = ConnectionSettings.plain(bs, zk_hosts, topic_prefix=topic_prefix)
         config = NodeConfig("node-1", tmp_path / "n1", connection, flush=flush, table_poll_s=0.2)
         node = StorageNode(config, metadata=meta)
         th = threading.Thread(target=node.run, daemon=True)

@@ -20,7 +20,7 @@ def test_defaults_and_derived_values(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     "kwargs, field",
     [
-        ({"bootstrap_servers": " "}, "bootstrap_servers"),
+        ({"kafka": " "}, "bootstrap_servers"),
         ({"interval_s": 0}, "interval_s"),
         ({"window_samples": 1}, "window_samples"),
         ({"window_samples": True}, "window_samples"),
@@ -31,6 +31,6 @@ def test_defaults_and_derived_values(tmp_path: Path) -> None:
     ],
 )
 def test_bad_values_are_named(kwargs: dict[str, object], field: str) -> None:
-    args: dict[str, object] = {"bootstrap_servers": "h:1", **kwargs}
+    args: dict[str, object] = {"kafka": "h:1", **kwargs}
     with pytest.raises(ConfigError, match=field):
         MonitorConfig(**args)  # type: ignore[arg-type]

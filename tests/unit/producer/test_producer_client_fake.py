@@ -7,9 +7,11 @@ from producer_unit_support import FakeKafka, make_file
 
 from metadata.keyspace import Keyspace
 from producer import DeliveryError, Producer, ProducerConfig, RowValidationError, SyncPolicy, SyncTimeoutError
+from shoal.kafka.settings import ConnectionSettings
 from shoal.topics import TopicNames
 from shoal.wire.arrow_ipc import decode_batch
 from shoal.wire.ingest import DELETED_COLUMN, TABLE_HEADER
+from shoal.worker import Worker, WorkerState
 
 U = Keyspace.UINT64.encode
 
@@ -30,7 +32,9 @@ class FakeClock:
 def _producer(kafka: FakeKafka, clock: FakeClock | None = None, **kwargs: Any) -> tuple[Producer, Any]:
     file = make_file(Keyspace.UINT64, (U(100), U(200)))
     policy = SyncPolicy() if clock is None else SyncPolicy(0.1, 1.0, 2.0, clock=clock.clock, sleep=clock.sleep)
-    config = ProducerConfig("kafka:9092", "zk:2181", topic_prefix="p", create_topics=False, sync_policy=policy)
+    config = ProducerConfig(
+        ConnectionSettings.plain("kafka:9092", "zk:2181", topic_prefix="p"), create_topics=False, sync_policy=policy
+    )
     return Producer(config, map_loader=lambda _t: file, kafka_producer=kafka, **kwargs), file
 
 
@@ -123,10 +127,19 @@ def test_closed_producer_refuses() -> None:
 
 def test_config_refuses_weaker_delivery() -> None:
     with pytest.raises(Exception, match="idempotent"):
-        ProducerConfig("k:1", "z:1", kafka_config={"acks": "1"})
-    cfg = ProducerConfig("k:1", "z:1", kafka_config={"linger.ms": 50})
+        ProducerConfig(ConnectionSettings.plain("k:1", "z:1"), kafka_config={"acks": "1"})
+    cfg = ProducerConfig(ConnectionSettings.plain("k:1", "z:1"), kafka_config={"linger.ms": 50})
     assert cfg.kafka_producer_config()["enable.idempotence"] is True
     assert cfg.kafka_producer_config()["acks"] == "all" and cfg.kafka_producer_config()["linger.ms"] == 50
     env = {"SHOAL_ZK_CONNECT": "zz:1", "SHOAL_BOOTSTRAP_SERVERS": "bb:2", "SHOAL_TOPIC_PREFIX": "x"}
     cfg = ProducerConfig.from_env(env, topic_prefix="y")
     assert (cfg.zk_hosts, cfg.bootstrap_servers, cfg.topic_prefix) == ("zz:1", "bb:2", "y")
+
+
+def test_poll_thread_is_a_worker_stopped_by_close() -> None:
+    producer, _ = _producer(FakeKafka())
+    assert producer.kafka is not None
+    poller = producer._poller
+    assert isinstance(poller, Worker) and poller.alive and poller.name == "shoal-producer-poll"
+    producer.close()
+    assert not poller.alive and poller.state is WorkerState.STOPPED
