@@ -27,9 +27,10 @@ thread the node starts (``<pid8>`` = the first 8 characters of the partition id)
   this node holds but does not lead: applies the leader's segments channel and tails its WAL;
 - ``handover-<pid8>`` (:class:`_Handover`), short-lived, after a lost leadership: waits for the
   leader role to end, follows, campaigns again;
-- ``txn-<call>`` (:func:`~storage_node.roles.leader.transaction.run_bounded`), short-lived, one per
-  transactional call of a leader, so a call librdkafka never returns from cannot wedge the
-  leader's own thread;
+- ``txn-<topic>`` (:class:`shoal.kafka.transaction.BoundedCaller`), one per transactional channel:
+  a leader's WAL channel, its publisher's segments channel (and briefly each channel a new leader
+  fences): runs the channel's blocking calls one at a time, so a call librdkafka never returns
+  from raises in the role instead of wedging it;
 - with ``metrics_port``: prometheus_client's server thread and one thread per scrape
   (:func:`prometheus_client.start_http_server`, :mod:`storage_node.metrics`).
 
