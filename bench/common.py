@@ -103,13 +103,16 @@ def leading_node(
     import threading
 
     from metadata.client import MetadataClient
+    from shoal.kafka.settings import ConnectionSettings
     from storage_node.config import NodeConfig
     from storage_node.node import StorageNode
 
     with MetadataClient(meta) as client:
         client.coordinator.create_table(table, [server_id], list(split_points))
-    config = NodeConfig(server_id, data_dir, ep.zk_connect, ep.bootstrap_servers, meta.topic_prefix, meta.zk_root,
-                        flush=flush, table_poll_s=0.2)  # fmt: skip
+    connection = ConnectionSettings.plain(
+        ep.bootstrap_servers, ep.zk_connect, topic_prefix=meta.topic_prefix, zk_root=meta.zk_root
+    )
+    config = NodeConfig(server_id, data_dir, connection, flush=flush, table_poll_s=0.2)
     node = StorageNode(config, metadata=meta)
     thread = threading.Thread(target=node.run, daemon=True, name="bench-node")
     thread.start()

@@ -106,7 +106,7 @@ def segment_messages(
 
 
 def follower_receive(replica: Any, msgs: SegmentMessages, topics: Any) -> Any:
-    """The follower's handling of one segment's messages (storage_node.partition.follower ``_handle``)."""
+    """The follower's handling of one segment's messages (storage_node.roles.follower ``_handle``)."""
     from shoal.segments.channel import from_wire
     from shoal.wire.records import SegmentChunk
     from shoal.wire.records import SegmentManifest as WireManifest
@@ -138,7 +138,7 @@ def bytes_only(directory: Path, msgs: SegmentMessages, name: str) -> None:
 def measure_size(size: int, repeat: int, value_bytes: int, workdir: Path) -> dict[str, Any]:
     from shoal.ids import new_partition_id
     from shoal.topics import TopicNames
-    from storage_node.partition.replica import PartitionReplica
+    from storage_node.replica import PartitionReplica
 
     topics = TopicNames("bench")
     pid = new_partition_id()
@@ -210,16 +210,16 @@ class LeaderOutput:
 
 
 def run_leader(directory: Path, partition_id: str, messages: list[bytes], segment_rows: int) -> LeaderOutput:
-    """The leader's work for these ingest messages (storage_node.partition.leader ``_process`` + publish)."""
+    """The leader's work for these ingest messages (storage_node.roles.leader ``_process`` + publish)."""
     from shoal.segments import SegmentRecord
     from shoal.segments.channel import DEFAULT_CHUNK_BYTES, to_wire
     from shoal.segments.parquet_io import segment_path
     from shoal.topics import TopicNames
     from shoal.wire.ingest import TABLE_HEADER
     from shoal.wire.records import GENESIS_HASH, Gtid, IngestOffset, SegmentChunk, WalRecord
-    from storage_node.partition.leader import versioned_rows as stamp_rows
-    from storage_node.partition.replica import PartitionReplica
-    from storage_node.partition.validate import IngestValidator, Rejected
+    from storage_node.replica import PartitionReplica
+    from storage_node.replica import versioned_rows as stamp_rows
+    from storage_node.replica.validate import IngestValidator, Rejected
 
     topics = TopicNames("bench")
     table = make_table()
@@ -272,9 +272,9 @@ def run_follower(directory: Path, partition_id: str, leader: LeaderOutput, *, ov
     from shoal.topics import TopicNames
     from shoal.wire.ingest import ingest_schema
     from shoal.wire.records import WalRecord, verify_chain
-    from storage_node.partition.leader import versioned_rows as stamp_rows
-    from storage_node.partition.replica import PartitionReplica
-    from storage_node.replication.overlay import WalOverlay
+    from storage_node.replica import PartitionReplica
+    from storage_node.replica import versioned_rows as stamp_rows
+    from storage_node.replica.overlay import WalOverlay
 
     topics = TopicNames("bench")
     table = make_table()
@@ -315,9 +315,9 @@ def run_row_based(
     """One replica of the rejected design: decode every ingest message, stamp, insert, flush its own segments."""
     from shoal.wire.ingest import TABLE_HEADER
     from shoal.wire.records import Gtid
-    from storage_node.partition.leader import versioned_rows as stamp_rows
-    from storage_node.partition.replica import PartitionReplica
-    from storage_node.partition.validate import IngestValidator, Rejected
+    from storage_node.replica import PartitionReplica
+    from storage_node.replica import versioned_rows as stamp_rows
+    from storage_node.replica.validate import IngestValidator, Rejected
 
     table = make_table()
     replica = PartitionReplica(table, partition_id, placement_id, directory)

@@ -14,7 +14,7 @@ One job per module:
 - :mod:`monitor.collector` one poll: everything above turned into the snapshot;
 - :mod:`monitor.models` the JSON shapes as types: the snapshot, the chart series, the history file
   (their JSON Schemas are committed under ``docs/schemas/``);
-- :mod:`monitor.metrics` the snapshot as Prometheus metrics; :mod:`monitor.node_metrics` a storage
+- :mod:`monitor.metrics` the snapshot as Prometheus metrics; :mod:`storage_node.metrics` a storage
   node's own exporter;
 - :mod:`monitor.web` the HTTP server: page, JSON API and ``/metrics``.
 """

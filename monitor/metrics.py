@@ -28,7 +28,7 @@ Metric names (gauges unless marked counter; ``*_status_code``: 0 OK, 1 WARN, 2 S
 ``shoal_spark_query_status_code``                per query
 ==============================================  =================================================
 
-Fast-forward and merge counts are the storage node's own (:mod:`monitor.node_metrics`).
+Fast-forward and merge counts are the storage node's own (:mod:`storage_node.metrics`).
 """
 
 from __future__ import annotations

@@ -1,12 +1,19 @@
-"""Settings of a storage node and of the partitions it leads (validated, frozen)."""
+"""Settings of a storage node and of the partitions it leads (validated, frozen).
+
+The connection settings are the core's typed ones (:class:`shoal.kafka.settings.ConnectionSettings`,
+resolved once at the edge by ``shoal node``); every Kafka client of the node is built from them by
+:mod:`shoal.kafka.clients`.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from shoal.errors import ConfigError
 from shoal.ids import validate_server_id
+from shoal.kafka.settings import ConnectionFields, ConnectionSettings, KafkaSettings
 from shoal.topics import TopicNames
 
 
@@ -33,7 +40,7 @@ class FlushPolicy:
 class LeaderConfig:
     """How a partition leader consumes, validates and writes."""
 
-    bootstrap_servers: str
+    kafka: KafkaSettings
     topics: TopicNames = field(default_factory=TopicNames)
     flush: FlushPolicy = field(default_factory=FlushPolicy)
     max_messages_per_transaction: int = 200
@@ -47,11 +54,11 @@ class LeaderConfig:
     topic_replication_factor: int = -1
     """-1 = the broker default."""
     transaction_timeout_ms: int = 60_000
-    transaction_call_timeout_s: float = 60.0
-    """Bound on send_offsets_to_transaction / commit / abort, which librdkafka can fail to honour
-    (its own timeout is 30 s); past it the leader role ends and a fresh producer takes the channel."""
-    kafka_config: tuple[tuple[str, str], ...] = ()
-    """Extra librdkafka settings for every client."""
+    transaction_call_timeout_s: float = 30.0
+    """librdkafka's own timeout of init_transactions / send_offsets_to_transaction / commit / abort.
+    Each call is also bounded a little longer (:data:`shoal.kafka.transaction.GUARD_GRACE_S`), since
+    librdkafka can fail to honour it; past that the leader role ends and a fresh producer takes the
+    channel."""
     max_minors_before_stall: int = 64
     """Writer stall: when more minor segments than this await compaction, each loop step sleeps first."""
     minor_stall_s: float = 0.2
@@ -60,10 +67,13 @@ class LeaderConfig:
     """How often the leader merges then deletes unreferenced segments (source 3.5)."""
 
     def __post_init__(self) -> None:
-        if not isinstance(self.bootstrap_servers, str) or not self.bootstrap_servers.strip():
-            raise ConfigError("bootstrap_servers must be a non-empty host:port list")
-        if isinstance(self.max_minors_before_stall, bool) or not isinstance(self.max_minors_before_stall, int) \
-                or self.max_minors_before_stall < 0:  # fmt: skip
+        if not isinstance(self.kafka, KafkaSettings):
+            raise ConfigError(f"kafka must be KafkaSettings, got {type(self.kafka).__name__}")
+        if (
+            isinstance(self.max_minors_before_stall, bool)
+            or not isinstance(self.max_minors_before_stall, int)
+            or self.max_minors_before_stall < 0
+        ):
             raise ConfigError(f"max_minors_before_stall must be an int >= 0, got {self.max_minors_before_stall!r}")
         if not 0 <= self.minor_stall_s <= 60:
             raise ConfigError(f"minor_stall_s must be in [0, 60] seconds, got {self.minor_stall_s!r}")
@@ -78,15 +88,13 @@ class LeaderConfig:
 
 
 @dataclass(frozen=True)
-class NodeConfig:
+class NodeConfig(ConnectionFields):
     """One storage node process: its id, where its data lives, how to reach the cluster."""
 
     server_id: str
     data_dir: Path
-    zk_hosts: str
-    bootstrap_servers: str
-    topic_prefix: str = "shoal"
-    zk_root: str = "/shoal"
+    connection: ConnectionSettings
+    """Kafka, ZooKeeper and the topic prefix (built once by the caller: ``ConnectionSettings.resolve``)."""
     flight_host: str = "127.0.0.1"
     flight_port: int = 0
     """0 = any free port (the chosen address is registered in ZooKeeper)."""
@@ -102,6 +110,8 @@ class NodeConfig:
     def __post_init__(self) -> None:
         validate_server_id(self.server_id)
         object.__setattr__(self, "data_dir", Path(self.data_dir))
+        if not isinstance(self.connection, ConnectionSettings):
+            raise ConfigError(f"connection must be ConnectionSettings, got {type(self.connection).__name__}")
         TopicNames(self.topic_prefix)
         if not 0 <= self.flight_port < 65536:
             raise ConfigError(f"flight_port must be in [0, 65535], got {self.flight_port}")
@@ -109,11 +119,25 @@ class NodeConfig:
             raise ConfigError(f"metrics_port must be in [0, 65535], got {self.metrics_port}")
         self.leader_config()  # validates the stall settings
 
+    @property
+    def topics(self) -> TopicNames:
+        return TopicNames(self.connection.topic_prefix)
+
     def leader_config(self) -> LeaderConfig:
         return LeaderConfig(
-            self.bootstrap_servers,
-            TopicNames(self.topic_prefix),
+            self.connection.kafka,
+            self.topics,
             self.flush,
             max_minors_before_stall=self.max_minors_before_stall,
             minor_stall_s=self.minor_stall_s,
         )
+
+
+def consumer_overrides(fetch_max_bytes: int | None = None) -> dict[str, Any]:
+    """librdkafka settings of the node's consumers (for :func:`shoal.kafka.clients.consumer`): a
+    group without a committed offset starts at the earliest one; ``fetch_max_bytes`` raises
+    ``fetch.message.max.bytes`` for channels with large records."""
+    out: dict[str, Any] = {"auto.offset.reset": "earliest"}
+    if fetch_max_bytes is not None:
+        out["fetch.message.max.bytes"] = fetch_max_bytes
+    return out

@@ -1,19 +1,52 @@
 """A storage node process (``shoal node --id ID``): discovery, elections, leaders, scans.
 
 Lifetime (:meth:`StorageNode.run`): one :class:`contextlib.ExitStack` owns the metadata client,
-the Arrow Flight server, the table watchers, the elections and the leaders, and releases them in
-reverse order on SIGTERM/SIGINT or when ``stop()`` is called. Threads, not asyncio: one thread per
-leader, the Flight server's own pool, one watcher thread per table.
+the Arrow Flight server, the metrics exporter, the table watchers, the elections and the roles, and
+releases them in reverse order on SIGTERM/SIGINT or when ``stop()`` is called.
+
+Threads, not asyncio. The node's layers (DESIGN.md section 11): :mod:`storage_node.replica` (state)
+<- :mod:`storage_node.replication` (procedures) <- :mod:`storage_node.roles` <- this module. Every
+thread the node starts (``<pid8>`` = the first 8 characters of the partition id), each a
+:class:`shoal.worker.Worker` unless said otherwise:
+
+- the caller's thread (the process's main thread in ``shoal node``): :meth:`StorageNode.run` looks
+  for new tables every ``table_poll_s`` and supervises every held partition (re-registers the
+  node, resigns a leadership whose role ended, follows, campaigns again);
+- ``flight`` (:class:`~storage_node.serve.FlightServing`): the Arrow Flight scan server's
+  ``serve()``; gRPC's own pool answers the calls;
+- ``leader-<pid8>`` (:class:`~storage_node.roles.leader.PartitionLeader`), one per partition this
+  node leads: recovery, then ingest -> WAL transaction -> memtable -> segments, the writer stall
+  and the garbage collection of unreferenced segments;
+- ``publish-<pid8>`` (:class:`~storage_node.replication.publish.SegmentPublisher`), next to a
+  leader: publishes its chain on its segments channel, moves the Tail, deletes acked weak segments;
+- ``merge-<pid8>`` (:class:`~storage_node.replication.merge_in.PeerSegmentReceiver`), next to a
+  leader: receives the segments other placements push, for the leader's thread to merge;
+- ``compaction-intake-<replica>`` (:class:`~storage_node.roles.compaction_intake.CompactionIntake`),
+  next to a leader: commits the majors the compaction service publishes;
+- ``follow-<pid8>`` (:class:`~storage_node.roles.follower.PartitionFollower`), one per partition
+  this node holds but does not lead: applies the leader's segments channel and tails its WAL;
+- ``handover-<pid8>`` (:class:`_Handover`), short-lived, after a lost leadership: waits for the
+  leader role to end, follows, campaigns again;
+- ``txn-<topic>`` (:class:`shoal.kafka.transaction.BoundedCaller`), one per transactional channel:
+  a leader's WAL channel, its publisher's segments channel (and briefly each channel a new leader
+  fences): runs the channel's blocking calls one at a time, so a call librdkafka never returns
+  from raises in the role instead of wedging it;
+- with ``metrics_port``: prometheus_client's server thread and one thread per scrape
+  (:func:`prometheus_client.start_http_server`, :mod:`storage_node.metrics`).
+
+Not started by the node but running in it: ``watch-<table>`` (:class:`metadata.notify.TableWatcher`,
+one per table), ``election-<pid8>`` (:class:`metadata.election.PartitionElection` steps), kazoo's
+connection threads, and librdkafka's own threads inside every Kafka client.
 
 For every table, every committed METADATA version runs partition discovery for this server; for
 each partition where this server's placement is LIVE the node holds a replica and campaigns in the
 partition's election. When it wins, it starts a :class:`PartitionLeader` whose epoch is the
 election's (``check_writable``), so a SUSPENDED or LOST leadership stops writes at the next batch.
 Every LIVE replica that does not lead runs a :class:`PartitionFollower` on the current leader's
-segments channel (issue 5); on losing leadership the node follows again and re-campaigns.
+segments channel (DESIGN.md section 6); on losing leadership the node follows again and re-campaigns.
 
 With ``metrics_port`` set (``shoal node --metrics-port P``), :meth:`StorageNode.stats` is served as
-Prometheus ``/metrics`` (:mod:`monitor.node_metrics`, issue 7 item 3): per partition, counters that
+Prometheus ``/metrics`` (:mod:`storage_node.metrics`): per partition, counters that
 stay monotonic across leader terms (segments written, fast-forwards, merges, stalls, leader
 changes, WAL records, rows, deadlettered, ...) and gauges (is_leader, epoch, minors awaiting
 compaction, segments).
@@ -38,15 +71,17 @@ from metadata.node_registry import node_path, register_node
 from metadata.notify import TableWatcher
 from metadata.table import TableDefinition
 from shoal.errors import PartitionUnavailableError
-from shoal.topics import TopicNames
+from shoal.worker import Worker
 from storage_node.config import NodeConfig
-from storage_node.partition import PartitionLeader, PartitionReplica
-from storage_node.partition.compaction import CompactionIntake
-from storage_node.partition.follower import FollowerConfig, PartitionFollower
+from storage_node.metrics import start_node_metrics
+from storage_node.replica import PartitionReplica
 from storage_node.replication.describe import describe_replica
 from storage_node.replication.receive import InFlightBudget
-from storage_node.serve import ScanServer
-from storage_node.wal.indexes import channel_indexes
+from storage_node.replication.tail import read_channel_indexes
+from storage_node.roles.compaction_intake import CompactionIntake
+from storage_node.roles.follower import FollowerConfig, PartitionFollower
+from storage_node.roles.leader import PartitionLeader
+from storage_node.serve import FlightServing, ScanServer
 
 log = logging.getLogger(__name__)
 
@@ -101,10 +136,23 @@ def follower_counters(follower: PartitionFollower) -> dict[str, float]:
     return {k: float(v) for k, v in out.items()}
 
 
-NODE_COUNTERS = ("fast_forwards", "merges", "segments_written", "segments_received", "segments_acked",
-                 "leader_changes", "transactions", "wal_records", "rows", "deadlettered", "out_of_order",
-                 "invalid_segments", "stalls", "segments_deleted")  # fmt: skip
-"""Counters every partition reports (0 until they happen): those documented in monitor.node_metrics."""
+NODE_COUNTERS = (
+    "fast_forwards",
+    "merges",
+    "segments_written",
+    "segments_received",
+    "segments_acked",
+    "leader_changes",
+    "transactions",
+    "wal_records",
+    "rows",
+    "deadlettered",
+    "out_of_order",
+    "invalid_segments",
+    "stalls",
+    "segments_deleted",
+)
+"""Counters every partition reports (0 until they happen): those documented in :mod:`storage_node.metrics`."""
 
 
 def _add(into: dict[str, float], more: dict[str, float]) -> None:
@@ -115,12 +163,7 @@ def _add(into: dict[str, float], more: dict[str, float]) -> None:
 class StorageNode:
     def __init__(self, config: NodeConfig, *, metadata: MetadataConfig | None = None) -> None:
         self.config = config
-        self.metadata_config = metadata or MetadataConfig(
-            zk_hosts=config.zk_hosts,
-            bootstrap_servers=config.bootstrap_servers,
-            topic_prefix=config.topic_prefix,
-            zk_root=config.zk_root,
-        )
+        self.metadata_config = metadata or MetadataConfig(connection=config.connection)
         self._stop = threading.Event()
         self._lock = threading.RLock()
         self._held: dict[str, HeldPartition] = {}
@@ -172,15 +215,13 @@ class StorageNode:
             server = ScanServer(
                 f"grpc://{self.config.flight_host}:{self.config.flight_port}", self.replicas, describe=self.describe
             )
-            stack.callback(server.shutdown)
-            threading.Thread(target=server.serve, daemon=True, name="flight").start()
+            stack.callback(FlightServing(server).start().stop)
             self.location = f"grpc://{self.config.flight_host}:{server.port}"
             register_node(client.zk, client.layout, self.config.server_id, self.location, self.metadata_config.security)
             if self.config.metrics_port is not None:
-                from monitor.node_metrics import start_node_metrics
-
-                exporter = start_node_metrics(self.config.metrics_port, self.stats, server_id=self.config.server_id,
-                                              host=self.config.metrics_host)  # fmt: skip
+                exporter = start_node_metrics(
+                    self.config.metrics_port, self.stats, server_id=self.config.server_id, host=self.config.metrics_host
+                )
                 stack.callback(exporter.close)
                 self.metrics_url = exporter.url
                 log.info("node %s serves metrics at %s", self.config.server_id, exporter.url)
@@ -218,7 +259,7 @@ class StorageNode:
         servers = {p.partition_id: tuple(s.placement_id for s in p.servers) for p in file.partitions}
         for d in discover(file, self.config.server_id):
             if d.state is not ReplicaState.LIVE or d.placement_id is None:
-                continue  # LOAD / UNLOAD replicas: issue 5
+                continue  # LOAD / UNLOAD replicas are not held (only LIVE ones)
             peers = tuple(p for p in servers.get(d.partition_id, ()) if p != d.placement_id)
             with self._lock:
                 if d.partition_id in self._held:
@@ -241,7 +282,7 @@ class StorageNode:
                     held.leader_changes += 1  # this replica stops being leader
                 if held.leader is not None:
                     held.leader.request_stop()  # it also stops by itself at its next batch (check_writable)
-                threading.Thread(target=self._after_lost, args=(held,), daemon=True).start()
+                _Handover(self, held).start()
 
         election = PartitionElection(
             self._client.zk,
@@ -260,7 +301,7 @@ class StorageNode:
     def _preference(self, partition_id: str) -> Callable[[Sequence[Candidate]], int | None]:
         """TokuMX failover: prefer the candidate with the highest Ack on the old leader's segments channel."""
         assert self._client is not None
-        client, topics, bs = self._client, TopicNames(self.config.topic_prefix), self.config.bootstrap_servers
+        client, topics, kafka = self._client, self.config.topics, self.config.kafka
 
         def prefer(line: Sequence[Candidate]) -> int | None:
             old = read_epoch(client.zk, client.layout, partition_id).placement_id
@@ -268,7 +309,7 @@ class StorageNode:
             if old is None or len(others) < 2:
                 return None
             groups = tuple(topics.replica_group(partition_id, p) for p in others)
-            acks = channel_indexes(bs, topics.segments(partition_id, old), groups, timeout_s=5).acks
+            acks = read_channel_indexes(kafka, topics.segments(partition_id, old), groups, timeout_s=5).acks
             positions = [-1 if a is None else a for _, a in acks]
             best = max(positions)
             return None if best < 0 else others[positions.index(best)]
@@ -305,9 +346,9 @@ class StorageNode:
             held.leader_changes += 1
             if held.intake is not None:  # compaction majors are committed by the leader, fenced by its epoch
                 held.intake.stop()
-            held.intake = CompactionIntake(held.replica, lambda: election.check_writable().epoch,
-                                           bootstrap_servers=self.config.bootstrap_servers,
-                                           topics=TopicNames(self.config.topic_prefix)).start()  # fmt: skip
+            held.intake = CompactionIntake(
+                held.replica, lambda: election.check_writable().epoch, self.config.kafka, topics=self.config.topics
+            ).start()
             log.info("node %s leads %s", self.config.server_id, held.replica.name)
 
     def _start_follower(self, held: HeldPartition) -> None:
@@ -330,7 +371,7 @@ class StorageNode:
                 rec = read_epoch(client.zk, client.layout, pid)
                 return None if rec.placement_id in (None, own) else rec.placement_id
 
-            config = FollowerConfig(self.config.bootstrap_servers, TopicNames(self.config.topic_prefix))
+            config = FollowerConfig(self.config.kafka, self.config.topics)
             held.follower = PartitionFollower(held.replica, config, leader, budget=self.budget).start()
 
     def _after_lost(self, held: HeldPartition) -> None:
@@ -361,8 +402,9 @@ class StorageNode:
         """
         try:
             if client.zk.exists(node_path(client.layout, self.config.server_id)) is None and self.location:
-                register_node(client.zk, client.layout, self.config.server_id, self.location,
-                              self.metadata_config.security)  # fmt: skip
+                register_node(
+                    client.zk, client.layout, self.config.server_id, self.location, self.metadata_config.security
+                )
                 log.info("node %s registered again at %s", self.config.server_id, self.location)
         except Exception as exc:
             log.warning("cannot re-register node %s: %s", self.config.server_id, exc)
@@ -373,8 +415,11 @@ class StorageNode:
             lead = election.leadership if election is not None else None
             same_term = ended and lead is not None and held.leader is not None and held.leader.term == lead.epoch
             if same_term and election is not None and election.state is LeaderState.LEADER:
-                log.warning("%s: the leader role ended (%s); resigning", held.replica.name,
-                            held.leader.state.value if held.leader else "none")  # fmt: skip
+                log.warning(
+                    "%s: the leader role ended (%s); resigning",
+                    held.replica.name,
+                    held.leader.role_state.value if held.leader else "none",
+                )
                 with contextlib.suppress(Exception):
                     election.resign()
                 continue
@@ -385,7 +430,7 @@ class StorageNode:
     def stats(self) -> dict[str, dict[str, float]]:
         """Per partition: counters (monotonic across leader terms) and gauges, for ``/metrics``.
 
-        Names are those documented in :mod:`monitor.node_metrics`.
+        Names are those documented in :mod:`storage_node.metrics`.
         """
         client = self._client
         out: dict[str, dict[str, float]] = {}
@@ -405,8 +450,12 @@ class StorageNode:
                     epoch = read_epoch(client.zk, client.layout, pid).epoch
             chain = held.replica.chain
             minors = sum(1 for e in chain.since_latest_major() if not e.is_major)
-            counters.update(is_leader=float(leading), epoch=float(epoch),
-                            minors_awaiting_compaction=float(minors), segments=float(len(chain)))  # fmt: skip
+            counters.update(
+                is_leader=float(leading),
+                epoch=float(epoch),
+                minors_awaiting_compaction=float(minors),
+                segments=float(len(chain)),
+            )
             out[pid] = counters
         return out
 
@@ -440,3 +489,15 @@ class StorageNode:
             if held.election is not None:
                 held.election.close()
             held.replica.close()
+
+
+class _Handover(Worker):
+    """After a lost leadership: :meth:`StorageNode._after_lost` on a thread ``handover-<pid8>``."""
+
+    def __init__(self, node: StorageNode, held: HeldPartition) -> None:
+        super().__init__(f"handover-{held.partition_id[:8]}")
+        self.node = node
+        self.held = held
+
+    def run(self) -> None:
+        self.node._after_lost(self.held)

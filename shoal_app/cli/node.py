@@ -22,19 +22,39 @@ log = logging.getLogger(__name__)
 
 @click.command("node")
 @click.option("--id", "server_id", required=True, help="This node's server id (e.g. node-1).")
-@click.option("--data-dir", "node_data_dir", type=click.Path(path_type=Path), default=None,
-              help="Where this node keeps segments (default <cluster data dir>/nodes/<id>).")  # fmt: skip
+@click.option(
+    "--data-dir",
+    "node_data_dir",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Where this node keeps segments (default <cluster data dir>/nodes/<id>).",
+)
 @click.option("--flight-host", default="127.0.0.1", show_default=True, help="Address to serve scans on.")
 @click.option("--flight-port", type=int, default=0, show_default=True, help="Port for scans (0 = any free port).")
 @click.option("--flush-rows", type=int, default=None, help="Flush the memtable at this many rows.")
 @click.option("--flush-age", type=float, default=None, help="Flush the memtable at this age in seconds.")
-@click.option("--metrics-port", type=click.IntRange(0, 65535), default=None,
-              help="Serve Prometheus /metrics on this port (0 = any free port; default: no exporter).")  # fmt: skip
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(0, 65535),
+    default=None,
+    help="Serve Prometheus /metrics on this port (0 = any free port; default: no exporter).",
+)
 @click.option("--metrics-host", default="127.0.0.1", show_default=True, help="Address to serve /metrics on.")
-@click.option("--max-minors-before-stall", type=click.IntRange(0), default=64, show_default=True,
-              help="Slow ingest (writer stall) while more minor segments than this await compaction.")  # fmt: skip
-@click.option("--minor-stall", "minor_stall_s", type=click.FloatRange(0, 60), default=0.2, show_default=True,
-              help="Seconds the leader sleeps per batch while stalled (0 = never stall).")  # fmt: skip
+@click.option(
+    "--max-minors-before-stall",
+    type=click.IntRange(0),
+    default=64,
+    show_default=True,
+    help="Slow ingest (writer stall) while more minor segments than this await compaction.",
+)
+@click.option(
+    "--minor-stall",
+    "minor_stall_s",
+    type=click.FloatRange(0, 60),
+    default=0.2,
+    show_default=True,
+    help="Seconds the leader sleeps per batch while stalled (0 = never stall).",
+)
 @connection_options
 @click.pass_context
 def node_command(
@@ -56,7 +76,7 @@ def node_command(
     from storage_node.node import StorageNode
 
     try:
-        meta = metadata_config(conn)
+        meta = metadata_config(conn)  # the typed connection settings, resolved once here (options, env, cluster file)
         obj = ctx.find_object(CliContext)
         base = obj.data_dir if obj is not None else Path.home() / ".shoal" / "local"
         defaults = FlushPolicy()
@@ -68,10 +88,7 @@ def node_command(
         config = NodeConfig(
             server_id=server_id,
             data_dir=node_data_dir or base / "nodes" / server_id,
-            zk_hosts=meta.zk_hosts,
-            bootstrap_servers=meta.bootstrap_servers,
-            topic_prefix=meta.topic_prefix,
-            zk_root=meta.zk_root,
+            connection=meta.connection,
             flight_host=flight_host,
             flight_port=flight_port,
             flush=flush,
@@ -103,8 +120,14 @@ def _parse_key(table: TableDefinition, text: str | None) -> int | str | None:
 @click.option("--key", default=None, help="Only the row(s) with this first primary-key value.")
 @click.option("--from", "low", default=None, help="First primary-key value (inclusive).")
 @click.option("--to", "high", default=None, help="Last primary-key value (exclusive).")
-@click.option("--output", "-o", type=click.Choice(["table", "json"]), default="table", show_default=True,
-              help="table for people, json (one object per line) for scripts.")  # fmt: skip
+@click.option(
+    "--output",
+    "-o",
+    type=click.Choice(["table", "json"]),
+    default="table",
+    show_default=True,
+    help="table for people, json (one object per line) for scripts.",
+)
 @connection_options
 @click.pass_context
 def scan_command(
@@ -127,8 +150,11 @@ def scan_command(
         with MetadataClient(metadata_config(conn)) as client:
             file = client.coordinator.current(table_name)
             definition = file.table
-            bounds = {"key": _parse_key(definition, key), "low": _parse_key(definition, low),
-                      "high": _parse_key(definition, high)}  # fmt: skip
+            bounds = {
+                "key": _parse_key(definition, key),
+                "low": _parse_key(definition, low),
+                "high": _parse_key(definition, high),
+            }
             parts: list[pa.Table] = []
             if server_id is not None:
                 location = lookup_node(client.zk, client.layout, server_id)

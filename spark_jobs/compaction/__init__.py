@@ -8,5 +8,5 @@
 ``service``     the Structured Streaming query over the segments channels that drives it all
 ==============  ==================================================================================
 
-The leader side is ``storage_node.partition.compaction.CompactionIntake``.
+The leader side is ``storage_node.roles.compaction_intake.CompactionIntake``.
 """

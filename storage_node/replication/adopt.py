@@ -21,49 +21,45 @@ For each other placement of the partition:
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 import pyarrow as pa
-from confluent_kafka import KafkaException, Producer
 
 from shoal.errors import KafkaOperationError
-from shoal.kafka_admin import admin_client
+from shoal.kafka import clients
+from shoal.kafka.readers import read_wal_channel
+from shoal.kafka.settings import KafkaSettings
+from shoal.kafka.transaction import TransactionalChannel
 from shoal.segments import SegmentRecord, WalRange
 from shoal.topics import TopicNames
 from shoal.wire.records import verify_chain
-from storage_node.partition.replica import PartitionReplica
-from storage_node.wal import read_channel
+from storage_node.replica import PartitionReplica, versioned_rows
 
 log = logging.getLogger(__name__)
 
 
-def fence_channel(bootstrap_servers: str, topic: str, kafka_config: Mapping[str, Any] | None = None) -> None:
+def fence_channel(kafka: KafkaSettings, topic: str) -> None:
     """Fence every earlier producer of ``topic``'s transactional id (aborting its open transaction)."""
-    producer = Producer({"bootstrap.servers": bootstrap_servers, **dict(kafka_config or {}), "transactional.id": topic,
-                         "enable.idempotence": True, "acks": "all"})  # fmt: skip
+    channel = TransactionalChannel(kafka, topic, call_timeout_s=30)
     try:
-        producer.init_transactions(30)
-    except KafkaException as exc:
-        raise KafkaOperationError(f"cannot fence WAL channel {topic}: {exc}") from exc
+        channel.open()
+    except KafkaOperationError as exc:
+        raise KafkaOperationError(f"cannot fence WAL channel {topic}: {exc}", exc.kafka_error) from exc
     finally:
-        producer.flush(1)
+        channel.close()
 
 
 def adopt_channels(
     replica: PartitionReplica,
+    kafka: KafkaSettings,
     *,
-    bootstrap_servers: str,
     topics: TopicNames,
     peers: Sequence[int],
     epoch: int,
     schema: pa.Schema,
-    kafka_config: Mapping[str, Any] | None = None,
 ) -> list[SegmentRecord]:
     """Adopt every other placement's WAL records beyond what the chain covers; returns the new segments."""
-    from storage_node.partition.leader import versioned_rows
-
-    existing = set(admin_client(bootstrap_servers, dict(kafka_config or {})).list_topics(timeout=30).topics)
+    existing = set(clients.admin(kafka).list_topics(timeout=30).topics)
     out: list[SegmentRecord] = []
     for placement in peers:
         if placement == replica.placement_id:
@@ -71,10 +67,10 @@ def adopt_channels(
         topic = topics.wal(replica.partition_id, placement)
         if topic not in existing:
             continue  # that placement never led
-        fence_channel(bootstrap_servers, topic, kafka_config)
+        fence_channel(kafka, topic)
         channel = (replica.partition_id, placement)
         start = max((r.end_offset for r in replica.chain.coverage() if r.channel == channel), default=0)
-        records = list(read_channel(bootstrap_servers, topic, start, extra=kafka_config))
+        records = list(read_wal_channel(kafka, topic, start))
         if not records:
             continue
         verify_chain([r.record for r in records], prev_hash=None)
@@ -82,7 +78,13 @@ def adopt_channels(
         covered = WalRange(replica.partition_id, placement, min(start, records[0].offset), records[-1].offset + 1)
         record = replica.write_adopted(tables, covered, epoch)
         out.append(record)
-        log.info("%s: adopted %d WAL records (%d rows) of placement %d, offsets [%d, %d)", replica.name,
-                 len(records), sum(t.num_rows for t in tables), placement, covered.start_offset,
-                 covered.end_offset)  # fmt: skip
+        log.info(
+            "%s: adopted %d WAL records (%d rows) of placement %d, offsets [%d, %d)",
+            replica.name,
+            len(records),
+            sum(t.num_rows for t in tables),
+            placement,
+            covered.start_offset,
+            covered.end_offset,
+        )
     return out

@@ -27,7 +27,7 @@ from collections.abc import Mapping, Sequence
 
 from shoal.segments import SegmentChain
 from shoal.segments.replicate import ActionKind, replicate_partition
-from storage_node.partition.replica import PartitionReplica
+from storage_node.replica import PartitionReplica
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""``describe replica``: what one replica holds, for ``shoal verify`` (issue 5, item 6).
+"""``describe replica``: what one replica holds, for ``shoal verify`` (DESIGN.md section 6).
 
 For a replica: its chain (ids from the latest major to root, oldest first, and the root), the row
 count and a content hash of its rows. The rows are what a scan returns (segments + memtable/overlay,
@@ -15,7 +15,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from storage_node.partition.replica import PartitionReplica
+from storage_node.replica import PartitionReplica
 
 
 def content_hash(rows: pa.Table, key_columns: list[str]) -> str:

@@ -12,7 +12,8 @@ so its committed offsets there are its acks of pushed segments) and decides per 
   and deletes it (:meth:`PartitionReplica.merge_detached`); ack once that is durable;
 - INVALID: reported, not acked.
 
-Merges run on the leader's thread (between ingest batches) so they never race a flush for the root.
+The receiver runs on its own :class:`~shoal.worker.Worker` thread ``merge-<pid[:8]>``; merges run on the
+leader's thread (between ingest batches) so they never race a flush for the root.
 """
 
 from __future__ import annotations
@@ -21,15 +22,15 @@ import contextlib
 import logging
 import queue
 import threading
-import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from shoal.errors import ShoalError
-from shoal.kafka_admin import admin_client, create_topic
+from shoal.kafka import clients
+from shoal.kafka.admin import create_topic
+from shoal.kafka.settings import KafkaSettings
 from shoal.segments import (
     ReceiveOutcome,
     SegmentRecord,
@@ -41,7 +42,10 @@ from shoal.segments.errors import ChecksumMismatchError, CorruptSegmentError, In
 from shoal.topics import TopicNames
 from shoal.wire.records import SegmentChunk
 from shoal.wire.records import SegmentManifest as WireManifest
-from storage_node.partition.replica import PartitionReplica
+from shoal.worker import Deadline, Worker
+from storage_node.config import consumer_overrides
+from storage_node.errors import ChunkError
+from storage_node.replica import PartitionReplica
 from storage_node.replication.publish import SEGMENTS_TOPIC_CONFIG
 from storage_node.replication.receive import DEFAULT_MAX_IN_FLIGHT_BYTES
 
@@ -65,73 +69,68 @@ class MergeStats:
     invalid: int = 0
 
 
-class PeerSegmentReceiver:
+class PeerSegmentReceiver(Worker):
     """Consumes the other placements' segments channels for a leader; merges what they push."""
 
     def __init__(
         self,
         replica: PartitionReplica,
+        kafka: KafkaSettings,
         *,
-        bootstrap_servers: str,
         topics: TopicNames,
         peers: Callable[[], Sequence[int]],
         submit: Callable[[MergeJob], None],
-        kafka_config: Mapping[str, Any] | None = None,
         topic_replication_factor: int = -1,
     ) -> None:
+        super().__init__(f"merge-{replica.partition_id[:8]}")
         self.replica = replica
-        self.bs = bootstrap_servers
+        self.kafka = kafka
         self.topics = topics
         self.peers = peers
         self.submit = submit
-        self.kafka_config = dict(kafka_config or {})
         self.rf = topic_replication_factor
         self.stats = MergeStats()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
         self._consumer: Consumer | None = None
         self._owners: dict[str, int] = {}
 
     def start(self) -> PeerSegmentReceiver:
-        self._thread = threading.Thread(target=self._main, daemon=True, name=f"merge-{self.replica.partition_id[:8]}")
-        self._thread.start()
+        super().start()
         return self
 
-    def stop(self, timeout: float = 30.0) -> None:
-        self._stop.set()
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(timeout)
-
-    def _main(self) -> None:
+    def run(self) -> None:
         try:
             self._open()
-            while not self._stop.is_set():
+            while not self.stopping.is_set():
                 msg = self._poll(0.5)
                 if msg is not None:
                     self._handle(msg)
         except BaseException:
             log.exception("%s: peer segment receiver failed", self.replica.name)
-        finally:
-            if self._consumer is not None:
-                with contextlib.suppress(KafkaException, RuntimeError):
-                    self._consumer.close()
+            raise  # the Worker records it as ``error`` (state FAILED)
+
+    def on_exit(self) -> None:
+        if self._consumer is not None:
+            with contextlib.suppress(KafkaException, RuntimeError):
+                self._consumer.close()
 
     def _open(self) -> None:
         pid = self.replica.partition_id
         peers = [p for p in self.peers() if p != self.replica.placement_id]
-        admin = admin_client(self.bs, self.kafka_config)
+        admin = clients.admin(self.kafka)
         self._owners = {self.topics.segments(pid, p): p for p in peers}
         for topic in self._owners:
             create_topic(admin, topic, replication_factor=self.rf, config=SEGMENTS_TOPIC_CONFIG)
-        consumer = Consumer({"bootstrap.servers": self.bs, **self.kafka_config,
-                             "group.id": self.topics.replica_group(pid, self.replica.placement_id),
-                             "isolation.level": "read_committed", "enable.auto.commit": False,
-                             "auto.offset.reset": "earliest"})  # fmt: skip
+        consumer = clients.consumer(
+            self.kafka,
+            group_id=self.topics.replica_group(pid, self.replica.placement_id),
+            **consumer_overrides(),
+        )
         tps = [TopicPartition(t, 0) for t in self._owners]
         if tps:
             committed = consumer.committed(tps, timeout=30)
-            consumer.assign([TopicPartition(tp.topic, 0, tp.offset if tp.offset >= 0 else OFFSET_BEGINNING)
-                             for tp in committed])  # fmt: skip
+            consumer.assign(
+                [TopicPartition(tp.topic, 0, tp.offset if tp.offset >= 0 else OFFSET_BEGINNING) for tp in committed]
+            )
         self._consumer = consumer
 
     def _poll(self, timeout: float) -> Message | None:
@@ -178,21 +177,34 @@ class PeerSegmentReceiver:
             return
         if decision.outcome is not ReceiveOutcome.MERGE or decision.entry is None:
             self.stats.invalid += 1
-            log.error("%s: pushed segment %s: %s %s", self.replica.name, wire.segment_id, decision.outcome.value,
-                      decision.reason)  # fmt: skip
+            log.error(
+                "%s: pushed segment %s: %s %s",
+                self.replica.name,
+                wire.segment_id,
+                decision.outcome.value,
+                decision.reason,
+            )
             return
         try:
-            written = write_segment_bytes(self.replica.directory, wire.segment_id, chunks,
-                                          expected_sha256=wire.checksum, expected_size=wire.size_bytes)  # fmt: skip
-        except (ChecksumMismatchError, CorruptSegmentError, _ChunkError) as exc:
+            written = write_segment_bytes(
+                self.replica.directory,
+                wire.segment_id,
+                chunks,
+                expected_sha256=wire.checksum,
+                expected_size=wire.size_bytes,
+            )
+        except (ChecksumMismatchError, CorruptSegmentError, ChunkError) as exc:
             self.stats.invalid += 1
             log.error("%s: pushed segment %s is corrupt: %s", self.replica.name, wire.segment_id, exc)
             return
-        job = MergeJob(SegmentRecord(entry=decision.entry, sha256=written.sha256, row_count=written.row_count,
-                                     size_bytes=written.size_bytes))  # fmt: skip
+        job = MergeJob(
+            SegmentRecord(
+                entry=decision.entry, sha256=written.sha256, row_count=written.row_count, size_bytes=written.size_bytes
+            )
+        )
         self.submit(job)
         while not job.done.wait(0.5):
-            if self._stop.is_set():
+            if self.stopping.is_set():
                 return
         if job.error is not None:
             log.error("%s: merging pushed segment %s failed: %s", self.replica.name, wire.segment_id, job.error)
@@ -207,24 +219,20 @@ class PeerSegmentReceiver:
 
     def _chunks(self, wire: WireManifest, last: list[int]) -> Iterator[bytes]:
         for index in range(wire.chunk_count):
-            deadline = time.monotonic() + 30
+            deadline = Deadline(30)
             msg = None
             while msg is None:
-                if self._stop.is_set() or time.monotonic() > deadline:
-                    raise _ChunkError(f"chunk {index} of {wire.chunk_count} did not arrive")
+                if self.stopping.is_set() or deadline.expired():
+                    raise ChunkError(wire.segment_id, index, f"chunk {index} of {wire.chunk_count} did not arrive")
                 msg = self._poll(0.5)
             try:
                 chunk = SegmentChunk.from_bytes(msg.value())
             except ShoalError as exc:
-                raise _ChunkError(f"chunk {index}: {exc}") from exc
+                raise ChunkError(wire.segment_id, index, f"chunk {index}: {exc}") from exc
             if message_kind(msg.headers()) != KIND_CHUNK or (chunk.segment_id, chunk.index) != (wire.segment_id, index):
-                raise _ChunkError(f"expected chunk {index} of {wire.segment_id}")
+                raise ChunkError(wire.segment_id, index, f"expected chunk {index} of {wire.segment_id}")
             last[0] = int(msg.offset() or 0)
             yield chunk.data
-
-
-class _ChunkError(Exception):
-    pass
 
 
 def drain_merges(jobs: queue.Queue[MergeJob], replica: PartitionReplica, epoch: int) -> int:

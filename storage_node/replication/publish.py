@@ -2,12 +2,16 @@
 
 Chain-driven: every entry of the chain from the latest major to root (oldest first, source 3.4's
 order) that is not yet on this placement's segments channel is published as a manifest followed by
-its file in chunks, all in ONE Kafka transaction (``transactional.id`` = the channel topic, so a
-new incarnation of the placement fences an old one, and readers with ``read_committed`` never see
-half a segment). Because it follows the chain rather than the flush calls, a major committed later
-by the compaction intake, or a segment adopted at failover, is published too.
+its file in chunks, all in ONE Kafka transaction on the core's
+:class:`~shoal.kafka.transaction.TransactionalChannel` (``transactional.id`` = the channel topic, so
+a new incarnation of the placement fences an old one, and readers with ``read_committed`` never see
+half a segment; every blocking call is bounded, and a channel abandoned in a wedged call is opened
+again, which fences the stuck producer). Because it follows the chain rather than the flush calls,
+a major committed later by the compaction intake, or a segment adopted at failover, is published
+too.
 
-The publisher runs on its own thread and never blocks ingest: the leader only calls :meth:`wake`.
+The publisher runs on its own :class:`~shoal.worker.Worker` thread ``publish-<pid[:8]>`` and never
+blocks ingest: the leader only calls :meth:`wake`.
 At start it reads the manifests already on the channel (chunks are skipped by their header), so a
 restarted leader does not publish a segment twice. It also remembers the offset of every manifest
 it saw or wrote; the manifest of a major carries ``latest_major_offset`` for followers that must
@@ -24,13 +28,18 @@ import hashlib
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from confluent_kafka import KafkaError, KafkaException, Message, Producer
+from confluent_kafka import KafkaError, KafkaException, Message
 
 from shoal.errors import KafkaOperationError, ShoalError
-from shoal.kafka_admin import admin_client, create_topic
+from shoal.kafka import clients
+from shoal.kafka.admin import create_topic
+from shoal.kafka.errors import ProducerFencedError
+from shoal.kafka.readers import read_manifests
+from shoal.kafka.settings import KafkaSettings
+from shoal.kafka.transaction import Transaction, TransactionalChannel
 from shoal.segments import SegmentRecord
 from shoal.segments.channel import (
     DEFAULT_CHUNK_BYTES,
@@ -39,11 +48,12 @@ from shoal.segments.channel import (
     KIND_MANIFEST,
     to_wire,
 )
-from shoal.segments.channel_reader import read_manifests
 from shoal.segments.parquet_io import segment_path
 from shoal.topics import TopicNames
 from shoal.wire.records import SegmentChunk
-from storage_node.partition.replica import PartitionReplica
+from shoal.worker import Worker
+from storage_node.errors import FencedError, LocalSegmentMismatchError
+from storage_node.replica import PartitionReplica
 from storage_node.replication.collect import collect_on_leader
 from storage_node.replication.tail import TailDecision, truncate
 
@@ -61,16 +71,15 @@ class PublishStats:
     """Weakly referenced segments deleted once every replica acked the major folding them."""
 
 
-class SegmentPublisher:
+class SegmentPublisher(Worker):
     """Publishes a leader replica's chain on its segments channel, on its own thread."""
 
     def __init__(
         self,
         replica: PartitionReplica,
+        kafka: KafkaSettings,
         *,
-        bootstrap_servers: str,
         topics: TopicNames,
-        kafka_config: Mapping[str, str] | None = None,
         chunk_bytes: int = DEFAULT_CHUNK_BYTES,
         poll_s: float = 1.0,
         topic_replication_factor: int = -1,
@@ -78,11 +87,11 @@ class SegmentPublisher:
         truncate_every_s: float = 5.0,
         still_leading: Callable[[], object] | None = None,
     ) -> None:
+        super().__init__(f"publish-{replica.partition_id[:8]}")
         self.replica = replica
-        self.bootstrap_servers = bootstrap_servers
+        self.kafka = kafka
         self.topics = topics
         self.topic = topics.segments(replica.partition_id, replica.placement_id)
-        self.kafka_config = dict(kafka_config or {})
         self.chunk_bytes = chunk_bytes
         self.poll_s = poll_s
         self.rf = topic_replication_factor
@@ -97,84 +106,79 @@ class SegmentPublisher:
         self.manifest_offsets: dict[str, int] = {}
         """segment id -> offset of its manifest on the channel."""
         self.latest_major_offset: int | None = None
-        self.error: BaseException | None = None
         self.ready = threading.Event()
         self._wake = threading.Event()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._producer: Producer | None = None
+        self._channel = TransactionalChannel(
+            kafka,
+            self.topic,
+            call_timeout_s=60,
+            **{"linger.ms": 5, "message.max.bytes": 2 * 1024 * 1024, "transaction.timeout.ms": 60_000},
+        )
 
     # -- lifecycle ---------------------------------------------------------------------------
 
     def start(self) -> SegmentPublisher:
-        self._thread = threading.Thread(target=self._main, daemon=True, name=f"publish-{self.replica.partition_id[:8]}")
-        self._thread.start()
+        super().start()
         return self
 
     def wake(self) -> None:
         self._wake.set()
 
-    def stop(self, timeout: float = 30.0) -> None:
-        self._stop.set()
+    def request_stop(self) -> None:
+        super().request_stop()
         self._wake.set()
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(timeout)
 
     def published(self) -> set[str]:
         return set(self.manifest_offsets)
 
-    def _main(self) -> None:
+    def run(self) -> None:
         try:
             self._open()
             self.ready.set()
-            while not self._stop.is_set():
+            while not self.stopping.is_set():
                 try:
                     self.publish_pending()
-                except _Fenced as exc:
+                except FencedError as exc:
                     log.warning("%s: segments channel fenced: %s", self.replica.name, exc)
                     self.error = exc
                     return
                 except (KafkaOperationError, KafkaException, ShoalError, OSError) as exc:
                     self.stats.failures += 1
                     log.warning("%s: publishing failed, retrying: %s", self.replica.name, exc)
-                    self._stop.wait(1.0)
+                    self.stopping.wait(1.0)
                     continue
                 self._maybe_truncate()
                 self._wake.wait(self.poll_s)
                 self._wake.clear()
-        except BaseException as exc:
+        except BaseException:
             log.exception("%s: segment publisher failed", self.replica.name)
-            self.error = exc
-        finally:
-            self.ready.set()
-            if self._producer is not None:
-                self._producer.flush(5)
+            raise  # the Worker records it as ``error`` (state FAILED)
+
+    def on_exit(self) -> None:
+        self.ready.set()
+        self._close()
+
+    def _close(self, flush_s: float = 5.0) -> None:
+        if self._channel.usable:
+            self._channel.flush(flush_s)
+        self._channel.close()
 
     def _open(self) -> None:
-        admin = admin_client(self.bootstrap_servers, self.kafka_config)
-        create_topic(admin, self.topic, replication_factor=self.rf, config=SEGMENTS_TOPIC_CONFIG)
-        producer = Producer(
-            {
-                "bootstrap.servers": self.bootstrap_servers,
-                **self.kafka_config,
-                "transactional.id": self.topic,
-                "enable.idempotence": True,
-                "acks": "all",
-                "linger.ms": 5,
-                "message.max.bytes": 2 * 1024 * 1024,
-                "transaction.timeout.ms": 60_000,
-            }
-        )
+        create_topic(clients.admin(self.kafka), self.topic, replication_factor=self.rf, config=SEGMENTS_TOPIC_CONFIG)
+        self._claim()
+
+    def _claim(self) -> None:
+        """Open the channel (fencing older producers of it) and read the manifests already on it."""
         try:
-            producer.init_transactions(30)
-        except KafkaException as exc:
-            raise KafkaOperationError(f"cannot claim segments channel {self.topic}: {exc}") from exc
-        self._producer = producer
-        for item in read_manifests(self.bootstrap_servers, self.topic, extra=self.kafka_config):
+            self._channel.open()
+        except KafkaOperationError as exc:
+            raise KafkaOperationError(f"cannot claim segments channel {self.topic}: {exc}", exc.kafka_error) from exc
+        for item in read_manifests(self.kafka, self.topic):
             self.manifest_offsets[item.manifest.segment_id] = item.offset
-            if item.manifest.is_major:
-                self.latest_major_offset = item.offset
+            if item.manifest.is_major and item.offset not in self.major_offsets:
+                self.latest_major_offset = max(item.offset, self.latest_major_offset or item.offset)
                 self.major_offsets.append(item.offset)
+        self.major_offsets.sort()
         log.info(
             "%s: segments channel %s holds %d manifests", self.replica.name, self.topic, len(self.manifest_offsets)
         )
@@ -183,9 +187,12 @@ class SegmentPublisher:
 
     def publish_pending(self) -> int:
         """Publish every chain entry from the latest major to root not yet on the channel; returns how many."""
+        if self._channel.abandoned:  # a call wedged: a new producer fences the stuck one
+            log.warning("%s: segments channel abandoned (%s); opening it again", self.replica.name, self._channel.error)
+            self._claim()
         n = 0
         for entry in self.replica.chain.since_latest_major():
-            if self._stop.is_set():
+            if self.stopping.is_set():
                 break
             if entry.segment_id in self.manifest_offsets:
                 continue
@@ -197,8 +204,6 @@ class SegmentPublisher:
         return n
 
     def _publish(self, record: SegmentRecord) -> None:
-        assert self._producer is not None
-        producer = self._producer
         manifest = to_wire(
             record,
             table=self.replica.table.name,
@@ -210,36 +215,28 @@ class SegmentPublisher:
         sid = record.segment_id
         offsets: dict[int, int] = {}
         try:
-            producer.begin_transaction()
-        except KafkaException as exc:
-            self._raise_if_fenced(exc)
-            raise
-        try:
-            _produce(producer, self.topic, manifest.to_bytes(), KIND_MANIFEST, offsets, 0)
-            digest = hashlib.sha256()
-            size = 0
-            with open(segment_path(self.replica.directory, sid), "rb") as f:
-                for index in range(manifest.chunk_count):
-                    data = f.read(self.chunk_bytes)
-                    digest.update(data)
-                    size += len(data)
-                    chunk = SegmentChunk(sid, index, manifest.chunk_count, data)
-                    _produce(producer, self.topic, chunk.to_bytes(), KIND_CHUNK, offsets, index + 1)
-                if f.read(1):
-                    raise KafkaOperationError(f"segment {sid}: file is larger than its {record.size_bytes} bytes")
-            if digest.hexdigest() != record.sha256 or size != record.size_bytes:
-                raise _LocalCorruption(f"segment {sid}: local file does not match its checksum; not published")
-            if producer.flush(60):
-                raise KafkaOperationError(f"segment {sid}: chunks not delivered")
-            if any(o < 0 for o in offsets.values()):
-                raise KafkaOperationError(f"segment {sid}: delivery failed")
-            producer.commit_transaction(60)
-        except KafkaException as exc:
-            self._raise_if_fenced(exc)
-            self._abort()
-            raise KafkaOperationError(f"publishing segment {sid}: {exc}") from exc
-        except BaseException:
-            self._abort()
+            with self._channel.transaction() as txn:
+                self._produce(txn, manifest.to_bytes(), KIND_MANIFEST, offsets, 0)
+                digest = hashlib.sha256()
+                size = 0
+                with open(segment_path(self.replica.directory, sid), "rb") as f:
+                    for index in range(manifest.chunk_count):
+                        data = f.read(self.chunk_bytes)
+                        digest.update(data)
+                        size += len(data)
+                        chunk = SegmentChunk(sid, index, manifest.chunk_count, data)
+                        self._produce(txn, chunk.to_bytes(), KIND_CHUNK, offsets, index + 1)
+                    if f.read(1):
+                        raise KafkaOperationError(f"segment {sid}: file is larger than its {record.size_bytes} bytes")
+                if digest.hexdigest() != record.sha256 or size != record.size_bytes:
+                    raise LocalSegmentMismatchError(sid, "local file does not match its checksum; not published")
+                if txn.flush(60):
+                    raise KafkaOperationError(f"segment {sid}: chunks not delivered")
+                if any(o < 0 for o in offsets.values()):
+                    raise KafkaOperationError(f"segment {sid}: delivery failed")
+        except KafkaOperationError as exc:
+            if isinstance(exc, ProducerFencedError) or exc.fatal:
+                raise FencedError(self.topic, str(exc)) from exc
             raise
         offset = offsets[0]
         self.manifest_offsets[sid] = offset
@@ -248,8 +245,14 @@ class SegmentPublisher:
             self.major_offsets.append(offset)
         self.stats.published += 1
         self.stats.bytes += record.size_bytes
-        log.info("%s: published segment %s at offset %d (%d bytes, %d chunks)", self.replica.name, sid, offset,
-                 record.size_bytes, manifest.chunk_count)  # fmt: skip
+        log.info(
+            "%s: published segment %s at offset %d (%d bytes, %d chunks)",
+            self.replica.name,
+            sid,
+            offset,
+            record.size_bytes,
+            manifest.chunk_count,
+        )
 
     def _maybe_truncate(self) -> None:
         """Move the Tail of this leader's WAL and segments channels (storage_node.replication.tail),
@@ -265,14 +268,13 @@ class SegmentPublisher:
             return
         try:
             self.last_tail = truncate(
-                self.bootstrap_servers,
+                self.kafka,
                 self.topics,
                 self.replica.partition_id,
                 self.replica.placement_id,
                 list(self.peers()),
                 own_covered_end=self.replica.covered_end(),
                 major_offsets=list(self.major_offsets),
-                kafka_config=self.kafka_config,
             )
         except ShoalError as exc:
             log.warning("%s: truncation failed: %s", self.replica.name, exc)
@@ -286,57 +288,29 @@ class SegmentPublisher:
             return
         self.stats.deleted += len(deleted)
 
-    def _abort(self) -> None:
-        if self._producer is None:
-            return
-        try:
-            self._producer.abort_transaction(30)
-        except KafkaException as exc:
-            self._raise_if_fenced(exc)
-            log.warning("%s: abort failed: %s", self.replica.name, exc)
+    def _produce(self, txn: Transaction, value: bytes, kind: bytes, offsets: dict[int, int], index: int) -> None:
+        def on_delivery(err: KafkaError | None, msg: Message) -> None:
+            offsets[index] = -1 if err is not None else int(msg.offset() or 0)
 
-    def _raise_if_fenced(self, exc: KafkaException) -> None:
-        err = exc.args[0] if exc.args else None
-        if isinstance(err, KafkaError) and (err.fatal() or err.code() in _FENCED):
-            self._producer = None
-            raise _Fenced(str(err)) from exc
-
-
-_FENCED = {KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH}
-
-
-class _Fenced(ShoalError):
-    pass
-
-
-class _LocalCorruption(KafkaOperationError):
-    pass
-
-
-def _produce(producer: Producer, topic: str, value: bytes, kind: bytes, offsets: dict[int, int], index: int) -> None:
-    def on_delivery(err: KafkaError | None, msg: Message) -> None:
-        offsets[index] = -1 if err is not None else int(msg.offset() or 0)
-
-    while True:
-        try:
-            producer.produce(topic, value, partition=0, headers=[(KIND_HEADER, kind)], on_delivery=on_delivery)
-            return
-        except BufferError:
-            producer.poll(0.1)
-            time.sleep(0.01)
+        while True:
+            try:
+                txn.produce(self.topic, value, partition=0, headers=[(KIND_HEADER, kind)], on_delivery=on_delivery)
+                return
+            except BufferError:  # the producer's queue is full: serve deliveries, then try again
+                self._channel.producer.poll(0.1)
+                time.sleep(0.01)
 
 
 def push_segments(
     replica: PartitionReplica,
     records: Sequence[SegmentRecord],
     *,
-    bootstrap_servers: str,
+    kafka: KafkaSettings,
     topics: TopicNames,
-    kafka_config: Mapping[str, str] | None = None,
 ) -> int:
     """Source 3.5 follower procedure, PUSH: publish segments the leader lacks on this replica's own
     segments channel, for the leader to merge (``merge_in``). Returns how many were published."""
-    publisher = SegmentPublisher(replica, bootstrap_servers=bootstrap_servers, topics=topics, kafka_config=kafka_config)
+    publisher = SegmentPublisher(replica, kafka, topics=topics)
     publisher._open()
     try:
         n = 0
@@ -346,5 +320,4 @@ def push_segments(
                 n += 1
         return n
     finally:
-        if publisher._producer is not None:
-            publisher._producer.flush(10)
+        publisher._close(flush_s=10)

@@ -33,7 +33,7 @@ from shoal.segments.errors import (
     InvalidSegmentEntryError,
 )
 from shoal.segments.parquet_io import delete_segment_file
-from storage_node.partition.replica import PartitionReplica
+from storage_node.replica import PartitionReplica
 
 log = logging.getLogger(__name__)
 

@@ -14,16 +14,18 @@ Invariant kept: Tail <= every Ack <= Append, and Tail <= own covered end.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from confluent_kafka import KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient
 
 from shoal.errors import KafkaOperationError
-from shoal.kafka_admin import admin_client
+from shoal.kafka import clients
+from shoal.kafka.errors import classify
+from shoal.kafka.indexes import ChannelIndexes, channel_indexes
+from shoal.kafka.settings import KafkaSettings
 from shoal.topics import TopicNames
-from storage_node.wal.indexes import channel_indexes
 
 log = logging.getLogger(__name__)
 
@@ -61,8 +63,24 @@ def decide_tail(
     return TailDecision(new_wal, new_seg, tuple(segments_acks))
 
 
+def read_channel_indexes(
+    kafka: KafkaSettings,
+    topic: str,
+    groups: Sequence[str] = (),
+    *,
+    timeout_s: float = 10.0,
+    admin: AdminClient | None = None,
+) -> ChannelIndexes:
+    """:func:`shoal.kafka.indexes.channel_indexes`; a request that times out (a broker is down) is a
+    KafkaOperationError like any other failed read, so the caller retries later."""
+    try:
+        return channel_indexes(kafka, topic, groups, timeout_s=timeout_s, admin=admin)
+    except TimeoutError as exc:
+        raise KafkaOperationError(f"reading the indexes of {topic} timed out after {timeout_s:.0f}s") from exc
+
+
 def truncate(
-    bootstrap_servers: str,
+    kafka: KafkaSettings,
     topics: TopicNames,
     partition_id: str,
     placement_id: int,
@@ -70,7 +88,6 @@ def truncate(
     *,
     own_covered_end: int,
     major_offsets: Sequence[int],
-    kafka_config: Mapping[str, Any] | None = None,
 ) -> TailDecision:
     """Read the indexes, decide, and ``delete_records`` on the leader's two channels."""
     groups = tuple(topics.replica_group(partition_id, p) for p in peers if p != placement_id)
@@ -78,8 +95,9 @@ def truncate(
         return TailDecision(None, None)
     wal_topic = topics.wal(partition_id, placement_id)
     seg_topic = topics.segments(partition_id, placement_id)
-    wal = channel_indexes(bootstrap_servers, wal_topic, groups)
-    seg = channel_indexes(bootstrap_servers, seg_topic, groups)
+    admin = clients.admin(kafka)
+    wal = read_channel_indexes(kafka, wal_topic, groups, admin=admin)
+    seg = read_channel_indexes(kafka, seg_topic, groups, admin=admin)
     decision = decide_tail(
         wal_tail=wal.tail,
         wal_acks=[a for _, a in wal.acks],
@@ -94,11 +112,12 @@ def truncate(
     if decision.segments_tail is not None:
         targets.append(TopicPartition(seg_topic, 0, decision.segments_tail))
     if targets:
-        admin = admin_client(bootstrap_servers, dict(kafka_config or {}))
         try:
             for tp, fut in admin.delete_records(targets, operation_timeout=30, request_timeout=30).items():
                 fut.result(timeout=30)
                 log.info("tail of %s moved to %d", tp.topic, tp.offset)
         except KafkaException as exc:
-            raise KafkaOperationError(f"delete_records on {partition_id}: {exc}") from exc
+            raise classify(exc, f"delete_records on {partition_id}") from exc
+        except TimeoutError as exc:
+            raise KafkaOperationError(f"delete_records on {partition_id} timed out") from exc
     return decision

@@ -19,7 +19,8 @@ import pyarrow.flight as flight
 from shoal.errors import ShoalError, WireFormatError
 from shoal.ids import validate_table_name
 from shoal.scan import DESCRIBE_ACTION, ScanRequest
-from storage_node.partition.replica import KeyFilter, PartitionReplica
+from shoal.worker import Worker
+from storage_node.replica import KeyFilter, PartitionReplica
 
 log = logging.getLogger(__name__)
 
@@ -68,3 +69,27 @@ class ScanServer(flight.FlightServerBase):
         except ShoalError as exc:
             raise flight.FlightServerError(f"{type(exc).__name__}: {exc}") from exc
         return flight.RecordBatchStream(table)
+
+
+class FlightServing(Worker):
+    """A :class:`ScanServer` answering on the :class:`~shoal.worker.Worker` thread ``flight``.
+
+    ``serve()`` blocks that thread while gRPC's own pool answers the calls; :meth:`stop` shuts
+    the server down (waiting for the calls in progress), which ends ``serve()``.
+    """
+
+    def __init__(self, server: ScanServer) -> None:
+        super().__init__("flight")
+        self.server = server
+
+    def start(self) -> FlightServing:
+        super().start()
+        return self
+
+    def run(self) -> None:
+        self.server.serve()
+
+    def stop(self, timeout: float = 30.0) -> bool:
+        self.request_stop()
+        self.server.shutdown()
+        return self.join(timeout)

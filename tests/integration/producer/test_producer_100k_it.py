@@ -50,8 +50,8 @@ def test_100k_unique_rows_are_all_readable_and_sync_waits(
         file = client.coordinator.create_table(events_table(), ["node-1"], [Keyspace.UINT64.encode(2**63)])
         partition_ids = [p.partition_id for p in file.partitions]
         # Segments are written during the run (40k rows each), so reads combine segments and the memtable.
-        config = NodeConfig("node-1", tmp_path / "n1", zk_hosts, bs, topic_prefix,
-                            flush=FlushPolicy(max_rows=40_000), table_poll_s=0.2)  # fmt: skip
+        connection = ConnectionSettings.plain(bs, zk_hosts, topic_prefix=topic_prefix)
+        config = NodeConfig("node-1", tmp_path / "n1", connection, flush=FlushPolicy(max_rows=40_000), table_poll_s=0.2)
         node = StorageNode(config, metadata=meta)
         thread = threading.Thread(target=node.run, daemon=True, name="node-1")
         thread.start()

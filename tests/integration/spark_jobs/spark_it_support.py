@@ -75,8 +75,7 @@ class SparkCluster:
 
 
 def start_node(meta: MetadataConfig, server_id: str, data_dir: Path, flush: FlushPolicy) -> StorageNode:
-    config = NodeConfig(server_id, data_dir / server_id, meta.zk_hosts, meta.bootstrap_servers, meta.topic_prefix,
-                        flush=flush, table_poll_s=0.2)  # fmt: skip
+    config = NodeConfig(server_id, data_dir / server_id, meta.connection, flush=flush, table_poll_s=0.2)
     node = StorageNode(config, metadata=meta)
     thread = threading.Thread(target=node.run, daemon=True, name=f"node-{server_id}")
     thread.start()

@@ -33,7 +33,7 @@ from spark_jobs.compaction.publish import publish_major
 from spark_jobs.compaction.service import CompactionConfig, CompactionService
 from storage_node.config import FlushPolicy
 from storage_node.node import HeldPartition
-from storage_node.partition.compaction import minor_backlog
+from storage_node.replica import minor_backlog
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 

@@ -16,11 +16,13 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from metadata.table import Column, ColumnType, TableDefinition
 from shoal.ids import new_partition_id
+from shoal.kafka.settings import KafkaSettings
 from shoal.topics import TopicNames
 from shoal.wire.arrow_ipc import encode_batch
 from shoal.wire.ingest import TABLE_HEADER, ingest_schema
 from storage_node.config import FlushPolicy, LeaderConfig
-from storage_node.partition import PartitionLeader, PartitionReplica
+from storage_node.replica import PartitionReplica
+from storage_node.roles.leader import PartitionLeader
 
 
 def make_table(name: str = "events", replication_factor: int = 1) -> TableDefinition:
@@ -38,8 +40,14 @@ def rows(table: TableDefinition, keys: Sequence[int], values: Sequence[str | Non
 
 
 def produce(bootstrap: str, topic: str, payloads: Sequence[bytes | None], table: str = "events") -> None:
-    p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all",
-                  "message.max.bytes": 16 * 1024 * 1024})  # fmt: skip
+    p = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "enable.idempotence": True,
+            "acks": "all",
+            "message.max.bytes": 16 * 1024 * 1024,
+        }
+    )
     for value in payloads:
         p.produce(topic, value, partition=0, headers=[(TABLE_HEADER, table.encode())])
     assert p.flush(30) == 0
@@ -51,8 +59,14 @@ def produce_rows(bootstrap: str, topic: str, *tables: pa.Table) -> None:
 
 def read_all(bootstrap: str, topic: str, timeout: float = 10.0) -> list[Any]:
     """Every committed message of partition 0 of ``topic`` (up to its end now)."""
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "it-reader", "enable.auto.commit": False,
-                  "isolation.level": "read_committed"})  # fmt: skip
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "it-reader",
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed",
+        }
+    )
     try:
         low, high = c.get_watermark_offsets(TopicPartition(topic, 0), timeout=timeout)
         c.assign([TopicPartition(topic, 0, low)])
@@ -105,7 +119,7 @@ class LeaderFixture:
         self, epoch: int | Callable[[], int] = 1, placement_id: int = 1, data_dir: Path | None = None, **cfg: Any
     ) -> PartitionLeader:
         replica = PartitionReplica(self.table, self.partition_id, placement_id, data_dir or self.data_dir)
-        config = LeaderConfig(self.bootstrap, self.topics, self.flush, **cfg)
+        config = LeaderConfig(KafkaSettings(self.bootstrap), self.topics, self.flush, **cfg)
         fn = epoch if callable(epoch) else (lambda: epoch)
         leader = PartitionLeader(replica, config, fn).start()
         leader.wait_ready(60)
@@ -118,11 +132,17 @@ class NodeProcesses:
     Each node logs to ``<base>/<id>.log``; ``kill``/``stop``/``pause``/``resume`` act by pid only.
     """
 
-    def __init__(self, base: Path, zk_hosts: str, bootstrap: str, prefix: str, *, flush_rows: int = 20,
-                 flush_age: float = 1.0) -> None:  # fmt: skip
+    def __init__(
+        self, base: Path, zk_hosts: str, bootstrap: str, prefix: str, *, flush_rows: int = 20, flush_age: float = 1.0
+    ) -> None:
         self.base = base
-        self.env = {**os.environ, "SHOAL_ZK_CONNECT": zk_hosts, "SHOAL_BOOTSTRAP_SERVERS": bootstrap,
-                    "SHOAL_TOPIC_PREFIX": prefix, "PYTHONPATH": os.getcwd()}  # fmt: skip
+        self.env = {
+            **os.environ,
+            "SHOAL_ZK_CONNECT": zk_hosts,
+            "SHOAL_BOOTSTRAP_SERVERS": bootstrap,
+            "SHOAL_TOPIC_PREFIX": prefix,
+            "PYTHONPATH": os.getcwd(),
+        }
         self.flush_rows, self.flush_age = flush_rows, flush_age
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
 
@@ -133,8 +153,22 @@ class NodeProcesses:
         """Start ``shoal -v node --id server_id`` (``extra``: more ``shoal node`` options)."""
         code = "from shoal_app.cli.main import main; main()"
         data = str(self.data_dir(server_id))
-        args = [sys.executable, "-c", code, "-v", "node", "--id", server_id, "--data-dir", data,
-                "--flush-rows", str(self.flush_rows), "--flush-age", str(self.flush_age), *extra]  # fmt: skip
+        args = [
+            sys.executable,
+            "-c",
+            code,
+            "-v",
+            "node",
+            "--id",
+            server_id,
+            "--data-dir",
+            data,
+            "--flush-rows",
+            str(self.flush_rows),
+            "--flush-age",
+            str(self.flush_age),
+            *extra,
+        ]
         log = open(self.base / f"{server_id}.log", "ab")  # noqa: SIM115 (closed with the process)
         self.procs[server_id] = subprocess.Popen(args, env=self.env, stdout=log, stderr=subprocess.STDOUT)
         log.close()

@@ -49,10 +49,12 @@ def test_first_in_line_yields_to_the_preferred_candidate(zk_hosts: str) -> None:
             flip.append(1)
             return next(x.placement_id for x in line if x.placement_id != line[0].placement_id)
 
-        d = PartitionElection(clients[0], new_partition_id(), "node-a", 4, replica_state=ReplicaState.LIVE,
-                              prefer=stubborn, max_yields=2)  # fmt: skip
-        e = PartitionElection(clients[1], d.partition_id, "node-b", 5, replica_state=ReplicaState.LIVE,
-                              prefer=stubborn, max_yields=2)  # fmt: skip
+        d = PartitionElection(
+            clients[0], new_partition_id(), "node-a", 4, replica_state=ReplicaState.LIVE, prefer=stubborn, max_yields=2
+        )
+        e = PartitionElection(
+            clients[1], d.partition_id, "node-b", 5, replica_state=ReplicaState.LIVE, prefer=stubborn, max_yields=2
+        )
         d.start()
         e.start()
         assert d.wait_for(LeaderState.LEADER, timeout=30) or e.wait_for(LeaderState.LEADER, timeout=30)

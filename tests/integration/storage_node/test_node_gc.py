@@ -23,6 +23,8 @@ from node_it_support import make_table, produce_rows, rows
 
 from metadata.client import MetadataClient, MetadataConfig
 from shoal.ids import new_segment_id
+from shoal.kafka.indexes import channel_indexes
+from shoal.kafka.settings import KafkaSettings
 from shoal.segments import SegmentRecord, lww_merge, read_segment, write_segment
 from shoal.segments.compaction import compaction_entry, segments_to_compact
 from shoal.segments.parquet_io import segment_path
@@ -31,7 +33,6 @@ from shoal_app.cli.verify import verify_table
 from shoal_app.testing.wait import wait_until
 from storage_node.config import FlushPolicy, NodeConfig
 from storage_node.node import HeldPartition, StorageNode
-from storage_node.wal.indexes import channel_indexes
 
 pytestmark = pytest.mark.integration
 
@@ -39,8 +40,9 @@ NODES = ("node-1", "node-2", "node-3")
 
 
 def _start(meta: MetadataConfig, server_id: str, base: Path) -> StorageNode:
-    config = NodeConfig(server_id, base / server_id, meta.zk_hosts, meta.bootstrap_servers, meta.topic_prefix,
-                        flush=FlushPolicy(max_rows=20, max_age_s=1.0), table_poll_s=0.2)  # fmt: skip
+    config = NodeConfig(
+        server_id, base / server_id, meta.connection, flush=FlushPolicy(max_rows=20, max_age_s=1.0), table_poll_s=0.2
+    )
     node = StorageNode(config, metadata=meta)
     thread = threading.Thread(target=node.run, daemon=True, name=f"node-{server_id}")
     thread.start()
@@ -92,8 +94,9 @@ def _compact(held: HeldPartition) -> tuple[str, list[str]]:
     sid = new_segment_id()
     written = write_segment(replica.directory, sid, merged, key_columns=replica.key_columns)
     entry = compaction_entry(chain, sid, placement_id=replica.placement_id, epoch=epoch)
-    record = SegmentRecord(entry=entry, sha256=written.sha256, row_count=written.row_count,
-                           size_bytes=written.size_bytes)  # fmt: skip
+    record = SegmentRecord(
+        entry=entry, sha256=written.sha256, row_count=written.row_count, size_bytes=written.size_bytes
+    )
     replica.commit_major(record, leader_epoch=epoch)
     assert held.leader is not None and held.leader.publisher is not None
     held.leader.publisher.wake()
@@ -108,7 +111,7 @@ def _chain_at_least(nodes: dict[str, StorageNode], pid: str, n: int) -> bool:
 def _summary(nodes: dict[str, StorageNode], pid: str) -> list[object]:
     out: list[object] = []
     for n, h in _held(nodes, pid).items():
-        role = None if h.leader is None else (h.leader.state.value, h.leader.stats)
+        role = None if h.leader is None else (h.leader.role_state.value, h.leader.stats)
         follow = None if h.follower is None else (h.follower.leader_placement_id, h.follower.stats, h.follower.error)
         out.append((n, role, follow, h.replica.chain.root, len(h.replica.chain), h.replica.memtable.rows))
     return out
@@ -191,7 +194,7 @@ def test_folded_minors_are_deleted_after_replication_and_the_segments_channel_is
         seg_topic = topics.segments(pid, leader.placement_id)
         major_offset = publisher.manifest_offsets[major]
         assert major_offset > 0
-        assert wait_until(lambda: channel_indexes(bs, seg_topic).tail == major_offset, 60), (
-            channel_indexes(bs, seg_topic),
+        assert wait_until(lambda: channel_indexes(KafkaSettings(bs), seg_topic).tail == major_offset, 60), (
+            channel_indexes(KafkaSettings(bs), seg_topic),
             major_offset,
         )

@@ -16,7 +16,8 @@ from node_it_support import LeaderFixture, produce_rows, read_all, rows
 from shoal.errors import StaleEpochError
 from shoal.wire.records import GENESIS_HASH, WalRecord, verify_chain
 from shoal_app.testing.wait import wait_until
-from storage_node.partition import FencedError, LeaderRoleState
+from storage_node.errors import FencedError
+from storage_node.roles.leader import LeaderRoleState
 
 pytestmark = pytest.mark.integration
 
@@ -102,10 +103,10 @@ def test_zombie_leader_is_fenced_and_commits_nothing(cluster: Any, topic_prefix:
         produce_rows(bs, f.ingest, rows(t, [2], ["b"]))
         assert wait_until(lambda: new.stats.rows == 1, 30)
         # the zombie may have consumed the same message, but its transaction cannot commit
-        assert wait_until(lambda: zombie.state is LeaderRoleState.FENCED or zombie.stats.rows == 1, 5)
+        assert wait_until(lambda: zombie.role_state is LeaderRoleState.FENCED or zombie.stats.rows == 1, 5)
         wal = [WalRecord.from_bytes(m.value()) for m in read_all(bs, f.wal())]
         assert [(r.gtid.epoch, r.gtid.seq) for r in wal] == [(1, 0), (2, 0)]
-        if zombie.state is LeaderRoleState.FENCED:
+        if zombie.role_state is LeaderRoleState.FENCED:
             assert isinstance(zombie.error, FencedError)
         assert zombie.stats.rows == 1
     finally:
@@ -116,7 +117,7 @@ def test_zombie_leader_is_fenced_and_commits_nothing(cluster: Any, topic_prefix:
     try:
         produce_rows(bs, f.ingest, rows(t, [3], ["c"]))
         assert wait_until(lambda: old.stopped.is_set(), 30)
-        assert old.state is LeaderRoleState.FENCED and isinstance(old.error, StaleEpochError)
+        assert old.role_state is LeaderRoleState.FENCED and isinstance(old.error, StaleEpochError)
         assert len(read_all(bs, f.wal())) == 2
     finally:
         old.stop()

@@ -9,7 +9,7 @@ import pytest
 from node_it_support import LeaderFixture, produce_rows, rows
 
 from shoal_app.testing.wait import wait_until
-from storage_node.partition.compaction import minor_backlog
+from storage_node.replica import minor_backlog
 
 pytestmark = pytest.mark.integration
 

@@ -11,7 +11,7 @@ from node_it_support import LeaderFixture, committed, produce, produce_rows, rea
 from shoal.wire.arrow_ipc import encode_batch
 from shoal.wire.records import GENESIS_HASH, WalRecord, verify_chain
 from shoal_app.testing.wait import wait_until
-from storage_node.partition import KeyFilter
+from storage_node.replica import KeyFilter
 
 pytestmark = pytest.mark.integration
 
@@ -42,8 +42,9 @@ def test_leader_writes_wal_in_transactions_and_scans(cluster: Any, topic_prefix:
         assert [(r.gtid.epoch, r.gtid.seq, r.row_count) for r in wal] == [(3, 0, 3), (3, 3, 2), (3, 5, 1)]
         verify_chain(wal, prev_hash=GENESIS_HASH)
         # ingest offsets committed in the same transactions
-        assert wait_until(lambda: committed(cluster.bootstrap_servers, f.topics.leader_group(f.partition_id),
-                                            f.ingest) == 3, 10)  # fmt: skip
+        assert wait_until(
+            lambda: committed(cluster.bootstrap_servers, f.topics.leader_group(f.partition_id), f.ingest) == 3, 10
+        )
     finally:
         leader.stop()
 
@@ -79,6 +80,6 @@ def test_bad_records_go_to_deadletter_and_the_partition_keeps_going(
         offsets = [int(dict(m.headers())["shoal.source.offset"]) for m in dead]
         assert offsets == [1, 2, 3, 4]
         assert {dict(m.headers())["shoal.source.topic"].decode() for m in dead} == {f.ingest}
-        assert leader.state.value == "LEADING"
+        assert leader.role_state.value == "LEADING"
     finally:
         leader.stop()

@@ -9,11 +9,13 @@ import pyarrow.compute as pc
 import pytest
 from node_it_support import LeaderFixture, rows
 
+from shoal.kafka.settings import KafkaSettings
 from shoal.wire.records import Gtid
 from shoal_app.testing.wait import wait_until
 from storage_node.config import LeaderConfig
-from storage_node.partition import PartitionLeader, PartitionReplica, versioned_rows
+from storage_node.replica import PartitionReplica, versioned_rows
 from storage_node.replication.publish import push_segments
+from storage_node.roles.leader import PartitionLeader
 
 pytestmark = pytest.mark.integration
 
@@ -27,12 +29,14 @@ def test_leader_merges_a_pushed_segment_keeping_gtids(cluster: Any, topic_prefix
     assert pushed is not None
 
     replica = PartitionReplica(f.table, f.partition_id, 1, tmp_path / "new")
-    leader = PartitionLeader(replica, LeaderConfig(f.bootstrap, f.topics, f.flush), lambda: 2, peers=lambda: [2])
+    leader = PartitionLeader(
+        replica, LeaderConfig(KafkaSettings(f.bootstrap), f.topics, f.flush), lambda: 2, peers=lambda: [2]
+    )
     leader.start().wait_ready(60)
     try:
-        n = push_segments(old, [pushed], bootstrap_servers=f.bootstrap, topics=f.topics)
+        n = push_segments(old, [pushed], kafka=KafkaSettings(f.bootstrap), topics=f.topics)
         assert n == 1
-        assert push_segments(old, [pushed], bootstrap_servers=f.bootstrap, topics=f.topics) == 0  # already there
+        assert push_segments(old, [pushed], kafka=KafkaSettings(f.bootstrap), topics=f.topics) == 0  # already there
         assert leader.merger is not None
         assert wait_until(lambda: leader.merger is not None and leader.merger.stats.merged == 1, 60)
         got = replica.scan(include_system=True)

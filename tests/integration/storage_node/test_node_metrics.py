@@ -1,7 +1,7 @@
 """A storage node's Prometheus exporter (issue 7 item 3): ``shoal node --metrics-port`` on real nodes.
 
 Two node processes replicate one partition; each serves ``/metrics``. The scrape holds the names
-documented in :mod:`monitor.node_metrics`, per partition, with values that follow what happened:
+documented in :mod:`storage_node.metrics`, per partition, with values that follow what happened:
 the leader's rows and WAL records, the follower's fast-forwards.
 """
 
@@ -16,10 +16,10 @@ import pytest
 from node_it_support import NodeProcesses, make_table, produce_rows, rows
 
 from metadata.client import MetadataClient, MetadataConfig
-from monitor.node_metrics import COUNTER_HELP, GAUGE_HELP
 from shoal.topics import TopicNames
 from shoal_app.runtime.ports import free_ports
 from shoal_app.testing.wait import wait_until
+from storage_node.metrics import COUNTER_HELP, GAUGE_HELP
 
 pytestmark = pytest.mark.integration
 

@@ -17,6 +17,7 @@ from node_it_support import make_table, produce_rows, rows
 from metadata.client import MetadataClient, MetadataConfig
 from metadata.election import read_epoch
 from metadata.node_registry import lookup_node
+from shoal.kafka.settings import ConnectionSettings
 from shoal.scan import ScanRequest, scan_remote
 from shoal.topics import TopicNames
 from shoal_app.cli.node import scan_command
@@ -37,7 +38,8 @@ def test_node_leads_its_partitions_and_serves_scans(
         file = client.coordinator.create_table(table, ["node-1"], [(1000).to_bytes(8, "big")])
         pids = [p.partition_id for p in file.partitions]
         flush = FlushPolicy(max_rows=3)
-        config = NodeConfig("node-1", tmp_path / "n1", zk_hosts, bs, topic_prefix, flush=flush, table_poll_s=0.2)
+        connection = ConnectionSettings.plain(bs, zk_hosts, topic_prefix=topic_prefix)
+        config = NodeConfig("node-1", tmp_path / "n1", connection, flush=flush, table_poll_s=0.2)
         node = StorageNode(config, metadata=meta)
         th = threading.Thread(target=node.run, daemon=True)
         th.start()
@@ -62,9 +64,12 @@ def test_node_leads_its_partitions_and_serves_scans(
             res = CliRunner().invoke(scan_command, ["events", "--output", "json"], env=env)
             assert res.exit_code == 0, res.output
             assert [line for line in res.output.splitlines() if line.startswith("{")] == [
-                '{"k": 1, "v": "a"}', '{"k": 3, "v": "c"}', '{"k": 4, "v": "d"}',
-                '{"k": 1000, "v": "x"}', '{"k": 2000, "v": "y"}',
-            ]  # fmt: skip
+                '{"k": 1, "v": "a"}',
+                '{"k": 3, "v": "c"}',
+                '{"k": 4, "v": "d"}',
+                '{"k": 1000, "v": "x"}',
+                '{"k": 2000, "v": "y"}',
+            ]
             res = CliRunner().invoke(scan_command, ["events", "--node", "node-1", "--key", "3"], env=env)
             assert res.exit_code == 0 and "c" in res.output, res.output
         finally:
@@ -75,8 +80,13 @@ def test_node_leads_its_partitions_and_serves_scans(
 
 def test_node_process_stops_on_sigterm(cluster: Any, zk_hosts: str, topic_prefix: str, tmp_path: Path) -> None:
     code = "from shoal_app.cli.node import node_command; node_command()"
-    env = {**os.environ, "SHOAL_ZK_CONNECT": zk_hosts, "SHOAL_BOOTSTRAP_SERVERS": cluster.bootstrap_servers,
-           "SHOAL_TOPIC_PREFIX": topic_prefix, "PYTHONPATH": os.getcwd()}  # fmt: skip
+    env = {
+        **os.environ,
+        "SHOAL_ZK_CONNECT": zk_hosts,
+        "SHOAL_BOOTSTRAP_SERVERS": cluster.bootstrap_servers,
+        "SHOAL_TOPIC_PREFIX": topic_prefix,
+        "PYTHONPATH": os.getcwd(),
+    }
     proc = subprocess.Popen([sys.executable, "-c", code, "--id", "node-7", "--data-dir", str(tmp_path / "n7")], env=env)
     try:
         meta = MetadataConfig(zk_hosts=zk_hosts, bootstrap_servers=cluster.bootstrap_servers, topic_prefix=topic_prefix)

@@ -12,12 +12,13 @@ from node_it_support import NodeProcesses, make_table, produce_rows, rows
 
 from metadata.client import MetadataClient, MetadataConfig
 from metadata.election import read_epoch
+from shoal.kafka.indexes import channel_indexes
+from shoal.kafka.settings import KafkaSettings
 from shoal.segments.parquet_io import segment_path
 from shoal.topics import TopicNames
 from shoal_app.cli.verify import verify_command, verify_table
 from shoal_app.schemas import validate
 from shoal_app.testing.wait import wait_until
-from storage_node.wal.indexes import channel_indexes
 
 pytestmark = pytest.mark.integration
 
@@ -99,9 +100,12 @@ def test_three_nodes_replicate_by_fast_forward_and_repair_a_corrupt_file(
             out = []
             for p in verify_table(client, "events")["partitions"]:
                 leader = next(r for r in p["replicas"] if r["role"] == "leader")
-                groups = tuple(topics.replica_group(p["partition_id"], r["placement_id"])
-                               for r in p["replicas"] if r["role"] == "follower")  # fmt: skip
-                idx = channel_indexes(bs, topics.wal(p["partition_id"], leader["placement_id"]), groups)
+                groups = tuple(
+                    topics.replica_group(p["partition_id"], r["placement_id"])
+                    for r in p["replicas"]
+                    if r["role"] == "follower"
+                )
+                idx = channel_indexes(KafkaSettings(bs), topics.wal(p["partition_id"], leader["placement_id"]), groups)
                 assert not idx.check(), idx
                 out.append((idx.tail, [a for _, a in idx.acks], idx.append))
             return out

@@ -16,8 +16,8 @@ from shoal.wire.arrow_ipc import encode_batch
 from shoal.wire.ingest import ingest_schema
 from shoal.wire.records import Gtid
 from storage_node.config import FlushPolicy
-from storage_node.memtable import Memtable
-from storage_node.partition import IngestValidator, KeyFilter, PartitionReplica, Rejected, versioned_rows
+from storage_node.replica import IngestValidator, KeyFilter, PartitionReplica, Rejected, versioned_rows
+from storage_node.replica.memtable import Memtable
 from storage_node.serve import ScanServer
 
 TABLE = TableDefinition(

@@ -7,7 +7,7 @@ import pyarrow as pa
 from metadata.table import Column, ColumnType, TableDefinition
 from shoal.wire.arrow_ipc import encode_batch
 from shoal.wire.ingest import DELETED_COLUMN
-from storage_node.partition.validate import IngestValidator, Rejected
+from storage_node.replica.validate import IngestValidator, Rejected
 
 TABLE = TableDefinition(
     "t",
@@ -19,8 +19,14 @@ TABLE = TableDefinition(
 
 
 def _batch(k: list[int], v: list[str | None], deleted: list[bool]) -> bytes:
-    schema = pa.schema([pa.field("k", pa.uint64(), False), pa.field("v", pa.string()), pa.field("n", pa.int64()),
-                        pa.field(DELETED_COLUMN, pa.bool_(), False)])  # fmt: skip
+    schema = pa.schema(
+        [
+            pa.field("k", pa.uint64(), False),
+            pa.field("v", pa.string()),
+            pa.field("n", pa.int64()),
+            pa.field(DELETED_COLUMN, pa.bool_(), False),
+        ]
+    )
     return encode_batch(pa.table([k, v, [None] * len(k), deleted], schema=schema))
 
 

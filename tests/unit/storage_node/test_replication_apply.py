@@ -18,9 +18,9 @@ from shoal.topics import TopicNames
 from shoal.wire.ingest import ingest_schema
 from shoal.wire.records import Gtid
 from shoal.wire.records import SegmentManifest as WireManifest
-from storage_node.partition import PartitionReplica, versioned_rows
+from storage_node.replica import PartitionReplica, versioned_rows
+from storage_node.replica.overlay import WalOverlay
 from storage_node.replication.describe import content_hash, describe_replica
-from storage_node.replication.overlay import WalOverlay
 from storage_node.replication.receive import InFlightBudget, ReceiveStats, apply_segment
 
 TABLE = TableDefinition(
@@ -160,17 +160,34 @@ def test_content_hash_is_order_independent() -> None:
 def test_tail_never_passes_an_ack_or_the_own_coverage() -> None:
     from storage_node.replication.tail import decide_tail
 
-    d = decide_tail(wal_tail=0, wal_acks=[10, 7], own_covered_end=9, segments_tail=0, segments_acks=[30, 25],
-                    major_offsets=[0, 12, 26])  # fmt: skip
+    d = decide_tail(
+        wal_tail=0,
+        wal_acks=[10, 7],
+        own_covered_end=9,
+        segments_tail=0,
+        segments_acks=[30, 25],
+        major_offsets=[0, 12, 26],
+    )
     assert (d.wal_tail, d.segments_tail) == (7, 12)  # min ack; the latest major both acked
-    d = decide_tail(wal_tail=0, wal_acks=[10, 12], own_covered_end=9, segments_tail=12, segments_acks=[13, 30],
-                    major_offsets=[0, 12, 26])  # fmt: skip
+    d = decide_tail(
+        wal_tail=0,
+        wal_acks=[10, 12],
+        own_covered_end=9,
+        segments_tail=12,
+        segments_acks=[13, 30],
+        major_offsets=[0, 12, 26],
+    )
     assert (d.wal_tail, d.segments_tail) == (9, None)  # own coverage bounds it; nothing new to drop
-    d = decide_tail(wal_tail=0, wal_acks=[10, None], own_covered_end=20, segments_tail=0, segments_acks=[None],
-                    major_offsets=[5])  # fmt: skip
+    d = decide_tail(
+        wal_tail=0, wal_acks=[10, None], own_covered_end=20, segments_tail=0, segments_acks=[None], major_offsets=[5]
+    )
     assert (d.wal_tail, d.segments_tail) == (None, None)  # a replica without acks holds the Tail
-    assert decide_tail(wal_tail=5, wal_acks=[3], own_covered_end=9, segments_tail=0, segments_acks=[],
-                       major_offsets=[]).wal_tail is None  # fmt: skip
+    assert (
+        decide_tail(
+            wal_tail=5, wal_acks=[3], own_covered_end=9, segments_tail=0, segments_acks=[], major_offsets=[]
+        ).wal_tail
+        is None
+    )
 
 
 def test_rewind_detaches_the_diverged_segments_and_follows_the_leader(tmp_path: Path) -> None:

@@ -10,13 +10,14 @@ import pytest
 from metadata.table import Column, ColumnType, TableDefinition
 from shoal.errors import ConfigError
 from shoal.ids import new_partition_id, new_segment_id
+from shoal.kafka.settings import KafkaSettings
 from shoal.segments import SegmentRecord, lww_merge, read_segment, write_segment
 from shoal.segments.compaction import compaction_entry, segments_to_compact
 from shoal.segments.parquet_io import segment_path
 from shoal.wire.ingest import ingest_schema
 from shoal.wire.records import Gtid
 from storage_node.config import LeaderConfig
-from storage_node.partition import PartitionReplica, versioned_rows
+from storage_node.replica import PartitionReplica, versioned_rows
 from storage_node.replication.collect import (
     collect_on_follower,
     leader_deletable,
@@ -28,6 +29,8 @@ from storage_node.replication.collect import (
 TABLE = TableDefinition(
     "events", (Column("k", ColumnType.UINT64, False), Column("v", ColumnType.STRING)), ("k",), "k", 1
 )
+
+KAFKA = KafkaSettings("b:9092")
 
 
 def _ingest(keys: list[int], values: list[str]) -> pa.Table:
@@ -52,8 +55,9 @@ def _compact(r: PartitionReplica) -> tuple[str, list[str]]:
     sid = new_segment_id()
     w = write_segment(r.directory, sid, merged, key_columns=r.key_columns)
     entry = compaction_entry(chain, sid, placement_id=r.placement_id, epoch=1)
-    r.commit_major(SegmentRecord(entry=entry, sha256=w.sha256, row_count=w.row_count, size_bytes=w.size_bytes),
-                   leader_epoch=1)  # fmt: skip
+    r.commit_major(
+        SegmentRecord(entry=entry, sha256=w.sha256, row_count=w.row_count, size_bytes=w.size_bytes), leader_epoch=1
+    )
     return sid, folded
 
 
@@ -103,19 +107,27 @@ def test_leader_merges_unreferenced_segments_then_deletes_them(tmp_path: Path) -
     walk = [s.segment_id for s in chain.walk()]  # newest first
     r.rewind(walk[1])  # the newest segment is left unreferenced (e.g. a rewind after a failover)
     assert unreferenced_segments(r.chain) == [walk[0]]
-    assert r.scan().sort_by("k").to_pylist() != [{"k": 0, "v": "v0"}, {"k": 1, "v": "v1"}, {"k": 2, "v": "v2"},
-                                                 {"k": 100, "v": "last2"}]  # fmt: skip
+    assert r.scan().sort_by("k").to_pylist() != [
+        {"k": 0, "v": "v0"},
+        {"k": 1, "v": "v1"},
+        {"k": 2, "v": "v2"},
+        {"k": 100, "v": "last2"},
+    ]
     assert merge_unreferenced(r, epoch=2) == 1
     assert unreferenced_segments(r.chain) == [] and walk[0] not in r.chain
     assert not segment_path(r.directory, walk[0]).exists()
     # its rows are back, with their GTIDs (the newest version of key 100 wins again)
-    assert r.scan().sort_by("k").to_pylist() == [{"k": 0, "v": "v0"}, {"k": 1, "v": "v1"}, {"k": 2, "v": "v2"},
-                                                 {"k": 100, "v": "last2"}]  # fmt: skip
+    assert r.scan().sort_by("k").to_pylist() == [
+        {"k": 0, "v": "v0"},
+        {"k": 1, "v": "v1"},
+        {"k": 2, "v": "v2"},
+        {"k": 100, "v": "last2"},
+    ]
 
 
 def test_stall_settings_are_validated() -> None:
-    assert LeaderConfig("b:9092").max_minors_before_stall == 64 and LeaderConfig("b:9092").minor_stall_s == 0.2
+    assert LeaderConfig(KAFKA).max_minors_before_stall == 64 and LeaderConfig(KAFKA).minor_stall_s == 0.2
     with pytest.raises(ConfigError, match="max_minors_before_stall"):
-        LeaderConfig("b:9092", max_minors_before_stall=-1)
+        LeaderConfig(KAFKA, max_minors_before_stall=-1)
     with pytest.raises(ConfigError, match="minor_stall_s"):
-        LeaderConfig("b:9092", minor_stall_s=-0.1)
+        LeaderConfig(KAFKA, minor_stall_s=-0.1)

@@ -2,7 +2,8 @@
 
 A replica that does not lead consumes the current leader's segments channel with the consumer
 group ``TopicNames.replica_group(partition_id, own placement)`` and, per manifest, applies the
-receive procedure (:func:`storage_node.replication.receive.apply_segment`):
+receive procedure (:func:`storage_node.replication.receive.apply_segment`), on its own
+:class:`~shoal.worker.Worker` thread ``follow-<pid[:8]>``:
 
 - SEGMENT_EXISTS: skip the chunks, ack;
 - FAST_FORWARD / FAST_FORWARD_ADD: stream the chunks to disk (never parsed), verify size and
@@ -26,16 +27,16 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from shoal.errors import KafkaOperationError, ShoalError
-from shoal.kafka_admin import admin_client, create_topic
+from shoal.kafka import clients
+from shoal.kafka.admin import create_topic
+from shoal.kafka.settings import KafkaSettings
 from shoal.segments import ReceiveOutcome, file_sha256, write_segment_bytes
 from shoal.segments.channel import KIND_CHUNK, KIND_MANIFEST, from_wire, message_kind
 from shoal.segments.errors import (
@@ -49,10 +50,11 @@ from shoal.topics import TopicNames
 from shoal.wire.ingest import ingest_schema
 from shoal.wire.records import SegmentChunk, WalRecord, verify_chain
 from shoal.wire.records import SegmentManifest as WireManifest
-from storage_node.partition.leader import versioned_rows
-from storage_node.partition.replica import PartitionReplica
+from shoal.worker import Deadline, Worker
+from storage_node.config import consumer_overrides
+from storage_node.errors import ChunkError
+from storage_node.replica import PartitionReplica, WalOverlay, versioned_rows
 from storage_node.replication.collect import collect_on_follower
-from storage_node.replication.overlay import WalOverlay
 from storage_node.replication.publish import SEGMENTS_TOPIC_CONFIG, push_segments
 from storage_node.replication.receive import ApplyResult, InFlightBudget, ReceiveStats, apply_segment
 
@@ -64,9 +66,8 @@ LeaderLookup = Callable[[], int | None]
 
 @dataclass(frozen=True)
 class FollowerConfig:
-    bootstrap_servers: str
+    kafka: KafkaSettings
     topics: TopicNames = field(default_factory=TopicNames)
-    kafka_config: tuple[tuple[str, str], ...] = ()
     leader_check_s: float = 1.0
     poll_timeout_s: float = 0.5
     chunk_timeout_s: float = 30.0
@@ -79,11 +80,7 @@ class FollowerConfig:
     """Tail the leader's WAL channel into an in-memory overlay (fresh reads on this follower)."""
 
 
-class _ChunkError(Exception):
-    """The chunks after a manifest are missing, out of order or do not belong to it."""
-
-
-class PartitionFollower:
+class PartitionFollower(Worker):
     """Consumes the leader's segments channel into a replica, on its own thread."""
 
     def __init__(
@@ -94,6 +91,7 @@ class PartitionFollower:
         *,
         budget: InFlightBudget | None = None,
     ) -> None:
+        super().__init__(f"follow-{replica.partition_id[:8]}")
         self.replica = replica
         self.config = config
         self._leader = leader
@@ -102,10 +100,6 @@ class PartitionFollower:
         self.group_id = config.topics.replica_group(replica.partition_id, replica.placement_id)
         self.leader_placement_id: int | None = None
         self.topic: str | None = None
-        self.error: BaseException | None = None
-        self.stopped = threading.Event()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
         self._consumer: Consumer | None = None
         self._wal: Consumer | None = None
         self._wal_topic: str | None = None
@@ -120,30 +114,28 @@ class PartitionFollower:
     # -- lifecycle ---------------------------------------------------------------------------
 
     def start(self) -> PartitionFollower:
-        self._thread = threading.Thread(target=self._main, daemon=True, name=f"follow-{self.replica.partition_id[:8]}")
-        self._thread.start()
+        super().start()
         return self
 
-    def stop(self, timeout: float = 30.0) -> None:
-        self._stop.set()
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(timeout)
-
-    def _main(self) -> None:
+    def run(self) -> None:
         try:
             self._repair = scrub(self.replica)
             if self._repair:
-                log.error("%s: %d segment files are missing or corrupt; fetching them again: %s",
-                          self.replica.name, len(self._repair), sorted(self._repair))  # fmt: skip
+                log.error(
+                    "%s: %d segment files are missing or corrupt; fetching them again: %s",
+                    self.replica.name,
+                    len(self._repair),
+                    sorted(self._repair),
+                )
             self._collect()  # weak segments left by a crash between a major's apply and their deletion
-            while not self._stop.is_set():
+            while not self.stopping.is_set():
                 self._step()
-        except BaseException as exc:
+        except BaseException:
             log.exception("%s: follower failed", self.replica.name)
-            self.error = exc
-        finally:
-            self._close_consumer()
-            self.stopped.set()
+            raise  # the Worker records it as ``error`` (state FAILED)
+
+    def on_exit(self) -> None:
+        self._close_consumer()
 
     def _step(self) -> None:
         """One round; a Kafka or disk error is logged and the round retried (from the same manifest)."""
@@ -151,17 +143,17 @@ class PartitionFollower:
         try:
             self._check_leader()
             if self._consumer is None:
-                self._stop.wait(self.config.poll_timeout_s)
+                self.stopping.wait(self.config.poll_timeout_s)
                 return
             msg = self._poll(self.config.poll_timeout_s if self._wal is None else 0.1)
             if msg is not None:
                 offset = int(msg.offset() or 0)
                 self._handle(msg)
             self._tail_wal()
-        except (ShoalError, KafkaException, OSError, _ChunkError) as exc:
+        except (ShoalError, KafkaException, OSError, ChunkError) as exc:
             self.stats.errors += 1
             log.warning("%s: follower step failed, retrying: %s", self.replica.name, exc)
-            self._stop.wait(1.0)
+            self.stopping.wait(1.0)
             if self._consumer is None:
                 self.leader_placement_id = None  # follow again at the next leader check
                 self._next_leader_check = 0.0
@@ -195,24 +187,16 @@ class PartitionFollower:
                 self.leader_placement_id = None
                 raise
 
-    def _client_config(self) -> dict[str, Any]:
-        return {"bootstrap.servers": self.config.bootstrap_servers, **dict(self.config.kafka_config)}
-
     def _follow(self, leader: int) -> None:
         topic = self.config.topics.segments(self.replica.partition_id, leader)
-        admin = admin_client(self.config.bootstrap_servers, dict(self.config.kafka_config))
+        admin = clients.admin(self.config.kafka)
         create_topic(
             admin, topic, replication_factor=self.config.topic_replication_factor, config=SEGMENTS_TOPIC_CONFIG
         )
-        consumer = Consumer(
-            {
-                **self._client_config(),
-                "group.id": self.group_id,
-                "isolation.level": "read_committed",
-                "enable.auto.commit": False,
-                "auto.offset.reset": "earliest",
-                "fetch.message.max.bytes": 4 * 1024 * 1024,
-            }
+        consumer = clients.consumer(
+            self.config.kafka,
+            group_id=self.group_id,
+            **consumer_overrides(4 * 1024 * 1024),
         )
         tp = TopicPartition(topic, 0)
         try:
@@ -247,15 +231,10 @@ class PartitionFollower:
     def _open_wal(self, leader: int) -> None:
         """Tail the leader's WAL channel from what segments cover, into the replica's overlay."""
         topic = self.config.topics.wal(self.replica.partition_id, leader)
-        consumer = Consumer(
-            {
-                **self._client_config(),
-                "group.id": self.config.topics.consume_group(self.replica.partition_id, self.replica.placement_id),
-                "isolation.level": "read_committed",
-                "enable.auto.commit": False,
-                "auto.offset.reset": "earliest",
-                "fetch.message.max.bytes": 64 * 1024 * 1024,
-            }
+        consumer = clients.consumer(
+            self.config.kafka,
+            group_id=self.config.topics.consume_group(self.replica.partition_id, self.replica.placement_id),
+            **consumer_overrides(64 * 1024 * 1024),
         )
         start = self._leader_channel_end(leader)
         consumer.assign([TopicPartition(topic, 0, start)])
@@ -283,8 +262,13 @@ class PartitionFollower:
                     rows = versioned_rows(record.rows(schema), record.gtid)
                 except ShoalError as exc:
                     self.stats.invalid += 1
-                    log.error("%s: WAL record at offset %s of %s is invalid: %s", self.replica.name, m.offset(),
-                              self._wal_topic, exc)  # fmt: skip
+                    log.error(
+                        "%s: WAL record at offset %s of %s is invalid: %s",
+                        self.replica.name,
+                        m.offset(),
+                        self._wal_topic,
+                        exc,
+                    )
                     continue
                 self._wal_prev_hash = record.hash
                 overlay.add(channel, int(m.offset() or 0), rows, coverage)
@@ -353,7 +337,7 @@ class PartitionFollower:
             result = apply_segment(
                 self.replica, manifest, chunks, leader_placement_id=self.leader_placement_id, budget=self.budget
             )
-        except _ChunkError as exc:
+        except ChunkError as exc:
             result = ApplyResult(ReceiveOutcome.INVALID, f"segment {wire.segment_id}: {exc}")
         self.stats.count(result)
         sid = wire.segment_id
@@ -376,20 +360,25 @@ class PartitionFollower:
                 self._seek(offset)  # fetch it again
         elif outcome is ReceiveOutcome.OVERLOADED:
             log.info("%s: OVERLOADED, pausing: %s", self.replica.name, result.reason)
-            self._stop.wait(self.config.overload_pause_s)
+            self.stopping.wait(self.config.overload_pause_s)
             self._seek(offset)
         elif outcome is ReceiveOutcome.OUT_OF_ORDER:
             n = self._out_of_order.get(sid, 0) + 1
             self._out_of_order[sid] = n
             target = wire.latest_major_offset
-            log.warning("%s: OUT_OF_ORDER at offset %d (%s); replaying from %s", self.replica.name, offset,
-                        result.reason, target)  # fmt: skip
+            log.warning(
+                "%s: OUT_OF_ORDER at offset %d (%s); replaying from %s",
+                self.replica.name,
+                offset,
+                result.reason,
+                target,
+            )
             if n > 1 and self._diverged(manifest.base_segment_id):
-                self._stop.wait(self.config.out_of_order_pause_s)
+                self.stopping.wait(self.config.out_of_order_pause_s)
                 self._seek(offset)  # the same manifest again, now based on the (rewound) root
                 return
             if n > 1:
-                self._stop.wait(self.config.out_of_order_pause_s)
+                self.stopping.wait(self.config.out_of_order_pause_s)
             self._seek(target if target is not None and target < offset else OFFSET_BEGINNING)
 
     def _collect(self) -> None:
@@ -422,33 +411,39 @@ class PartitionFollower:
             self.stats.pushed += push_segments(
                 self.replica,
                 pushed,
-                bootstrap_servers=self.config.bootstrap_servers,
+                kafka=self.config.kafka,
                 topics=self.config.topics,
-                kafka_config=dict(self.config.kafka_config),
             )
         except ShoalError as exc:
             log.warning("%s: pushing detached segments failed: %s", self.replica.name, exc)
-        log.warning("%s: chain diverged from the leader's; root rewound to %s, detached %s", self.replica.name, base,
-                    above)  # fmt: skip
+        log.warning(
+            "%s: chain diverged from the leader's; root rewound to %s, detached %s", self.replica.name, base, above
+        )
         return True
 
     def _chunks(self, wire: WireManifest, last: list[int]) -> Iterator[bytes]:
         """The manifest's chunks, in order, as they arrive (updates ``last[0]`` to each chunk's offset)."""
         for index in range(wire.chunk_count):
-            deadline = time.monotonic() + self.config.chunk_timeout_s
+            deadline = Deadline(self.config.chunk_timeout_s)
             msg = None
             while msg is None:
-                if self._stop.is_set() or time.monotonic() > deadline:
-                    raise _ChunkError(f"chunk {index} of {wire.chunk_count} did not arrive")
+                if self.stopping.is_set() or deadline.expired():
+                    raise ChunkError(wire.segment_id, index, f"chunk {index} of {wire.chunk_count} did not arrive")
                 msg = self._poll(self.config.poll_timeout_s)
             if message_kind(msg.headers()) != KIND_CHUNK:
-                raise _ChunkError(f"expected chunk {index}, got another message at offset {msg.offset()}")
+                raise ChunkError(
+                    wire.segment_id, index, f"expected chunk {index}, got another message at offset {msg.offset()}"
+                )
             try:
                 chunk = SegmentChunk.from_bytes(msg.value())
             except ShoalError as exc:
-                raise _ChunkError(f"chunk {index} does not decode: {exc}") from exc
+                raise ChunkError(wire.segment_id, index, f"chunk {index} does not decode: {exc}") from exc
             if (chunk.segment_id, chunk.index, chunk.count) != (wire.segment_id, index, wire.chunk_count):
-                raise _ChunkError(f"chunk {chunk.segment_id}[{chunk.index}/{chunk.count}] where {index} was expected")
+                raise ChunkError(
+                    wire.segment_id,
+                    index,
+                    f"chunk {chunk.segment_id}[{chunk.index}/{chunk.count}] where {index} was expected",
+                )
             last[0] = int(msg.offset() or 0)
             yield chunk.data
 
@@ -460,14 +455,17 @@ class PartitionFollower:
             return
         try:
             write_segment_bytes(
-                self.replica.directory, wire.segment_id, chunks, expected_sha256=record.sha256,
+                self.replica.directory,
+                wire.segment_id,
+                chunks,
+                expected_sha256=record.sha256,
                 expected_size=record.size_bytes,
-            )  # fmt: skip
-        except (ChecksumMismatchError, CorruptSegmentError, _ChunkError) as exc:
+            )
+        except (ChecksumMismatchError, CorruptSegmentError, ChunkError) as exc:
             self.stats.invalid += 1
             self.stats.refetches += 1
             log.error("%s: repairing segment %s failed, fetching again: %s", self.replica.name, wire.segment_id, exc)
-            self._stop.wait(self.config.overload_pause_s)
+            self.stopping.wait(self.config.overload_pause_s)
             self._seek(offset)
             return
         self._repair.discard(wire.segment_id)

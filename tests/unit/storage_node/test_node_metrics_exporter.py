@@ -6,8 +6,8 @@ import urllib.request
 
 import pytest
 
-from monitor.errors import MonitorError
-from monitor.node_metrics import start_node_metrics
+from storage_node.errors import MetricsError
+from storage_node.metrics import start_node_metrics
 
 
 def _get(url: str) -> str:
@@ -50,5 +50,5 @@ def test_bad_counter_name_is_an_error_in_the_scrape() -> None:
 
 
 def test_provider_must_be_callable() -> None:
-    with pytest.raises(MonitorError, match="callable"):
+    with pytest.raises(MetricsError, match="callable"):
         start_node_metrics(0, 42)  # type: ignore[arg-type]

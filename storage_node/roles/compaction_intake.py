@@ -7,7 +7,8 @@ sections 5 and 9 (the leader commits a compaction, fenced by its epoch).
 The compaction service (``spark_jobs.compaction``) publishes a major as one Avro manifest followed
 by its chunks, in one Kafka transaction, on ``TopicNames.compaction(partition_id)`` (same framing
 as a segments channel: header ``shoal.kind`` = ``manifest`` / ``chunk``). One
-:class:`CompactionIntake` runs next to each leader, on its own thread:
+:class:`CompactionIntake` runs next to each leader, on its own :class:`~shoal.worker.Worker`
+thread ``compaction-intake-<replica>``:
 
 1. read a manifest (``read_committed``); refuse anything that is not a major of this partition;
 2. stream its chunks to disk with ``write_segment_bytes`` (size and sha256 verified before the
@@ -18,8 +19,7 @@ as a segments channel: header ``shoal.kind`` = ``manifest`` / ``chunk``). One
 4. commit the consumer offset past the major (group ``<prefix>.compaction-intake.<pid>.<placement>``)
    either way, so a refused major is not retried.
 
-The segment publisher then replicates the committed major like any segment. :func:`minor_backlog`
-is the count the writer stall and the metrics read.
+The segment publisher then replicates the committed major like any segment.
 """
 
 from __future__ import annotations
@@ -27,20 +27,25 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 
 from shoal.errors import ShoalError
-from shoal.kafka_admin import admin_client, create_topic
+from shoal.kafka import clients
+from shoal.kafka.admin import create_topic
+from shoal.kafka.settings import KafkaSettings
 from shoal.segments.errors import CompactionConflictError, SegmentError
 from shoal.segments.parquet_io import delete_segment_file, write_segment_bytes
 from shoal.topics import TopicNames
 from shoal.wire.records import SegmentChunk
 from shoal.wire.records import SegmentManifest as WireManifest
-from storage_node.partition.replica import PartitionReplica
+from shoal.worker import Deadline, Worker
+from storage_node.config import consumer_overrides
+from storage_node.errors import IntakeRejected
+from storage_node.replica import PartitionReplica
 
 log = logging.getLogger(__name__)
 
@@ -49,19 +54,9 @@ KIND_MANIFEST = b"manifest"
 KIND_CHUNK = b"chunk"
 
 
-def minor_backlog(replica: PartitionReplica) -> int:
-    """Minor segments on the chain since its latest major (0 when root is a major or the chain is empty)."""
-    run = replica.chain.since_latest_major()
-    return sum(1 for e in run if not e.is_major)
-
-
 def intake_group(topics: TopicNames, partition_id: str, placement_id: int) -> str:
     """Consumer group of one placement's intake on the partition's compaction topic."""
     return f"{topics.prefix}.compaction-intake.{partition_id}.{placement_id}"
-
-
-class IntakeRejected(ShoalError):
-    """A compaction record on the compaction topic cannot be used (reason in the message)."""
 
 
 @dataclass
@@ -80,49 +75,39 @@ def _kind(msg: Message) -> bytes | None:
     return None
 
 
-class CompactionIntake:
+class CompactionIntake(Worker):
     """Consumes a partition's compaction topic and commits each major through the leader's replica."""
 
     def __init__(
         self,
         replica: PartitionReplica,
         epoch: Callable[[], int],
+        kafka: KafkaSettings,
         *,
-        bootstrap_servers: str,
         topics: TopicNames,
-        kafka_config: Mapping[str, str] | None = None,
         poll_s: float = 0.5,
         chunk_timeout_s: float = 30.0,
         topic_replication_factor: int = -1,
     ) -> None:
+        super().__init__(f"compaction-intake-{replica.name}")
         self.replica = replica
         self.epoch = epoch
-        self.bootstrap_servers = bootstrap_servers
+        self.kafka = kafka
         self.topics = topics
         self.topic = topics.compaction(replica.partition_id)
         self.group = intake_group(topics, replica.partition_id, replica.placement_id)
-        self.kafka_config = dict(kafka_config or {})
         self.poll_s = poll_s
         self.chunk_timeout_s = chunk_timeout_s
         self.rf = topic_replication_factor
         self.stats = IntakeStats()
         self.ready = threading.Event()
-        self.stopped = threading.Event()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
         self._consumer: Any = None
 
     # -- lifecycle -----------------------------------------------------------------------------
 
     def start(self) -> CompactionIntake:
-        self._thread = threading.Thread(target=self._run, daemon=True, name=f"compaction-intake-{self.replica.name}")
-        self._thread.start()
+        super().start()
         return self
-
-    def stop(self, timeout: float = 30.0) -> None:
-        self._stop.set()
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(timeout)
 
     def __enter__(self) -> CompactionIntake:
         return self.start()
@@ -130,23 +115,13 @@ class CompactionIntake:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    def _run(self) -> None:
+    def run(self) -> None:
         try:
-            create_topic(admin_client(self.bootstrap_servers, self.kafka_config), self.topic,
-                         replication_factor=self.rf)  # fmt: skip
-            self._consumer = Consumer(
-                {
-                    "bootstrap.servers": self.bootstrap_servers,
-                    "group.id": self.group,
-                    "enable.auto.commit": False,
-                    "auto.offset.reset": "earliest",
-                    "isolation.level": "read_committed",
-                    **self.kafka_config,
-                }
-            )
+            create_topic(clients.admin(self.kafka), self.topic, replication_factor=self.rf)
+            self._consumer = clients.consumer(self.kafka, group_id=self.group, **consumer_overrides())
             self._consumer.subscribe([self.topic])
             self.ready.set()
-            while not self._stop.is_set():
+            while not self.stopping.is_set():
                 msg = self._consumer.poll(self.poll_s)
                 if msg is None:
                     continue
@@ -158,11 +133,11 @@ class CompactionIntake:
         except Exception as exc:
             self.stats.last_error = f"{type(exc).__name__}: {exc}"
             log.exception("%s: compaction intake stopped", self.replica.name)
-        finally:
-            if self._consumer is not None:
-                with contextlib.suppress(KafkaException, RuntimeError):
-                    self._consumer.close()
-            self.stopped.set()
+
+    def on_exit(self) -> None:
+        if self._consumer is not None:
+            with contextlib.suppress(KafkaException, RuntimeError):
+                self._consumer.close()
 
     # -- one major -----------------------------------------------------------------------------
 
@@ -198,14 +173,16 @@ class CompactionIntake:
 
     def _check(self, m: WireManifest) -> None:
         if m.partition_id != self.replica.partition_id or m.table != self.replica.table.name:
-            raise IntakeRejected(f"major {m.segment_id} is for {m.table}/{m.partition_id}, not {self.replica.name}")
+            raise IntakeRejected(
+                m.segment_id, f"major {m.segment_id} is for {m.table}/{m.partition_id}, not {self.replica.name}"
+            )
         if not m.is_major:
-            raise IntakeRejected(f"segment {m.segment_id} on the compaction topic is not a major")
+            raise IntakeRejected(m.segment_id, f"segment {m.segment_id} on the compaction topic is not a major")
         if m.segment_id in self.replica.chain:
-            raise IntakeRejected(f"major {m.segment_id} is already in the chain")
+            raise IntakeRejected(m.segment_id, f"major {m.segment_id} is already in the chain")
 
     def _chunks(self, m: WireManifest) -> _ChunkStream:
-        return _ChunkStream(self._consumer, m, self.chunk_timeout_s, self._stop)
+        return _ChunkStream(self._consumer, m, self.chunk_timeout_s, self.stopping)
 
     def _commit_major(self, m: WireManifest, row_count: int) -> None:
         from shoal.segments.channel import from_wire, record_of
@@ -224,8 +201,14 @@ class CompactionIntake:
             self._discard(m.segment_id)
             raise
         self.stats.committed += 1
-        log.info("%s: committed major %s (%d rows, base %s, epoch %d)", self.replica.name, m.segment_id, row_count,
-                 m.base_segment_id, epoch)  # fmt: skip
+        log.info(
+            "%s: committed major %s (%d rows, base %s, epoch %d)",
+            self.replica.name,
+            m.segment_id,
+            row_count,
+            m.base_segment_id,
+            epoch,
+        )
 
     def _leader_epoch(self) -> int:
         try:
@@ -264,25 +247,27 @@ class _ChunkStream:
             msg = self._next()
             self.last = msg
             if _kind(msg) != KIND_CHUNK:
-                raise IntakeRejected(f"major {m.segment_id}: expected chunk {index} of {m.chunk_count}, got a manifest")
+                raise IntakeRejected(
+                    m.segment_id, f"major {m.segment_id}: expected chunk {index} of {m.chunk_count}, got a manifest"
+                )
             chunk = SegmentChunk.from_bytes(msg.value())
             if chunk.segment_id != m.segment_id or chunk.index != index or chunk.count != m.chunk_count:
                 raise IntakeRejected(
+                    m.segment_id,
                     f"major {m.segment_id}: expected chunk {index}/{m.chunk_count}, got {chunk.segment_id} "
-                    f"{chunk.index}/{chunk.count}"
+                    f"{chunk.index}/{chunk.count}",
                 )
             yield chunk
 
     def _next(self) -> Message:
-        waited = 0.0
+        deadline = Deadline(self.timeout_s)
         while not self.stop.is_set():
             msg = self.consumer.poll(0.5)
             if msg is None:
-                waited += 0.5
-                if waited >= self.timeout_s:
+                if deadline.expired():
                     break
                 continue
             if msg.error() is not None:
                 continue
             return msg
-        raise IntakeRejected(f"major {self.manifest.segment_id}: chunks did not arrive")
+        raise IntakeRejected(self.manifest.segment_id, f"major {self.manifest.segment_id}: chunks did not arrive")

@@ -42,22 +42,25 @@ Usage in the node::
 
 The provider is called on the scrape thread; it must be quick and thread-safe (return a copy).
 A provider that raises makes that scrape expose only ``shoal_node_stats_errors_total``.
+
+Served by prometheus_client itself: :func:`prometheus_client.start_http_server` with the
+exporter's own registry (its WSGI server on its own daemon thread), not a hand-written server.
 """
 
 from __future__ import annotations
 
 import logging
 import re
+import threading
 from collections.abc import Iterator, Mapping
 from typing import Protocol
+from wsgiref.simple_server import WSGIServer
 
-from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.registry import Collector as PromCollector
 
-from monitor.errors import MonitorError
-from monitor.http_server import HttpServer
+from storage_node.errors import MetricsError
 
 log = logging.getLogger(__name__)
 _NAME = re.compile(r"^[a-z][a-z0-9_]{0,99}$")
@@ -118,7 +121,7 @@ class NodeStatsCollector(PromCollector):
             for name, value in counters.items():
                 base = name[: -len("_total")] if name.endswith("_total") else name
                 if not _NAME.match(base):
-                    raise MonitorError(f"node counter name must match [a-z][a-z0-9_]*, got {name!r:.80}")
+                    raise MetricsError(name, f"node counter name must match [a-z][a-z0-9_]*, got {name!r:.80}")
                 fam = families.get(base)
                 if fam is None:
                     if name in GAUGE_HELP:
@@ -137,20 +140,24 @@ class NodeStatsCollector(PromCollector):
 class NodeMetricsExporter:
     """The running exporter: ``port``, ``url``, ``registry``; ``close()`` stops it."""
 
-    def __init__(self, server: HttpServer, registry: CollectorRegistry) -> None:
+    def __init__(self, server: WSGIServer, thread: threading.Thread, registry: CollectorRegistry, host: str) -> None:
         self.server = server
+        self.thread = thread
         self.registry = registry
+        self.host = host
 
     @property
     def port(self) -> int:
-        return self.server.port
+        return int(self.server.server_address[1])
 
     @property
     def url(self) -> str:
-        return f"{self.server.url}/metrics"
+        return f"http://{self.host}:{self.port}/metrics"
 
     def close(self) -> None:
-        self.server.close()
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(5)
 
     def __enter__(self) -> NodeMetricsExporter:
         return self
@@ -164,12 +171,10 @@ def start_node_metrics(
 ) -> NodeMetricsExporter:
     """Serve ``/metrics`` on ``host:port`` (0 = any free port) from ``stats_provider``, in a thread."""
     if not callable(stats_provider):
-        raise MonitorError(f"stats_provider must be callable, got {type(stats_provider).__name__}")
+        raise MetricsError("stats_provider", f"stats_provider must be callable, got {type(stats_provider).__name__}")
+    if not 0 <= port <= 65535:
+        raise MetricsError("port", f"HTTP port must be in [0, 65535], got {port}")
     registry = CollectorRegistry(auto_describe=False)
     registry.register(NodeStatsCollector(stats_provider, server_id))
-
-    def metrics() -> tuple[int, str, bytes]:
-        return 200, CONTENT_TYPE_LATEST, generate_latest(registry)
-
-    server = HttpServer({"/metrics": metrics}, host=host, port=port).start()
-    return NodeMetricsExporter(server, registry)
+    server, thread = start_http_server(port, addr=host, registry=registry)
+    return NodeMetricsExporter(server, thread, registry, host)

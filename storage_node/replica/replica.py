@@ -1,6 +1,6 @@
 """One replica of one partition on this node: segment list, segment files, memtable, scans.
 
-The leader role (:mod:`storage_node.partition.leader`) feeds it WAL records and asks it to flush;
+The leader role (:mod:`storage_node.roles.leader`) feeds it WAL records and asks it to flush;
 scans (:mod:`storage_node.serve`) read it from other threads. One lock guards the memtable swap
 and the chain; segment files are immutable, so they are read outside the lock, pinned: garbage
 collection (source 3.5 DELETE, :meth:`PartitionReplica.delete_segments`) removes an entry at once
@@ -39,8 +39,8 @@ from shoal.segments import (
 from shoal.segments.parquet_io import delete_segment_file
 from shoal.segments.recovery import reconcile
 from shoal.segments.versioned import DELETED_COLUMN, SYSTEM_COLUMNS
-from storage_node.memtable import Memtable
-from storage_node.replication.overlay import WalOverlay
+from storage_node.replica.memtable import Memtable
+from storage_node.replica.overlay import WalOverlay
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +78,15 @@ def replica_dir(data_dir: Path, partition_id: str, placement_id: int) -> Path:
     return Path(data_dir) / "partitions" / name
 
 
+def minor_backlog(replica: PartitionReplica) -> int:
+    """Minor segments on the chain since its latest major (0 when root is a major or the chain is empty).
+
+    The count the writer stall (DESIGN.md section 9) and the node's metrics read.
+    """
+    run = replica.chain.since_latest_major()
+    return sum(1 for e in run if not e.is_major)
+
+
 class PartitionReplica:
     """Durable state of one (partition, placement) on this node."""
 
@@ -96,8 +105,12 @@ class PartitionReplica:
         )
         rec = reconcile(self._list.chain, self.directory)
         if rec.orphan_files or rec.removed_temp_files:
-            log.info("%s: removed %d orphan segment files and %d temp files", self.name, len(rec.orphan_files),
-                     len(rec.removed_temp_files))  # fmt: skip
+            log.info(
+                "%s: removed %d orphan segment files and %d temp files",
+                self.name,
+                len(rec.orphan_files),
+                len(rec.removed_temp_files),
+            )
         if not rec.consistent:
             log.error("%s: segment files missing for %s (must be re-fetched)", self.name, rec.missing_files)
         self.memtable = Memtable(start_offset=self.covered_end())
@@ -171,8 +184,14 @@ class PartitionReplica:
                     frozen.end_offset = self.memtable.end_offset or frozen.end_offset
                     self.memtable = frozen
             raise
-        log.info("%s: flushed segment %s (%d rows, WAL [%d, %d))", self.name, record.segment_id, record.row_count,
-                 frozen.start_offset, frozen.end_offset)  # fmt: skip
+        log.info(
+            "%s: flushed segment %s (%d rows, WAL [%d, %d))",
+            self.name,
+            record.segment_id,
+            record.row_count,
+            frozen.start_offset,
+            frozen.end_offset,
+        )
         return record
 
     def _write_on_root(

@@ -1,0 +1,440 @@
+"""The leader role of one partition replica (DESIGN.md section 4, LinDB local replication).
+
+Loop (:meth:`PartitionLeader.step`), on the leader's own thread:
+
+1. consume a batch of ingest messages (``read_committed``, group ``TopicNames.leader_group``);
+2. re-validate each one (:mod:`storage_node.replica.validate`); refused ones go to the
+   deadletter topic with headers naming the reason, the source topic, partition and offset
+   (:mod:`.deadletter`);
+3. stamp GTIDs: the epoch comes from the election, each row gets its own consecutive ``seq``;
+   the WAL record's payload is the validated ingest stream itself (no re-encoding) and it is
+   chained to the previous record by ``hash``;
+4. in ONE Kafka transaction: produce the WAL records to this placement's channel and the refused
+   messages to deadletter, and commit the ingest offsets (``send_offsets_to_transaction``), through
+   the core's :class:`~shoal.kafka.transaction.TransactionalChannel` (commit on exit, abort on an
+   exception, every call bounded). Its ``transactional.id`` is the channel topic, so a new
+   incarnation fences a zombie (:mod:`.transaction`);
+5. after the commit, append the stamped rows to the memtable; flush it to a segment when the
+   :class:`~storage_node.config.FlushPolicy` says so.
+
+Before consuming, a step sleeps ``minor_stall_s`` while more than ``max_minors_before_stall``
+minors await compaction (the writer stall, DESIGN.md section 9: :meth:`PartitionLeader.stall`),
+and every ``gc_every_s`` it merges then deletes the segments the chain does not reference (source
+3.5, :meth:`PartitionLeader.collect_unreferenced`).
+
+Start-up (:meth:`PartitionLeader.open`) is recovery: open the channel (``init_transactions`` aborts
+whatever a dead incarnation left open and fences it), then replay the channel from the offset the last durable
+segment covers (:mod:`.recovery`), adopt the other placements' WAL channels
+(:mod:`storage_node.replication.adopt`), start the segment publisher and the peer segment receiver,
+then consume ingest from the leader group's committed offset.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import pyarrow as pa
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, TopicPartition
+
+from metadata.keyspace import KeyRange
+from shoal.errors import KafkaOperationError, ShoalError, StaleEpochError
+from shoal.kafka import clients
+from shoal.kafka.admin import create_topic
+from shoal.kafka.transaction import Transaction, TransactionalChannel
+from shoal.wire.records import Gtid, IngestOffset, WalRecord
+from shoal.worker import Worker, wait_any
+from storage_node.config import LeaderConfig, consumer_overrides
+from storage_node.errors import FencedError, NotLeadingError
+from storage_node.replica import IngestValidator, PartitionReplica, Rejected, minor_backlog, versioned_rows
+from storage_node.replication.adopt import adopt_channels
+from storage_node.replication.collect import merge_unreferenced, unreferenced_segments
+from storage_node.replication.merge_in import MergeJob, PeerSegmentReceiver, drain_merges
+from storage_node.replication.publish import SegmentPublisher
+from storage_node.roles.leader.deadletter import produce_deadletter
+from storage_node.roles.leader.recovery import ChainPosition, committed_offset, replay_wal
+from storage_node.roles.leader.transaction import delivery_recorder, leader_error, message_offset, wal_channel
+
+log = logging.getLogger(__name__)
+
+
+class LeaderRoleState(enum.Enum):
+    STARTING = "STARTING"
+    LEADING = "LEADING"
+    STOPPED = "STOPPED"
+    """Stopped on request or because the election says it no longer leads."""
+    FENCED = "FENCED"
+    """A newer incarnation took the channel, or the epoch is older than the channel's: commits nothing more."""
+    FAILED = "FAILED"
+
+
+@dataclass
+class LeaderStats:
+    replayed_records: int = 0
+    replayed_rows: int = 0
+    transactions: int = 0
+    wal_records: int = 0
+    rows: int = 0
+    deadlettered: int = 0
+    adopted_segments: int = 0
+    merged_segments: int = 0
+    segments: int = 0
+    stalls: int = 0
+    """Loop steps slowed because too many minors awaited compaction (writer stall)."""
+    stall_episodes: int = 0
+
+
+class PartitionLeader(Worker):
+    """Leads one partition replica, on its own :class:`~shoal.worker.Worker` thread ``leader-<pid[:8]>``.
+
+    ``epoch()`` returns the current leader epoch, or raises (e.g.
+    ``PartitionElection.check_writable().epoch``) when this replica must not write. ``role_state``
+    is the role's :class:`LeaderRoleState`; ``state`` the thread's :class:`~shoal.worker.WorkerState`.
+    """
+
+    def __init__(
+        self,
+        replica: PartitionReplica,
+        config: LeaderConfig,
+        epoch: Callable[[], int],
+        *,
+        key_range: KeyRange | None = None,
+        peers: Callable[[], Sequence[int]] | None = None,
+    ) -> None:
+        """``peers``: the partition's other placement ids (for Tail); None = never truncate."""
+        super().__init__(f"leader-{replica.partition_id[:8]}")
+        self.replica = replica
+        self.config = config
+        self.peers = peers
+        self._epoch = epoch
+        topics = config.topics
+        self.partition_id = replica.partition_id
+        self.placement_id = replica.placement_id
+        self.ingest_topic = topics.ingest(replica.partition_id)
+        self.wal_topic = topics.wal(replica.partition_id, replica.placement_id)
+        self.deadletter_topic = topics.deadletter
+        self.group_id = topics.leader_group(replica.partition_id)
+        self.validator = IngestValidator(replica.table, key_range, config.max_ingest_bytes)
+        self.stats = LeaderStats()
+        self.role_state = LeaderRoleState.STARTING
+        self.ready = threading.Event()
+        self._channel: TransactionalChannel = wal_channel(config, self.wal_topic)
+        self._consumer: Consumer | None = None
+        self.publisher: SegmentPublisher | None = None
+        self.merger: PeerSegmentReceiver | None = None
+        self._merges: queue.Queue[MergeJob] = queue.Queue()
+        self._chain = ChainPosition()
+        self._epoch_now: int | None = None
+        self._next_seq = 0
+        self._stalled = False
+        self._next_gc = 0.0
+        self._crash = False
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def start(self) -> PartitionLeader:
+        super().start()
+        return self
+
+    def wait_ready(self, timeout: float = 60.0) -> None:
+        """Block until recovery is done and the leader consumes; raise its error if it failed."""
+        deadline_hit = not wait_any((self.ready, self.stopped), timeout)
+        if self.error is not None:
+            raise self.error
+        if deadline_hit or not self.ready.is_set():
+            raise TimeoutError(
+                f"leader of {self.partition_id} not ready after {timeout}s (state {self.role_state.value})"
+            )
+
+    def abandon(self) -> None:
+        """Test hook that simulates a crash: the thread exits at once, nothing is flushed or closed."""
+        self._crash = True
+        self.request_stop()
+        self.join(30)
+        if self.publisher is not None:
+            self.publisher.stop()
+        if self.merger is not None:
+            self.merger.stop()
+
+    def run(self) -> None:
+        try:
+            self.open()
+            self.role_state = LeaderRoleState.LEADING
+            self.ready.set()
+            while not self.stopping.is_set():
+                self.step()
+        except FencedError as exc:
+            log.warning("%s: fenced: %s", self.replica.name, exc)
+            self.role_state, self.error = LeaderRoleState.FENCED, exc
+        except StaleEpochError as exc:
+            log.warning("%s: %s", self.replica.name, exc)
+            self.role_state, self.error = LeaderRoleState.FENCED, exc
+        except NotLeadingError:
+            self.role_state = LeaderRoleState.STOPPED
+        except BaseException:
+            log.exception("%s: leader failed", self.replica.name)
+            self.role_state = LeaderRoleState.FAILED
+            raise  # the Worker records it as ``error`` (state FAILED)
+        else:
+            self.role_state = LeaderRoleState.STOPPED
+
+    def on_exit(self) -> None:
+        if self._crash:
+            return
+        if self.merger is not None:
+            self.merger.stop()
+        if self.publisher is not None:
+            self.publisher.stop()
+        if self._consumer is not None:
+            with contextlib.suppress(KafkaException):
+                self._consumer.close()
+            self._consumer = None
+        if self._channel.usable:
+            self._channel.flush(5)
+        self._channel.close()
+
+    # -- start-up: topics, fencing, recovery -----------------------------------------------------
+
+    def open(self) -> None:
+        config = self.config
+        admin = clients.admin(config.kafka)
+        rf = config.topic_replication_factor
+        create_topic(admin, self.ingest_topic, replication_factor=rf)
+        create_topic(admin, self.deadletter_topic, replication_factor=rf)
+        create_topic(
+            admin,
+            self.wal_topic,
+            replication_factor=rf,
+            config={"max.message.bytes": str(config.wal_max_message_bytes), "retention.ms": "-1"},
+        )
+        try:
+            self._channel.open()  # fences any older incarnation, aborts its open transaction
+        except KafkaOperationError as exc:
+            raise KafkaOperationError(f"cannot claim WAL channel {self.wal_topic}: {exc}", exc.kafka_error) from exc
+        replayed = replay_wal(self.replica, config.kafka, self.wal_topic, self.validator.schema, self._chain)
+        self.stats.replayed_records += replayed.records
+        self.stats.replayed_rows += replayed.rows
+        if self.peers is not None:
+            adopted = adopt_channels(
+                self.replica,
+                config.kafka,
+                topics=config.topics,
+                peers=list(self.peers()),
+                epoch=self._current_epoch(),
+                schema=self.validator.schema,
+            )
+            self.stats.adopted_segments += len(adopted)
+        self.publisher = SegmentPublisher(
+            self.replica,
+            config.kafka,
+            topics=config.topics,
+            topic_replication_factor=rf,
+            peers=self.peers,
+            still_leading=self._still_leading,
+        ).start()
+        if self.peers is not None:
+            self.merger = PeerSegmentReceiver(
+                self.replica,
+                config.kafka,
+                topics=config.topics,
+                peers=self.peers,
+                submit=self._merges.put,
+                topic_replication_factor=rf,
+            ).start()
+        consumer = clients.consumer(
+            config.kafka,
+            group_id=self.group_id,
+            **consumer_overrides(config.max_ingest_bytes + 1024 * 1024),
+        )
+        tp = TopicPartition(self.ingest_topic, 0)
+        committed = committed_offset(consumer, tp)
+        consumer.assign([TopicPartition(self.ingest_topic, 0, committed if committed >= 0 else OFFSET_BEGINNING)])
+        self._consumer = consumer
+        log.info("%s: leading from ingest offset %s", self.replica.name, committed)
+
+    # -- the loop ------------------------------------------------------------------------------
+
+    def step(self) -> None:
+        assert self._consumer is not None
+        self.stall()
+        self.collect_unreferenced()
+        msgs = self._consumer.consume(self.config.max_messages_per_transaction, self.config.poll_timeout_s)
+        data = [m for m in msgs if m.error() is None]
+        for m in msgs:
+            err = m.error()
+            if err is not None and err.code() != KafkaError._PARTITION_EOF:
+                log.warning("%s: ingest consumer: %s", self.replica.name, err)
+        if data:
+            self._process(data)
+        if not self._merges.empty() and drain_merges(self._merges, self.replica, self._current_epoch()):
+            self.stats.merged_segments += 1
+            if self.publisher is not None:
+                self.publisher.wake()
+        mem = self.replica.memtable
+        if self.config.flush.due(mem.rows, mem.nbytes, mem.age_s()) and self.replica.flush(self._current_epoch()):
+            self.stats.segments += 1
+            if self.publisher is not None:
+                self.publisher.wake()
+
+    # -- writer stall and garbage collection (run between batches, on this thread) -----------------
+
+    def stall(self) -> None:
+        """Writer stall (DESIGN.md section 9): slow ingest while more minors than the limit await compaction."""
+        cfg = self.config
+        if cfg.minor_stall_s <= 0:
+            return
+        backlog = minor_backlog(self.replica)
+        if backlog <= cfg.max_minors_before_stall:
+            if self._stalled:
+                self._stalled = False
+                log.info("%s: writer stall over (%d minors await compaction)", self.replica.name, backlog)
+            return
+        if not self._stalled:
+            self._stalled = True
+            self.stats.stall_episodes += 1
+            log.warning(
+                "%s: writer stalled: %d minors await compaction (limit %d); sleeping %.2fs per step",
+                self.replica.name,
+                backlog,
+                cfg.max_minors_before_stall,
+                cfg.minor_stall_s,
+            )
+        self.stats.stalls += 1
+        self.stopping.wait(cfg.minor_stall_s)
+
+    def collect_unreferenced(self) -> None:
+        """Source 3.5 replicate_partition, MERGE_THEN_DELETE, on this thread (it never races a flush)."""
+        now = time.monotonic()
+        if now < self._next_gc:
+            return
+        self._next_gc = now + self.config.gc_every_s
+        if not unreferenced_segments(self.replica.chain):
+            return
+        epoch = self._current_epoch()
+        try:
+            n = merge_unreferenced(self.replica, epoch)
+        except (ShoalError, OSError) as exc:
+            log.error("%s: merging unreferenced segments failed: %s", self.replica.name, exc)
+            return
+        if n:
+            self.stats.merged_segments += n
+            if self.publisher is not None:
+                self.publisher.wake()
+
+    # -- the epoch -------------------------------------------------------------------------------
+
+    def _still_leading(self) -> int:
+        """The current epoch, or raise if this role is ending or the election says it no longer leads."""
+        if self.stopping.is_set() or self.role_state is not LeaderRoleState.LEADING:
+            raise NotLeadingError(self.replica.name, f"{self.replica.name}: the leader role is {self.role_state.value}")
+        return self._epoch()
+
+    @property
+    def term(self) -> int | None:
+        """The leader epoch this role last wrote with (None before its first batch)."""
+        return self._epoch_now
+
+    def _current_epoch(self) -> int:
+        try:
+            epoch = self._epoch()
+        except ShoalError as exc:
+            raise NotLeadingError(self.replica.name, str(exc)) from exc
+        last_gtid = self._chain.last_gtid
+        last = last_gtid.epoch if last_gtid is not None else None
+        if last is not None and epoch < last:
+            raise StaleEpochError(
+                f"{self.replica.name}: epoch {epoch} is older than the channel's last GTID epoch {last}"
+            )
+        if epoch != self._epoch_now:
+            self._epoch_now = epoch
+            self._next_seq = last_gtid.seq + 1 if last_gtid and last_gtid.epoch == epoch else 0
+        return epoch
+
+    # -- one transaction -------------------------------------------------------------------------
+
+    def _process(self, msgs: Sequence[Message]) -> None:
+        """One transaction: WAL records and deadletters produced, ingest offsets sent, committed.
+
+        A failed transaction is aborted by the channel and retried from the first message (the
+        ingest offsets were not committed); a fence or a wedged call ends the role.
+        """
+        assert self._consumer is not None
+        epoch = self._current_epoch()
+        seq, prev = self._next_seq, self._chain.last_hash
+        accepted: list[tuple[WalRecord, pa.Table]] = []
+        offsets: dict[int, int] = {}
+        began = False
+        try:
+            with self._channel.transaction() as txn:
+                began = True
+                for i, msg in enumerate(msgs):
+                    result = self.validator.validate(msg.value(), msg.headers())
+                    if isinstance(result, Rejected):
+                        self._deadletter(txn, msg, result)
+                        continue
+                    if result.num_rows == 0:
+                        continue
+                    gtid = Gtid(epoch, seq)
+                    record = WalRecord.create(
+                        partition_id=self.partition_id,
+                        placement_id=self.placement_id,
+                        gtid=gtid,
+                        row_count=result.num_rows,
+                        payload=bytes(msg.value() or b""),
+                        prev_hash=prev,
+                        ingest_offsets=(IngestOffset(self.ingest_topic, 0, message_offset(msg)),),
+                    )
+                    txn.produce(
+                        self.wal_topic, record.to_bytes(), partition=0, on_delivery=delivery_recorder(offsets, i)
+                    )
+                    accepted.append((record, result))
+                    seq += result.num_rows
+                    prev = record.hash
+                remaining = txn.flush(30)
+                if remaining:
+                    raise KafkaOperationError(f"{remaining} WAL records not delivered")
+                if len(offsets) != len(accepted) or any(o < 0 for o in offsets.values()):
+                    raise KafkaOperationError(f"WAL delivery failed: {offsets}")
+                last = msgs[-1]
+                txn.send_offsets(
+                    [TopicPartition(self.ingest_topic, 0, message_offset(last) + 1)],
+                    self._consumer.consumer_group_metadata(),
+                )
+        except KafkaOperationError as exc:
+            ending = leader_error(exc, self.wal_topic)
+            if ending is not None:
+                raise ending from exc
+            if not began:
+                what = f"cannot begin a transaction on {self.wal_topic}: {exc}"
+                raise KafkaOperationError(what, exc.kafka_error) from exc
+            log.warning("%s: transaction failed, retrying: %s", self.replica.name, exc)
+            self._consumer.seek(TopicPartition(self.ingest_topic, 0, message_offset(msgs[0])))
+            return
+        self._next_seq, self._chain.last_hash = seq, prev
+        wal_offsets = sorted(offsets.items())
+        for (record, rows), (_i, offset) in zip(accepted, wal_offsets, strict=True):
+            self.replica.append(versioned_rows(rows, record.gtid), offset)
+            self._chain.last_gtid = record.last_gtid
+            self.stats.wal_records += 1
+            self.stats.rows += record.row_count
+        self.stats.transactions += 1
+
+    def _deadletter(self, txn: Transaction, msg: Message, why: Rejected) -> None:
+        produce_deadletter(
+            txn,
+            self.deadletter_topic,
+            msg,
+            why,
+            source_topic=self.ingest_topic,
+            partition_id=self.partition_id,
+            table=self.replica.table.name,
+            max_payload_bytes=self.config.max_deadletter_payload_bytes,
+            replica_name=self.replica.name,
+        )
+        self.stats.deadlettered += 1
