@@ -3,7 +3,6 @@
 Benchmarks are not tests: they measure, print, and never assert on speed. A benchmark that needs
 Kafka and ZooKeeper either uses the ones named by ``--bootstrap-servers``/``--zk`` or starts a
 throwaway local cluster (``shoal_app.runtime.launcher``) in a temporary directory and stops it at the end.
-Issue 4 item 6.
 """
 
 from __future__ import annotations
@@ -28,8 +27,9 @@ def parser(description: str, *, cluster: bool) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=description, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--output", "-o", choices=("table", "json"), default="table", help="for people or for scripts")
     if cluster:
-        p.add_argument("--bootstrap-servers", default=None,
-                       help="Kafka to use (default: start a throwaway local cluster)")  # fmt: skip
+        p.add_argument(
+            "--bootstrap-servers", default=None, help="Kafka to use (default: start a throwaway local cluster)"
+        )
         p.add_argument("--zk", default=None, help="ZooKeeper connect string (needed with --bootstrap-servers)")
     return p
 
@@ -96,9 +96,15 @@ def ready_leaders(node: Any) -> list[Any]:
 
 @contextlib.contextmanager
 def leading_node(
-    ep: Endpoints, meta: Any, table: Any, data_dir: Path, *, flush: Any, split_points: Sequence[bytes] = (),
+    ep: Endpoints,
+    meta: Any,
+    table: Any,
+    data_dir: Path,
+    *,
+    flush: Any,
+    split_points: Sequence[bytes] = (),
     server_id: str = "bench-1",
-) -> Iterator[Any]:  # fmt: skip
+) -> Iterator[Any]:
     """Create ``table`` on one in-process storage node, wait until it leads every partition, stop it at the end."""
     import threading
 
@@ -164,12 +170,23 @@ def progress_printer(output: str) -> Callable[[str], None]:
     return say if output == "table" else (lambda _m: None)
 
 
-def report(title: str, columns: Sequence[str], rows: Sequence[dict[str, Any]], settings: dict[str, Any],
-           output: str, notes: Sequence[str] = ()) -> None:  # fmt: skip
+def report(
+    title: str,
+    columns: Sequence[str],
+    rows: Sequence[dict[str, Any]],
+    settings: dict[str, Any],
+    output: str,
+    notes: Sequence[str] = (),
+) -> None:
     """Print the results: an aligned table with the settings under it, or one JSON document."""
     if output == "json":
-        print(json.dumps({"benchmark": title, "settings": settings, "results": list(rows), "notes": list(notes)},
-                         indent=2, default=str))  # fmt: skip
+        print(
+            json.dumps(
+                {"benchmark": title, "settings": settings, "results": list(rows), "notes": list(notes)},
+                indent=2,
+                default=str,
+            )
+        )
         return
     cells = [[_fmt(r.get(c)) for c in columns] for r in rows]
     widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(columns)]

@@ -5,7 +5,7 @@ which the leader publishes on its segments channel. Measured in the same run ove
 segments: the compaction service computing the major (Spark reads the chunks from Kafka, reassembles
 and checks them, keeps the newest version per key, writes the Parquet major), and the baseline, a
 single process reading the segment files with pyarrow, ``lww_merge`` and ``write_segment``. MB = the
-input segments' bytes. Issue 6 (benchmark); DESIGN.md sections 5 and 9.
+input segments' bytes. DESIGN.md sections 5 and 9.
 
     python -m bench.compaction --rounds 6 --rows-per-round 50000
 """
@@ -42,8 +42,9 @@ def main(argv: list[str] | None = None) -> None:
     cache = common.cache_dir()
     work = Path(tempfile.mkdtemp(prefix="shoal-bench-compaction-"))
     prefix = f"benchc{int(time.time())}"
-    table = TableDefinition("bench_compact", (Column("k", ColumnType.UINT64, False), Column("v", ColumnType.STRING)),
-                            ("k",), "k", 1)  # fmt: skip
+    table = TableDefinition(
+        "bench_compact", (Column("k", ColumnType.UINT64, False), Column("v", ColumnType.STRING)), ("k",), "k", 1
+    )
     try:
         with common.cluster(args, say) as ep:
             meta = MetadataConfig(zk_hosts=ep.zk_connect, bootstrap_servers=ep.bootstrap_servers, topic_prefix=prefix)
@@ -61,8 +62,11 @@ def main(argv: list[str] | None = None) -> None:
                             keys = range(start, start + args.rows_per_round)
                             producer.write(table.name, [{"k": k, "v": f"{r}" * args.value_bytes} for k in keys])
                             producer.sync(120)
-                            common.wait_for(lambda b=before: len(held.replica.chain.since_latest_major()) > b, 120,
-                                            "a segment flush")  # fmt: skip
+                            common.wait_for(
+                                lambda b=before: len(held.replica.chain.since_latest_major()) > b,
+                                120,
+                                "a segment flush",
+                            )
                     spark = build_session(SparkConfig(cache_dir=cache, master=args.master, app_name="bench-compaction"))
                     config = CompactionConfig(
                         meta, CompactionPolicy(min_minors=1), table=table.name, work_dir=work / "out"
@@ -70,9 +74,14 @@ def main(argv: list[str] | None = None) -> None:
                     with CompactionService(spark, config) as service:
                         entries = held.replica.chain.since_latest_major()
                         common.wait_for(lambda: _published(service, held.partition_id, len(entries)), 120, "publishing")
-                        mb = sum(held.replica.chain.get(e.segment_id) is not None and
-                                 (held.replica.directory / f"{e.segment_id}.parquet").stat().st_size
-                                 for e in entries) / 1e6  # fmt: skip
+                        mb = (
+                            sum(
+                                held.replica.chain.get(e.segment_id) is not None
+                                and (held.replica.directory / f"{e.segment_id}.parquet").stat().st_size
+                                for e in entries
+                            )
+                            / 1e6
+                        )
                         say("Spark compaction (compute + write the major)")
                         with common.timer() as spark_s:
                             prepared = service.prepare(held.partition_id, force=True)
@@ -80,8 +89,10 @@ def main(argv: list[str] | None = None) -> None:
                         out_rows = prepared.manifest.row_count
                         say("pyarrow read + lww_merge + write")
                         with common.timer() as arrow_s:
-                            merged = lww_merge([read_segment(held.replica.directory, e.segment_id) for e in entries],
-                                               list(table.primary_key))  # fmt: skip
+                            merged = lww_merge(
+                                [read_segment(held.replica.directory, e.segment_id) for e in entries],
+                                list(table.primary_key),
+                            )
                             write_segment(work, "0" * 32, merged, key_columns=list(table.primary_key))
                         assert merged.num_rows == out_rows, (merged.num_rows, out_rows)
                 finally:
@@ -90,20 +101,44 @@ def main(argv: list[str] | None = None) -> None:
     finally:
         shutil.rmtree(work, ignore_errors=True)
     rows = [
-        {"compaction": "Spark service (Kafka chunks -> major)", "segments": len(entries), "input MB": mb,
-         "output rows": out_rows, "seconds": spark_s(), "MB/s": mb / spark_s()},
-        {"compaction": "pyarrow read + dedup + write", "segments": len(entries), "input MB": mb,
-         "output rows": out_rows, "seconds": arrow_s(), "MB/s": mb / arrow_s()},
-    ]  # fmt: skip
+        {
+            "compaction": "Spark service (Kafka chunks -> major)",
+            "segments": len(entries),
+            "input MB": mb,
+            "output rows": out_rows,
+            "seconds": spark_s(),
+            "MB/s": mb / spark_s(),
+        },
+        {
+            "compaction": "pyarrow read + dedup + write",
+            "segments": len(entries),
+            "input MB": mb,
+            "output rows": out_rows,
+            "seconds": arrow_s(),
+            "MB/s": mb / arrow_s(),
+        },
+    ]
     ratio = arrow_s() / spark_s()
-    settings = {"rounds": args.rounds, "rows_per_round": args.rows_per_round, "value_bytes": args.value_bytes,
-                "master": args.master,
-                "cluster": "throwaway local (1 broker)" if ep.started_here else ep.bootstrap_servers}  # fmt: skip
-    notes = [f"Spark / pyarrow MB/s ratio: {ratio:.2f}",
-             "Spark's time includes reading every chunk back from Kafka and checking each segment's sha256; "
-             "the baseline reads the leader's local files"]  # fmt: skip
-    common.report("compaction: Spark service vs plain pyarrow", ["compaction", "segments", "input MB", "output rows",
-                  "seconds", "MB/s"], rows, {**settings, "ratio": round(ratio, 3)}, args.output, notes)  # fmt: skip
+    settings = {
+        "rounds": args.rounds,
+        "rows_per_round": args.rows_per_round,
+        "value_bytes": args.value_bytes,
+        "master": args.master,
+        "cluster": "throwaway local (1 broker)" if ep.started_here else ep.bootstrap_servers,
+    }
+    notes = [
+        f"Spark / pyarrow MB/s ratio: {ratio:.2f}",
+        "Spark's time includes reading every chunk back from Kafka and checking each segment's sha256; "
+        "the baseline reads the leader's local files",
+    ]
+    common.report(
+        "compaction: Spark service vs plain pyarrow",
+        ["compaction", "segments", "input MB", "output rows", "seconds", "MB/s"],
+        rows,
+        {**settings, "ratio": round(ratio, 3)},
+        args.output,
+        notes,
+    )
 
 
 def _published(service: object, partition_id: str, count: int) -> bool:

@@ -4,7 +4,7 @@ A follower that receives a segment stores its bytes (``write_segment_bytes``: ch
 rename) and fast-forwards its segment list onto it (``SegmentList.fast_forward``: one SQLite
 transaction). Seed 000 section 3.3: the follower never touches the rows. The baseline, measured in
 the same run on the same file, is row-based replication: decode the Parquet and merge each row batch
-into a memtable (``lww_merge``), which grows with the segment. Issue 4 item 6 / DESIGN.md section 5.
+into a memtable (``lww_merge``), which grows with the segment. DESIGN.md section 5.
 
     python -m bench.fast_forward --sizes 1000,10000,100000,1000000 --repeat 3
 """
@@ -47,13 +47,15 @@ class Replica:
 
         self.directory = directory
         self.partition_id = new_partition_id()
-        self.list = SegmentList(segment_list_path(directory, self.partition_id, 1), partition_id=self.partition_id,
-                                placement_id=1)  # fmt: skip
+        self.list = SegmentList(
+            segment_list_path(directory, self.partition_id, 1), partition_id=self.partition_id, placement_id=1
+        )
         sid = new_segment_id()
         w = write_segment(directory, sid, base_rows, key_columns=["k"])
         entry = SegmentEntry(segment_id=sid, base_segment_id=None, placement_id=1, epoch=1, is_major=True)
-        self.list.fast_forward_add(SegmentRecord(entry=entry, sha256=w.sha256, row_count=w.row_count,
-                                                 size_bytes=w.size_bytes))  # fmt: skip
+        self.list.fast_forward_add(
+            SegmentRecord(entry=entry, sha256=w.sha256, row_count=w.row_count, size_bytes=w.size_bytes)
+        )
         self.offset = 1
 
     def apply(self, payload: bytes, sha256: str, rows: int) -> None:
@@ -122,15 +124,26 @@ def measure(size: int, repeat: int, value_bytes: int, workdir: Path) -> dict[str
     finally:
         replica.close()
     ff_s, list_s, rb_s = statistics.median(ff), statistics.median(ff_list), statistics.median(row_based)
-    return {"rows": size, "segment MB": len(payload) / 1e6, "fast-forward ms": ff_s * 1e3,
-            "list only ms": list_s * 1e3, "row-based ms": rb_s * 1e3, "row-based / ff": rb_s / ff_s,
-            "ff us/row": ff_s / size * 1e6, "row-based us/row": rb_s / size * 1e6}  # fmt: skip
+    return {
+        "rows": size,
+        "segment MB": len(payload) / 1e6,
+        "fast-forward ms": ff_s * 1e3,
+        "list only ms": list_s * 1e3,
+        "row-based ms": rb_s * 1e3,
+        "row-based / ff": rb_s / ff_s,
+        "ff us/row": ff_s / size * 1e6,
+        "row-based us/row": rb_s / size * 1e6,
+    }
 
 
 def main(argv: list[str] | None = None) -> None:
     p: argparse.ArgumentParser = common.parser(__doc__.splitlines()[0], cluster=False)
-    p.add_argument("--sizes", type=common.int_list, default=[1000, 10_000, 100_000, 1_000_000],
-                   help="segment sizes in rows (comma-separated)")  # fmt: skip
+    p.add_argument(
+        "--sizes",
+        type=common.int_list,
+        default=[1000, 10_000, 100_000, 1_000_000],
+        help="segment sizes in rows (comma-separated)",
+    )
     p.add_argument("--repeat", type=common.positive_int, default=3, help="runs per size (median reported)")
     p.add_argument("--value-bytes", type=common.positive_int, default=32, help="bytes of the string column per row")
     p.add_argument("--dir", type=Path, default=None, help="where to write segments (default: a temp dir)")
@@ -151,10 +164,15 @@ def main(argv: list[str] | None = None) -> None:
         "fast-forward = write_segment_bytes (sha256, fsync, rename, footer check) + SegmentList.fast_forward; "
         "row-based = Parquet decode + lww_merge of each 64k-row batch into a memtable",
     ]
-    settings = {"sizes": ",".join(str(s) for s in args.sizes), "repeat": args.repeat, "value_bytes": args.value_bytes,
-                "parquet": "zstd, sorted by key"}  # fmt: skip
-    common.report("fast-forward vs row-based apply, by segment size", list(results[0]), results, settings,
-                  args.output, notes)  # fmt: skip
+    settings = {
+        "sizes": ",".join(str(s) for s in args.sizes),
+        "repeat": args.repeat,
+        "value_bytes": args.value_bytes,
+        "parquet": "zstd, sorted by key",
+    }
+    common.report(
+        "fast-forward vs row-based apply, by segment size", list(results[0]), results, settings, args.output, notes
+    )
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ would fetch are built by the leader code and handed over as bytes):
       messages itself, stamps and inserts the rows into its memtable and flushes its own segments,
       the design EventQL (seed 000) section 6.1 rejects.
 
-Seed 000 sections 3.3-3.5 (followers fast-forward, never re-apply rows) and 6.1; issue 5 benchmark.
+Seed 000 sections 3.3-3.5 (followers fast-forward, never re-apply rows) and 6.1.
 
     python -m bench.replication --sizes 1000,10000,100000,1000000 --rows 200000
 """
@@ -108,8 +108,8 @@ def segment_messages(
 def follower_receive(replica: Any, msgs: SegmentMessages, topics: Any) -> Any:
     """The follower's handling of one segment's messages (storage_node.roles.follower ``_handle``)."""
     from shoal.segments.channel import from_wire
+    from shoal.wire.records import ManifestRecord as WireManifest
     from shoal.wire.records import SegmentChunk
-    from shoal.wire.records import SegmentManifest as WireManifest
     from storage_node.replication.receive import apply_segment
 
     wire = WireManifest.from_bytes(msgs.manifest)

@@ -3,7 +3,7 @@
 Both runs write one cached DataFrame in the same Spark session: the shoal sink (validation, routing,
 Arrow IPC to the ingest topics, idempotent acks=all, and ``sync()`` until the leaders accepted every
 row) and Spark's own Parquet writer to a local directory. The ratio says what the sink costs
-relative to Spark's fastest local sink. Issue 6 (benchmark); DESIGN.md section 9.
+relative to Spark's fastest local sink. DESIGN.md section 9.
 
     python -m bench.spark_sink --rows 200000 --partitions 2
 """
@@ -24,8 +24,13 @@ def _meta_and_table(ep: common.Endpoints, prefix: str) -> tuple[Any, Any]:
     from metadata.table import Column, ColumnType, TableDefinition
 
     meta = MetadataConfig(zk_hosts=ep.zk_connect, bootstrap_servers=ep.bootstrap_servers, topic_prefix=prefix)
-    table = TableDefinition("bench_sink", (Column("k", ColumnType.UINT64, False), Column("v", ColumnType.STRING),
-                            Column("n", ColumnType.INT64)), ("k",), "k", 1)  # fmt: skip
+    table = TableDefinition(
+        "bench_sink",
+        (Column("k", ColumnType.UINT64, False), Column("v", ColumnType.STRING), Column("n", ColumnType.INT64)),
+        ("k",),
+        "k",
+        1,
+    )
     return meta, table
 
 
@@ -52,8 +57,9 @@ def main(argv: list[str] | None = None) -> None:
             step = 2**63 // args.partitions
             splits = [(step * i).to_bytes(8, "big") for i in range(1, args.partitions)]
             spark = None
-            with common.leading_node(ep, meta, table, work / "node", flush=FlushPolicy(max_age_s=2.0),
-                                     split_points=splits):  # fmt: skip
+            with common.leading_node(
+                ep, meta, table, work / "node", flush=FlushPolicy(max_age_s=2.0), split_points=splits
+            ):
                 try:
                     spark = build_session(SparkConfig(cache_dir=cache, master=args.master, app_name="bench-sink"))
                     register(spark)
@@ -68,8 +74,12 @@ def main(argv: list[str] | None = None) -> None:
                     say("Spark -> Parquet")
                     with common.timer() as parquet_s:
                         df.write.mode("overwrite").parquet(str(work / "parquet"))
-                    options = {"table": "bench_sink", "zk": meta.zk_hosts, "bootstrapServers": meta.bootstrap_servers,
-                               "topicPrefix": prefix}  # fmt: skip
+                    options = {
+                        "table": "bench_sink",
+                        "zk": meta.zk_hosts,
+                        "bootstrapServers": meta.bootstrap_servers,
+                        "topicPrefix": prefix,
+                    }
                     say("Spark -> shoal sink (until the leaders accepted every row)")
                     with common.timer() as sink_s:
                         df.write.format("shoal").options(**options).mode("append").save()
@@ -79,20 +89,40 @@ def main(argv: list[str] | None = None) -> None:
     finally:
         shutil.rmtree(work, ignore_errors=True)
     rows = [
-        {"sink": "shoal (format('shoal'), synced)", "rows": args.rows, "seconds": sink_s(),
-         "rows/s": args.rows / sink_s()},
-        {"sink": "parquet (df.write.parquet)", "rows": args.rows, "seconds": parquet_s(),
-         "rows/s": args.rows / parquet_s()},
-    ]  # fmt: skip
+        {
+            "sink": "shoal (format('shoal'), synced)",
+            "rows": args.rows,
+            "seconds": sink_s(),
+            "rows/s": args.rows / sink_s(),
+        },
+        {
+            "sink": "parquet (df.write.parquet)",
+            "rows": args.rows,
+            "seconds": parquet_s(),
+            "rows/s": args.rows / parquet_s(),
+        },
+    ]
     ratio = parquet_s() / sink_s()
-    settings = {"rows": args.rows, "value_bytes": args.value_bytes, "table_partitions": args.partitions,
-                "spark_partitions": args.spark_partitions, "master": args.master,
-                "cluster": "throwaway local (1 broker)" if ep.started_here else ep.bootstrap_servers}  # fmt: skip
-    notes = [f"shoal sink / Parquet rows/s ratio: {ratio:.2f}",
-             "the sink's time includes Kafka acks=all and waiting for the leaders (sync); "
-             "Parquet is a local write"]  # fmt: skip
-    common.report("Spark sink: format('shoal') vs Parquet", ["sink", "rows", "seconds", "rows/s"], rows,
-                  {**settings, "ratio": round(ratio, 3)}, args.output, notes)  # fmt: skip
+    settings = {
+        "rows": args.rows,
+        "value_bytes": args.value_bytes,
+        "table_partitions": args.partitions,
+        "spark_partitions": args.spark_partitions,
+        "master": args.master,
+        "cluster": "throwaway local (1 broker)" if ep.started_here else ep.bootstrap_servers,
+    }
+    notes = [
+        f"shoal sink / Parquet rows/s ratio: {ratio:.2f}",
+        "the sink's time includes Kafka acks=all and waiting for the leaders (sync); Parquet is a local write",
+    ]
+    common.report(
+        "Spark sink: format('shoal') vs Parquet",
+        ["sink", "rows", "seconds", "rows/s"],
+        rows,
+        {**settings, "ratio": round(ratio, 3)},
+        args.output,
+        notes,
+    )
 
 
 if __name__ == "__main__":

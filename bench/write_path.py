@@ -4,7 +4,7 @@ Measures rows/s and MB/s from ``producer.Producer.write`` until every row is in 
 on the leader (an in-process :class:`storage_node.node.StorageNode` whose flush policy writes
 segments; the run ends when each leader's segments cover its WAL channel to the end). In the same
 run it produces and consumes the very same message bytes with raw confluent-kafka (acks=all,
-idempotent, same linger and compression) and prints the ratio. Issue 4 item 6; DESIGN.md
+idempotent, same linger and compression) and prints the ratio. DESIGN.md
 sections 3 to 5.
 
     python -m bench.write_path --rows 200000            # throwaway local cluster
@@ -61,15 +61,17 @@ def run_shoal(ep: common.Endpoints, args: argparse.Namespace, rows: pa.Table, sa
 
     run = uuid.uuid4().hex[:10]
     prefix, zk_root = f"bench{run}", f"/bench_{run}"
-    meta = MetadataConfig(zk_hosts=ep.zk_connect, bootstrap_servers=ep.bootstrap_servers, topic_prefix=prefix,
-                          zk_root=zk_root)  # fmt: skip
+    meta = MetadataConfig(
+        zk_hosts=ep.zk_connect, bootstrap_servers=ep.bootstrap_servers, topic_prefix=prefix, zk_root=zk_root
+    )
     splits = [Keyspace.UINT64.encode((2**64 // args.partitions) * i) for i in range(1, args.partitions)]
     flush = FlushPolicy(max_rows=args.segment_rows, max_age_s=args.segment_age)
     with (
         tempfile.TemporaryDirectory(prefix="shoal-bench-node-") as node_dir,
-        common.leading_node(ep, meta, _table_definition(), Path(node_dir), flush=flush, split_points=splits,
-                            server_id="node-1") as node,
-    ):  # fmt: skip
+        common.leading_node(
+            ep, meta, _table_definition(), Path(node_dir), flush=flush, split_points=splits, server_id="node-1"
+        ) as node,
+    ):
 
         def leaders() -> list[Any]:
             return common.ready_leaders(node)
@@ -90,21 +92,34 @@ def run_shoal(ep: common.Endpoints, args: argparse.Namespace, rows: pa.Table, sa
                 result = producer.write("bench", rows)
                 producer.flush()
                 t_acked = elapsed()
-                common.wait_for(lambda: sum(ld.stats.rows for ld in leaders()) >= base_rows + rows.num_rows,
-                                600, "leaders accepting every row")  # fmt: skip
+                common.wait_for(
+                    lambda: sum(ld.stats.rows for ld in leaders()) >= base_rows + rows.num_rows,
+                    600,
+                    "leaders accepting every row",
+                )
                 t_accepted = elapsed()
                 ends = {ld.wal_topic: _wal_end(ep.bootstrap_servers, ld.wal_topic) for ld in leaders()}
                 common.wait_for(
                     lambda: all(ld.replica.covered_end() >= ends[ld.wal_topic] - 1 for ld in leaders()),
-                    600, "segments covering the WAL to its end",
-                )  # fmt: skip
+                    600,
+                    "segments covering the WAL to its end",
+                )
             payload = sum(len(m) for m in _payloads(rows, args))
             messages = len(result.futures)
         segments = sum(ld.stats.segments for ld in leaders())
     t = elapsed()
-    return {"pipeline": "shoal (producer -> durable segments)", "rows": rows.num_rows, "messages": messages,
-            "MB": payload / 1e6, "seconds": t, "rows/s": rows.num_rows / t, "MB/s": payload / 1e6 / t,
-            "kafka acked s": t_acked, "leader accepted s": t_accepted, "segments": segments}  # fmt: skip
+    return {
+        "pipeline": "shoal (producer -> durable segments)",
+        "rows": rows.num_rows,
+        "messages": messages,
+        "MB": payload / 1e6,
+        "seconds": t,
+        "rows/s": rows.num_rows / t,
+        "MB/s": payload / 1e6 / t,
+        "kafka acked s": t_acked,
+        "leader accepted s": t_accepted,
+        "segments": segments,
+    }
 
 
 def _payloads(rows: pa.Table, args: argparse.Namespace) -> list[bytes]:
@@ -112,8 +127,9 @@ def _payloads(rows: pa.Table, args: argparse.Namespace) -> list[bytes]:
     from producer.batching import split_messages
     from producer.validation import to_ingest
 
-    messages = split_messages("bench", to_ingest(rows, deleted=False), max_bytes=args.max_message_bytes,
-                              max_rows=100_000)  # fmt: skip
+    messages = split_messages(
+        "bench", to_ingest(rows, deleted=False), max_bytes=args.max_message_bytes, max_rows=100_000
+    )
     return [m.payload for m in messages]
 
 
@@ -127,11 +143,25 @@ def run_raw(ep: common.Endpoints, args: argparse.Namespace, payloads: list[bytes
     topic = f"bench-raw-{uuid.uuid4().hex[:10]}"
     # the baseline: plain confluent-kafka clients with the same tuning as shoal's producer and leader
     create_topic(clients.admin(KafkaSettings(ep.bootstrap_servers)), topic, partitions=args.partitions)
-    producer = Producer({"bootstrap.servers": ep.bootstrap_servers, "acks": "all", "enable.idempotence": True,
-                         "linger.ms": args.linger_ms, "compression.type": "none", "batch.size": args.batch_bytes,
-                         "message.max.bytes": max(args.max_message_bytes + 64 * 1024, 1_000_000)})  # fmt: skip
-    consumer = Consumer({"bootstrap.servers": ep.bootstrap_servers, "group.id": f"bench-raw-{uuid.uuid4().hex}",
-                         "enable.auto.commit": False, "fetch.max.bytes": 64 * 1024 * 1024})  # fmt: skip
+    producer = Producer(
+        {
+            "bootstrap.servers": ep.bootstrap_servers,
+            "acks": "all",
+            "enable.idempotence": True,
+            "linger.ms": args.linger_ms,
+            "compression.type": "none",
+            "batch.size": args.batch_bytes,
+            "message.max.bytes": max(args.max_message_bytes + 64 * 1024, 1_000_000),
+        }
+    )
+    consumer = Consumer(
+        {
+            "bootstrap.servers": ep.bootstrap_servers,
+            "group.id": f"bench-raw-{uuid.uuid4().hex}",
+            "enable.auto.commit": False,
+            "fetch.max.bytes": 64 * 1024 * 1024,
+        }
+    )
     consumer.assign([TopicPartition(topic, i, OFFSET_BEGINNING) for i in range(args.partitions)])
     consumer.poll(0.5)  # connected before the clock starts
     say(f"raw confluent-kafka: producing and consuming the same {len(payloads)} messages")
@@ -162,8 +192,15 @@ def run_raw(ep: common.Endpoints, args: argparse.Namespace, payloads: list[bytes
     if got < len(payloads):
         raise TimeoutError(f"raw consume read {got} of {len(payloads)} messages in 600s")
     t = elapsed()
-    return {"pipeline": "raw confluent-kafka produce + consume", "rows": None, "messages": got,
-            "MB": got_bytes / 1e6, "seconds": t, "rows/s": None, "MB/s": got_bytes / 1e6 / t}  # fmt: skip
+    return {
+        "pipeline": "raw confluent-kafka produce + consume",
+        "rows": None,
+        "messages": got,
+        "MB": got_bytes / 1e6,
+        "seconds": t,
+        "rows/s": None,
+        "MB/s": got_bytes / 1e6 / t,
+    }
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -176,8 +213,12 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--raw-repeat", type=common.positive_int, default=3, help="raw Kafka runs (median reported)")
     p.add_argument("--linger-ms", type=int, default=5, help="producer linger.ms (both runs)")
     p.add_argument("--batch-bytes", type=common.positive_int, default=1_000_000, help="librdkafka batch.size")
-    p.add_argument("--max-message-bytes", type=common.positive_int, default=1_000_000,
-                   help="largest Arrow IPC message the producer sends")  # fmt: skip
+    p.add_argument(
+        "--max-message-bytes",
+        type=common.positive_int,
+        default=1_000_000,
+        help="largest Arrow IPC message the producer sends",
+    )
     args = p.parse_args(argv)
     say = common.progress_printer(args.output)
     rows = build_rows(args.rows, args.value_bytes)
@@ -189,19 +230,47 @@ def main(argv: list[str] | None = None) -> None:
     from shoal.wire.arrow_ipc import DEFAULT_COMPRESSION
 
     ratio = shoal["MB/s"] / raw["MB/s"]
-    settings = {"rows": args.rows, "value_bytes": args.value_bytes, "partitions": args.partitions,
-                "messages": len(payloads), "max_message_bytes": args.max_message_bytes,
-                "batch.size": args.batch_bytes, "linger.ms": args.linger_ms,
-                "arrow_ipc_compression": DEFAULT_COMPRESSION, "kafka compression.type": "none",
-                "acks": "all", "idempotence": True, "segment_rows": args.segment_rows,
-                "segment_age_s": args.segment_age, "raw_repeat": args.raw_repeat,
-                "cluster": "throwaway local (1 broker)" if ep.started_here else ep.bootstrap_servers}  # fmt: skip
-    notes = [f"shoal / raw Kafka throughput ratio: {ratio:.2f} (shoal reaches {ratio:.0%} of raw produce+consume)",
-             "raw Kafka sends pre-encoded bytes; shoal's time includes validation, routing and Arrow IPC "
-             "encoding, the leader's transactions and the fsynced Parquet segments"]  # fmt: skip
-    common.report("write path: producer -> durable segments vs raw Kafka", ["pipeline", "rows", "messages", "MB",
-                  "seconds", "rows/s", "MB/s", "kafka acked s", "leader accepted s", "segments"],
-                  [shoal, raw], {**settings, "ratio": round(ratio, 3)}, args.output, notes)  # fmt: skip
+    settings = {
+        "rows": args.rows,
+        "value_bytes": args.value_bytes,
+        "partitions": args.partitions,
+        "messages": len(payloads),
+        "max_message_bytes": args.max_message_bytes,
+        "batch.size": args.batch_bytes,
+        "linger.ms": args.linger_ms,
+        "arrow_ipc_compression": DEFAULT_COMPRESSION,
+        "kafka compression.type": "none",
+        "acks": "all",
+        "idempotence": True,
+        "segment_rows": args.segment_rows,
+        "segment_age_s": args.segment_age,
+        "raw_repeat": args.raw_repeat,
+        "cluster": "throwaway local (1 broker)" if ep.started_here else ep.bootstrap_servers,
+    }
+    notes = [
+        f"shoal / raw Kafka throughput ratio: {ratio:.2f} (shoal reaches {ratio:.0%} of raw produce+consume)",
+        "raw Kafka sends pre-encoded bytes; shoal's time includes validation, routing and Arrow IPC "
+        "encoding, the leader's transactions and the fsynced Parquet segments",
+    ]
+    common.report(
+        "write path: producer -> durable segments vs raw Kafka",
+        [
+            "pipeline",
+            "rows",
+            "messages",
+            "MB",
+            "seconds",
+            "rows/s",
+            "MB/s",
+            "kafka acked s",
+            "leader accepted s",
+            "segments",
+        ],
+        [shoal, raw],
+        {**settings, "ratio": round(ratio, 3)},
+        args.output,
+        notes,
+    )
 
 
 if __name__ == "__main__":

@@ -322,8 +322,12 @@ class PartitionElection:
                 self._node = path.rsplit("/", 1)[-1]
             with contextlib.suppress(NoNodeError):
                 self._zk.delete(f"{base}/{node}")
-        log.info("%s#%d yields the leadership of %s to a more advanced replica", self.server_id, self.placement_id,
-                 self.partition_id)  # fmt: skip
+        log.info(
+            "%s#%d yields the leadership of %s to a more advanced replica",
+            self.server_id,
+            self.placement_id,
+            self.partition_id,
+        )
 
     def _become_leader(self, node: str) -> None:
         cand_path = f"{self._layout.election(self.partition_id)}/{node}"

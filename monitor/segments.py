@@ -1,6 +1,6 @@
 """Manifests on a placement's segments channel, read incrementally (DESIGN.md sections 3 and 5).
 
-A segments channel carries, per segment, one :class:`~shoal.wire.records.SegmentManifest` and
+A segments channel carries, per segment, one :class:`~shoal.wire.records.ManifestRecord` and
 then its chunks. The tracker reads each channel from where it stopped last time (from the log
 start the first time, or again when the channel was truncated or recreated), keeps the manifests
 (offset, id, minor/major) and skips chunks by their Avro schema fingerprint without decoding them.
@@ -23,7 +23,7 @@ from shoal.errors import KafkaOperationError, WireFormatError
 from shoal.kafka import clients
 from shoal.kafka.settings import KafkaSettings
 from shoal.wire.avro import HEADER_LEN, MAGIC, codec
-from shoal.wire.records import SegmentManifest
+from shoal.wire.records import ManifestRecord
 
 log = logging.getLogger(__name__)
 MAX_KEPT = 10_000
@@ -139,7 +139,7 @@ class SegmentsTracker:
                 if value[:HEADER_LEN] != self._header:
                     continue  # a chunk (or anything else): not a manifest
                 try:
-                    m = SegmentManifest.from_bytes(value)
+                    m = ManifestRecord.from_bytes(value)
                 except WireFormatError:
                     ch.invalid += 1
                     log.warning("segments channel %s: undecodable manifest at offset %d", topic, offset)

@@ -48,8 +48,12 @@ def partition_indexes(pmap: PartitionMap, keys: pa.Array | pa.ChunkedArray) -> n
         if not pa.types.is_uint64(keys.type):
             keys = pc.cast(keys, pa.uint64())
         bounds = np.array([struct.unpack(">Q", b)[0] for b in begins], dtype=np.uint64)
-        values = np.asarray(keys.to_numpy(zero_copy_only=False) if isinstance(keys, pa.Array) else
-                            keys.combine_chunks().to_numpy(zero_copy_only=False), dtype=np.uint64)  # fmt: skip
+        values = np.asarray(
+            keys.to_numpy(zero_copy_only=False)
+            if isinstance(keys, pa.Array)
+            else keys.combine_chunks().to_numpy(zero_copy_only=False),
+            dtype=np.uint64,
+        )
         return np.searchsorted(bounds, values, side="right").astype(np.int64)
     binary = pc.cast(keys, pa.binary())  # UTF-8 bytes; byte order is the keyspace order
     if len(begins) <= STRING_COMPARE_LIMIT:

@@ -17,6 +17,7 @@ import random
 import threading
 import time
 from collections.abc import Callable
+from typing import Self
 
 log = logging.getLogger(__name__)
 
@@ -121,7 +122,7 @@ class Worker:
 
     # -- lifecycle ---------------------------------------------------------------------------
 
-    def start(self) -> Worker:
+    def start(self) -> Self:
         if self._thread is not None:
             raise RuntimeError(f"worker {self.name} already started")
         self.state = WorkerState.RUNNING

@@ -74,10 +74,14 @@ def decode_batches(
             arrays.append(_column(cols[c.name], c.name, c.type, errors))
         names = [c.name for c in columns]
         yield pa.RecordBatch.from_arrays(
-            [*arrays, pa.array(errors, pa.string()), batch.column("value"),
-             *(batch.column(n) for n in ("topic", "partition", "offset"))],
+            [
+                *arrays,
+                pa.array(errors, pa.string()),
+                batch.column("value"),
+                *(batch.column(n) for n in ("topic", "partition", "offset")),
+            ],
             names=[*names, ERROR_COLUMN, VALUE_COLUMN, *META_COLUMNS],
-        )  # fmt: skip
+        )
 
 
 def _column(values: list[Any], name: str, ctype: ColumnType, errors: list[str | None]) -> pa.Array:

@@ -44,8 +44,11 @@ def reasons(batch: pa.RecordBatch, table: TableDefinition) -> pa.Array:
     for col in table.columns:
         values = batch.column(col.name)
         if not col.nullable:
-            out = pc.if_else(pc.and_(pc.is_null(out), pc.is_null(values)), pa.scalar(f"column {col.name!r} is null "
-                             "(a primary key / not-null column)"), out)  # fmt: skip
+            out = pc.if_else(
+                pc.and_(pc.is_null(out), pc.is_null(values)),
+                pa.scalar(f"column {col.name!r} is null (a primary key / not-null column)"),
+                out,
+            )
         if col.type is ColumnType.UINT64 and pa.types.is_integer(values.type):
             negative = pc.fill_null(pc.less(values, pa.scalar(0, values.type)), False)
             why = pa.scalar(f"column {col.name!r} is negative but the table type is uint64")
@@ -95,8 +98,9 @@ def _produce(producer: Any, target: DeadletterTarget, rejected: pa.Table, why: p
     topics = rejected.column(META_COLUMNS[0]).to_pylist()
     partitions = rejected.column(META_COLUMNS[1]).to_pylist()
     offsets = rejected.column(META_COLUMNS[2]).to_pylist()
-    for value, reason, topic, partition, offset in zip(values, why.to_pylist(), topics, partitions, offsets,
-                                                       strict=True):  # fmt: skip
+    for value, reason, topic, partition, offset in zip(
+        values, why.to_pylist(), topics, partitions, offsets, strict=True
+    ):
         headers = [
             ("shoal.reason", REASON.encode()),
             ("shoal.detail", str(reason)[:2000].encode("utf-8", "replace")),

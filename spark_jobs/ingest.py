@@ -95,8 +95,13 @@ class IngestConfig:
 
     def sink_options(self) -> dict[str, str]:
         c = self.connection
-        return {"table": self.table, "zk": c.zk_hosts, "bootstrapServers": c.bootstrap_servers,
-                "topicPrefix": c.topic_prefix, "zkRoot": c.zk_root}  # fmt: skip
+        return {
+            "table": self.table,
+            "zk": c.zk_hosts,
+            "bootstrapServers": c.bootstrap_servers,
+            "topicPrefix": c.topic_prefix,
+            "zkRoot": c.zk_root,
+        }
 
 
 @dataclass
@@ -219,9 +224,11 @@ def start_ingest(spark: SparkSession, cfg: IngestConfig) -> IngestJob:
     mirror = OffsetsMirror(cfg.query_name, cfg.group, cfg.source_kafka)
     spark.streams.addListener(mirror)
     writer = (
-        stream.writeStream.format("shoal").options(**cfg.sink_options())
-        .option("checkpointLocation", str(cfg.checkpoint)).queryName(cfg.query_name)
-    )  # fmt: skip
+        stream.writeStream.format("shoal")
+        .options(**cfg.sink_options())
+        .option("checkpointLocation", str(cfg.checkpoint))
+        .queryName(cfg.query_name)
+    )
     if cfg.available_now:
         writer = writer.trigger(availableNow=True)
     elif cfg.trigger_interval:
@@ -232,6 +239,12 @@ def start_ingest(spark: SparkSession, cfg: IngestConfig) -> IngestJob:
         spark.streams.removeListener(mirror)
         mirror.close()
         raise
-    log.info("ingest query %s (%s): %s -> table %s, checkpoint %s", cfg.query_name, query.id, cfg.source_topic,
-             cfg.table, cfg.checkpoint)  # fmt: skip
+    log.info(
+        "ingest query %s (%s): %s -> table %s, checkpoint %s",
+        cfg.query_name,
+        query.id,
+        cfg.source_topic,
+        cfg.table,
+        cfg.checkpoint,
+    )
     return IngestJob(query, malformed, mirror, spark)

@@ -137,8 +137,11 @@ class ShoalStreamWriter(DataSourceStreamWriter, DataSourceArrowWriter):
         ours = [m for m in messages if isinstance(m, ShoalCommitMessage)]
         query_ids = {m.query_id for m in ours if m.query_id}
         if not query_ids:
-            log.info("batch %d of table %s: no write task reported a query id; nothing to record", batchId,
-                     self.settings.table)  # fmt: skip
+            log.info(
+                "batch %d of table %s: no write task reported a query id; nothing to record",
+                batchId,
+                self.settings.table,
+            )
             return
         if len(query_ids) > 1:
             raise SinkCommitError(f"batch {batchId}: write tasks report several query ids {sorted(query_ids)}")
@@ -147,13 +150,24 @@ class ShoalStreamWriter(DataSourceStreamWriter, DataSourceArrowWriter):
             recorded = commits.record(query_id, batchId, table=self.settings.table)
         rows = sum(m.rows for m in ours)
         skipped = all(m.skipped for m in ours)
-        log.info("query %s batch %d to %s: %d rows%s%s", query_id, batchId, self.settings.table, rows,
-                 " (replay skipped)" if skipped else "", "" if recorded else " (already recorded)")  # fmt: skip
+        log.info(
+            "query %s batch %d to %s: %d rows%s%s",
+            query_id,
+            batchId,
+            self.settings.table,
+            rows,
+            " (replay skipped)" if skipped else "",
+            "" if recorded else " (already recorded)",
+        )
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # type: ignore[override]
         rows = sum(m.rows for m in messages if isinstance(m, ShoalCommitMessage))
-        log.warning("batch %d to %s aborted after %d rows were produced; Spark will replay it (upserts are "
-                    "idempotent)", batchId, self.settings.table, rows)  # fmt: skip
+        log.warning(
+            "batch %d to %s aborted after %d rows were produced; Spark will replay it (upserts are idempotent)",
+            batchId,
+            self.settings.table,
+            rows,
+        )
 
 
 class ShoalBatchWriter(DataSourceArrowWriter):
@@ -173,5 +187,6 @@ class ShoalBatchWriter(DataSourceArrowWriter):
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         rows = sum(m.rows for m in messages if isinstance(m, ShoalCommitMessage))
-        log.warning("write to %s aborted after %d rows were produced (upserts: rerun to complete)", self.settings.table,
-                    rows)  # fmt: skip
+        log.warning(
+            "write to %s aborted after %d rows were produced (upserts: rerun to complete)", self.settings.table, rows
+        )

@@ -71,13 +71,13 @@ from metadata.node_registry import node_path, register_node
 from metadata.notify import TableWatcher
 from metadata.table import TableDefinition
 from shoal.errors import PartitionUnavailableError
+from shoal.kafka.indexes import channel_indexes
 from shoal.worker import Worker
 from storage_node.config import NodeConfig
 from storage_node.metrics import start_node_metrics
 from storage_node.replica import PartitionReplica
 from storage_node.replication.describe import describe_replica
 from storage_node.replication.receive import InFlightBudget
-from storage_node.replication.tail import read_channel_indexes
 from storage_node.roles.compaction_intake import CompactionIntake
 from storage_node.roles.follower import FollowerConfig, PartitionFollower
 from storage_node.roles.leader import PartitionLeader
@@ -309,7 +309,7 @@ class StorageNode:
             if old is None or len(others) < 2:
                 return None
             groups = tuple(topics.replica_group(partition_id, p) for p in others)
-            acks = read_channel_indexes(kafka, topics.segments(partition_id, old), groups, timeout_s=5).acks
+            acks = channel_indexes(kafka, topics.segments(partition_id, old), groups, timeout_s=5).acks
             positions = [-1 if a is None else a for _, a in acks]
             best = max(positions)
             return None if best < 0 else others[positions.index(best)]

@@ -106,9 +106,10 @@ def zk(zk_hosts: str) -> Iterator[KazooClient]:
 
 @pytest.fixture(scope="session")
 def kafka_admin(cluster: TestCluster):  # type: ignore[no-untyped-def]
-    from shoal.kafka_admin import admin_client
+    from shoal.kafka import clients
+    from shoal.kafka.settings import KafkaSettings
 
-    return admin_client(cluster.bootstrap_servers)
+    return clients.admin(KafkaSettings(cluster.bootstrap_servers))
 
 
 @pytest.fixture(scope="session")

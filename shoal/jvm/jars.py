@@ -153,10 +153,17 @@ def ensure_bundle(
         settings.write_text(_SETTINGS.format(url=escape(repository_url)), encoding="utf-8")
         jars = staging / "jars"
         cmd = [
-            mvn, "-B", "-q", "-s", str(settings), "-f", str(pom),
+            mvn,
+            "-B",
+            "-q",
+            "-s",
+            str(settings),
+            "-f",
+            str(pom),
             f"{versions.MAVEN_DEPENDENCY_PLUGIN}:copy-dependencies",
-            f"-DoutputDirectory={jars}", "-DincludeScope=runtime",
-        ]  # fmt: skip
+            f"-DoutputDirectory={jars}",
+            "-DincludeScope=runtime",
+        ]
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, check=False)
         except subprocess.TimeoutExpired as exc:

@@ -15,6 +15,7 @@ channel of the cluster per poll, :func:`read_indexes`) read them here, with batc
 
 from __future__ import annotations
 
+import concurrent.futures
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -132,6 +133,10 @@ def _list_offsets(admin: AdminClient, keys: Sequence[TP], spec: Any, timeout_s: 
     for tp, fut in futures.items():
         try:
             out[(tp.topic, tp.partition)] = int(fut.result(timeout=timeout_s).offset)
+        except concurrent.futures.TimeoutError as exc:
+            raise KafkaOperationError(
+                f"listing offsets of {tp.topic}[{tp.partition}] timed out after {timeout_s:.0f}s"
+            ) from exc
         except KafkaException as exc:
             if error_code(exc) in _GONE:
                 continue
@@ -169,6 +174,10 @@ def all_committed_offsets(
 def _offsets_result(group: str, fut: Any, timeout_s: float) -> dict[TP, int | None]:
     try:
         res = fut.result(timeout=timeout_s)
+    except concurrent.futures.TimeoutError as exc:
+        raise KafkaOperationError(
+            f"reading the committed offsets of group {group} timed out after {timeout_s:.0f}s"
+        ) from exc
     except KafkaException as exc:
         raise classify(exc, f"cannot read the committed offsets of group {group}") from exc
     out: dict[TP, int | None] = {}

@@ -23,7 +23,7 @@ from shoal.kafka import clients
 from shoal.kafka.errors import classify
 from shoal.kafka.settings import KafkaSettings
 from shoal.segments.channel import KIND_MANIFEST, message_kind
-from shoal.wire.records import SegmentManifest as WireManifest
+from shoal.wire.records import ManifestRecord as WireManifest
 from shoal.wire.records import WalRecord
 
 log = logging.getLogger(__name__)

@@ -44,9 +44,9 @@ from shoal.segments.parquet_io import (
 )
 from shoal.segments.receive import (
     ManifestLike,
+    PlainManifest,
     ReceiveDecision,
     ReceiveOutcome,
-    SegmentManifest,
     decide_leader_receive,
     decide_receive,
     decide_receive_detailed,
@@ -73,6 +73,7 @@ __all__ = [
     "InvalidSegmentEntryError",
     "ManifestLike",
     "MergeInputError",
+    "PlainManifest",
     "ReceiveDecision",
     "ReceiveOutcome",
     "SegmentAction",
@@ -84,7 +85,6 @@ __all__ = [
     "SegmentList",
     "SegmentListCorruptError",
     "SegmentListError",
-    "SegmentManifest",
     "SegmentRecord",
     "WalRange",
     "WrittenSegment",

@@ -1,7 +1,7 @@
 """The segments channel's message framing and the manifest <-> segment entry conversions.
 
 A placement's segments channel (``<prefix>.segments.<partition_id>.<placement_id>``, DESIGN.md
-section 3) carries, per segment, one Avro :class:`~shoal.wire.records.SegmentManifest` and then
+section 3) carries, per segment, one Avro :class:`~shoal.wire.records.ManifestRecord` and then
 ``chunk_count`` :class:`~shoal.wire.records.SegmentChunk` records, all in one Kafka transaction. A
 header ``shoal.kind`` (``manifest`` / ``chunk``) tells them apart without decoding, so a reader that
 only wants manifests skips chunks for free.
@@ -19,10 +19,10 @@ import time
 from collections.abc import Mapping, Sequence
 
 from shoal.errors import InvalidIdError, SchemaError
-from shoal.segments import SegmentManifest, SegmentRecord, WalRange
+from shoal.segments import PlainManifest, SegmentRecord, WalRange
 from shoal.segments.errors import InvalidSegmentEntryError
 from shoal.topics import TopicNames
-from shoal.wire.records import SegmentManifest as WireManifest
+from shoal.wire.records import ManifestRecord as WireManifest
 from shoal.wire.records import WalOffsetRange
 
 KIND_HEADER = "shoal.kind"
@@ -95,7 +95,7 @@ def parse_wal_topic(topics: TopicNames, topic: str) -> tuple[str, int]:
     return pid, int(placement)
 
 
-def from_wire(manifest: WireManifest, *, sender_placement_id: int, topics: TopicNames) -> SegmentManifest:
+def from_wire(manifest: WireManifest, *, sender_placement_id: int, topics: TopicNames) -> PlainManifest:
     """The receive procedure's view of a wire manifest (InvalidSegmentEntryError if it cannot be one)."""
     try:
         covered = tuple(
@@ -104,7 +104,7 @@ def from_wire(manifest: WireManifest, *, sender_placement_id: int, topics: Topic
         )
     except SchemaError as exc:
         raise InvalidSegmentEntryError(f"manifest of segment {manifest.segment_id}: {exc}") from exc
-    return SegmentManifest(
+    return PlainManifest(
         partition_id=manifest.partition_id,
         sender_placement_id=sender_placement_id,
         segment_id=manifest.segment_id,
@@ -120,7 +120,7 @@ def from_wire(manifest: WireManifest, *, sender_placement_id: int, topics: Topic
     )
 
 
-def record_of(entry_manifest: SegmentManifest) -> SegmentRecord:
+def record_of(entry_manifest: PlainManifest) -> SegmentRecord:
     """The segment-list record for a received manifest (its file fields come from the manifest)."""
     from shoal.segments.receive import entry_from_manifest
 

@@ -99,7 +99,7 @@ class ManifestLike(Protocol):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class SegmentManifest:
+class PlainManifest:
     """A plain :class:`ManifestLike` (tests, and a reference for the wire codec)."""
 
     partition_id: str
@@ -125,7 +125,7 @@ class SegmentManifest:
         size_bytes: int,
         row_count: int,
         sha256: str,
-    ) -> SegmentManifest:
+    ) -> PlainManifest:
         """The manifest a placement publishes for one of its chain's entries."""
         return cls(
             partition_id=partition_id,

@@ -4,7 +4,7 @@ Each class mirrors one ``.avsc`` schema field for field, validates its values wh
 invalid record can be neither sent nor received), and converts to and from the framed Avro bytes
 of :mod:`shoal.wire.avro`:
 
-- :class:`SegmentManifest` (``segment_manifest.avsc``) and :class:`SegmentChunk`
+- :class:`ManifestRecord` (``segment_manifest.avsc``) and :class:`SegmentChunk`
   (``segment_chunk.avsc``) travel on a placement's segments channel: a manifest, then its chunks.
 - :class:`WalRecord` (``wal_record.avsc``) is the envelope of one row batch on a WAL channel.
 
@@ -142,7 +142,7 @@ class IngestOffset:
 
 
 @dataclass(frozen=True)
-class SegmentManifest:
+class ManifestRecord:
     """Announces one segment file on a segments channel; ``chunk_count`` chunks follow it."""
 
     table: str
@@ -216,7 +216,7 @@ class SegmentManifest:
         }
 
     @classmethod
-    def from_avro(cls, raw: Mapping[str, Any]) -> SegmentManifest:
+    def from_avro(cls, raw: Mapping[str, Any]) -> ManifestRecord:
         return cls(
             table=raw["table"],
             partition_id=raw["partition_id"],
@@ -241,8 +241,8 @@ class SegmentManifest:
         return codec("segment_manifest").encode(self.to_avro())
 
     @classmethod
-    def from_bytes(cls, data: bytes | bytearray | memoryview | None) -> SegmentManifest:
-        result: SegmentManifest = _from_wire("segment_manifest", cls.from_avro, data)
+    def from_bytes(cls, data: bytes | bytearray | memoryview | None) -> ManifestRecord:
+        result: ManifestRecord = _from_wire("segment_manifest", cls.from_avro, data)
         return result
 
 
@@ -407,7 +407,7 @@ def chain_hash(prev_hash: bytes, epoch: int, seq: int, payload: bytes) -> bytes:
     return digest.digest()
 
 
-class ChainError(WireFormatError):
+class HashChainError(WireFormatError):
     """A run of WAL records is not a valid hash chain; ``index`` is the first broken record."""
 
     def __init__(self, index: int, gtid: Gtid | None, reason: str) -> None:
@@ -419,7 +419,7 @@ class ChainError(WireFormatError):
 
 
 def verify_chain(records: Iterable[WalRecord | Mapping[str, Any]], *, prev_hash: bytes | None = GENESIS_HASH) -> None:
-    """Check that ``records`` (in channel order) form one unbroken hash chain, or raise :class:`ChainError`.
+    """Check that ``records`` (in channel order) form one unbroken hash chain, or raise :class:`HashChainError`.
 
     ``prev_hash`` is what the first record must chain from: :data:`GENESIS_HASH` for a channel read
     from its first record, the hash of the last record already verified when continuing, or
@@ -438,12 +438,12 @@ def verify_chain(records: Iterable[WalRecord | Mapping[str, Any]], *, prev_hash:
         try:
             record = item if isinstance(item, WalRecord) else WalRecord.from_avro(item)
         except (ShoalError, KeyError, TypeError, ValueError) as exc:
-            raise ChainError(index, None, f"not a valid WAL record: {exc}") from exc
+            raise HashChainError(index, None, f"not a valid WAL record: {exc}") from exc
         gtid = record.gtid
         if first is None:
             first = record
         elif (record.partition_id, record.placement_id) != (first.partition_id, first.placement_id):
-            raise ChainError(
+            raise HashChainError(
                 index,
                 gtid,
                 f"belongs to partition {record.partition_id} placement {record.placement_id}, but the chain is "
@@ -451,18 +451,18 @@ def verify_chain(records: Iterable[WalRecord | Mapping[str, Any]], *, prev_hash:
             )
         if expected_prev is not None and record.prev_hash != expected_prev:
             after = "the genesis hash" if previous is None and expected_prev == GENESIS_HASH else "the previous hash"
-            raise ChainError(
+            raise HashChainError(
                 index, gtid, f"prev_hash {record.prev_hash.hex()} does not match {after} {expected_prev.hex()}"
             )
         actual = chain_hash(record.prev_hash, gtid.epoch, gtid.seq, record.payload)
         if record.hash != actual:
-            raise ChainError(
+            raise HashChainError(
                 index, gtid, f"hash {record.hash.hex()} does not match its content (computed {actual.hex()})"
             )
         if previous is not None:
             next_seq = previous.gtid.seq + max(previous.row_count, 1)
             if gtid.epoch < previous.gtid.epoch or (gtid.epoch == previous.gtid.epoch and gtid.seq < next_seq):
-                raise ChainError(
+                raise HashChainError(
                     index,
                     gtid,
                     f"gtid does not follow the previous record's rows {previous.gtid}..{previous.last_gtid}",

@@ -20,6 +20,7 @@ import click
 
 from metadata.client import MetadataClient
 from shoal.errors import ShoalError
+from shoal.kafka.settings import KafkaSettings
 from shoal_app.cli.connection import connection_options, metadata_config
 from shoal_app.cli.context import emit, new_table, output_option, show
 from shoal_app.cli.models import (
@@ -31,23 +32,24 @@ from shoal_app.cli.models import (
 )
 
 
-def check_wal_channel(bootstrap_servers: str, topic: str) -> WalChannelCheck:
+def check_wal_channel(kafka: KafkaSettings, topic: str) -> WalChannelCheck:
     """The GTID hash chain of one WAL channel: records read, ok, and the first error."""
     from confluent_kafka import KafkaException
 
-    from shoal.kafka_admin import admin_client, log_start_and_end
+    from shoal.kafka import clients
+    from shoal.kafka.admin import log_start_and_end
+    from shoal.kafka.readers import read_wal_channel
     from shoal.wire.records import GENESIS_HASH, verify_chain
-    from shoal.wire.wal_channel import read_channel
 
     out = WalChannelCheck(topic=topic, records=0, tail=None, append=None, ok=True, error=None)
     try:
-        admin = admin_client(bootstrap_servers)
+        admin = clients.admin(kafka)
         if _missing(admin, topic):
             out.error = "no channel (this placement never led)"
             return out
-        low, high = log_start_and_end(bootstrap_servers, topic)
+        low, high = log_start_and_end(kafka, topic)
         out.tail, out.append = low, high
-        records = [r.record for r in read_channel(bootstrap_servers, topic, low)]
+        records = [r.record for r in read_wal_channel(kafka, topic, low)]
         out.records = len(records)
         verify_chain(records, prev_hash=GENESIS_HASH if low == 0 else None)
     except ShoalError as exc:
@@ -70,7 +72,7 @@ def verify(client: MetadataClient, table: str) -> Verification:
 
     file = client.coordinator.current(table)
     topics = TopicNames(client.config.topic_prefix)
-    bootstrap = client.config.bootstrap_servers
+    kafka = client.config.kafka
     described: dict[str, list[dict[str, Any]] | str] = {}
     partitions = []
     for entry in file.partitions:
@@ -103,7 +105,7 @@ def verify(client: MetadataClient, table: str) -> Verification:
         states = {(r.row_count, r.content_hash) for r in described_ok}
         agree = len(described_ok) == len(replicas) and len(states) == 1
         chains = {tuple(r.chain) if isinstance(r, ReplicaDescription) else () for r in replicas}
-        channels = [check_wal_channel(bootstrap, topics.wal(entry.partition_id, p.placement_id)) for p in entry.servers]
+        channels = [check_wal_channel(kafka, topics.wal(entry.partition_id, p.placement_id)) for p in entry.servers]
         partitions.append(
             PartitionVerification(
                 partition_id=entry.partition_id,

@@ -1,4 +1,4 @@
-"""`shoal demo`: the full demo (issue 8 item 1) and the foundation round trip (``--roundtrip``).
+"""`shoal demo`: the full demo and the foundation round trip (``--roundtrip``).
 
 ==============  ====================================================================================
 ``full``        the steps, in order, under one ExitStack (everything started is stopped by pid)
@@ -7,6 +7,6 @@
 ``events``      the demo table, the events' JSON, and the check that every acknowledged event is there
 ``observe``     rows in shoal, rows per replica, leaders and epochs, lag from the monitor's snapshot
 ``report``      progress lines and the summary
-``roundtrip``   ZooKeeper CAS, a Kafka transaction and a Spark read (the demo before issue 8)
+``roundtrip``   ZooKeeper CAS, a Kafka transaction and a Spark read (the first, smallest demo)
 ==============  ====================================================================================
 """

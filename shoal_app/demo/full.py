@@ -1,6 +1,6 @@
 """The full demo (`shoal demo`, `make demo`): every part of shoal working together, with a failure on purpose.
 
-Issue 8 item 1. Orchestration only; each step calls the public piece that does the work:
+Orchestration only; each step calls the public piece that does the work:
 
 1. a fresh local cluster, 3 KRaft brokers + ZooKeeper + 3 storage nodes (:func:`launcher.up`);
 2. a table with replication factor 3 and several partitions (split points on ``event_id``),
@@ -289,9 +289,11 @@ def _steps(run: _Run, stack: contextlib.ExitStack) -> None:
         con.info(f"partition {lead.partition_id[:12]}: leader {lead.server_id} epoch {lead.epoch}")
 
     # 3. Spark ingest (first, so that it is reading when the events start)
-    from shoal.kafka_admin import admin_client, create_topic
+    from shoal.kafka import clients
+    from shoal.kafka.admin import create_topic
+    from shoal.kafka.settings import KafkaSettings
 
-    create_topic(admin_client(info.bootstrap_servers), cfg.source_topic, partitions=3)
+    create_topic(clients.admin(KafkaSettings(info.bootstrap_servers)), cfg.source_topic, partitions=3)
     con.step(
         f"starting the Spark Kafka ingest job ({cfg.spark_master}): external topic {cfg.source_topic} (3 partitions) "
         f"-> table {cfg.table}"

@@ -4,7 +4,7 @@ Read-only views over public interfaces: scans and ``describe replica`` over Arro
 (:mod:`shoal.scan`, as ``shoal scan`` and ``shoal verify`` use them; nodes found with
 :func:`metadata.node_registry.lookup_node`), leader epochs from
 ZooKeeper (:func:`metadata.election.read_epoch`), and lag from the snapshot that ``shoal monitor``
-serves (shape in :mod:`monitor.collector`). Issue 8 item 1.
+serves (shape in :mod:`monitor.models`).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ Orchestration only, on top of the runtime's public pieces: the cluster is :func:
 file (:func:`shoal_app.runtime.process.kill`) and restarted by :func:`shoal_app.runtime.restart.restart_process`
 (the launcher's node spec, same port and data dir; the new pid goes to the cluster file).
 ``shoal monitor`` and ``shoal spark ingest`` run in their own sessions and are stopped by pid;
-``shoal spark compact --once`` and ``shoal verify`` run to completion. Issue 8 item 1.
+``shoal spark compact --once`` and ``shoal verify`` run to completion.
 """
 
 from __future__ import annotations
@@ -161,10 +161,27 @@ def start_ingest(
     cluster_path: Path, *, topic: str, table: str, checkpoint: Path, query_name: str, master: str, log_path: Path
 ) -> ProcessRecord:
     """Run ``shoal spark ingest`` as a user would, in its own session (stopped by pid with SIGTERM)."""
-    argv = shoal_argv(cluster_path, "spark", "ingest", "--topic", topic, "--table", table,
-                      "--checkpoint", str(checkpoint.resolve()), "--query-name", query_name,
-                      "--trigger-interval", "2 seconds", "--max-offsets-per-trigger", "5000",
-                      "--master", master, "--output", "json")  # fmt: skip
+    argv = shoal_argv(
+        cluster_path,
+        "spark",
+        "ingest",
+        "--topic",
+        topic,
+        "--table",
+        table,
+        "--checkpoint",
+        str(checkpoint.resolve()),
+        "--query-name",
+        query_name,
+        "--trigger-interval",
+        "2 seconds",
+        "--max-offsets-per-trigger",
+        "5000",
+        "--master",
+        master,
+        "--output",
+        "json",
+    )
     return spawn("spark-ingest", argv, log_path=log_path, marker=str(checkpoint.resolve()))
 
 
@@ -183,8 +200,20 @@ def run_compaction(
     """
     import subprocess
 
-    argv = shoal_argv(cluster_path, "spark", "compact", "--once", "--table", table, "--min-minors", "1",
-                      "--master", master, "--output", "json")  # fmt: skip
+    argv = shoal_argv(
+        cluster_path,
+        "spark",
+        "compact",
+        "--once",
+        "--table",
+        table,
+        "--min-minors",
+        "1",
+        "--master",
+        master,
+        "--output",
+        "json",
+    )
     what = "`shoal spark compact --once`"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     try:
@@ -205,10 +234,11 @@ def run_compaction(
 
 def topic_records(bootstrap_servers: str, topic: str) -> int:
     """Records a (one-partition) topic holds now, 0 if it does not exist."""
-    from shoal.kafka_admin import log_start_and_end
+    from shoal.kafka.admin import log_start_and_end
+    from shoal.kafka.settings import KafkaSettings
 
     try:
-        low, high = log_start_and_end(bootstrap_servers, topic)
+        low, high = log_start_and_end(KafkaSettings(bootstrap_servers), topic)
     except ShoalError:
         return 0
     return max(0, high - low)

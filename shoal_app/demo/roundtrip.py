@@ -51,9 +51,12 @@ def zookeeper_cas(zk_connect: str, run_id: str) -> StepResult:
         zk.stop()
         zk.close()
     ok = stale_refused and final == b"1"
-    return StepResult("zookeeper compare-and-swap", ok, time.monotonic() - t0,
-                      {"version_after_cas": new.version, "stale_version_refused": stale_refused,
-                       "final_value": final.decode()})  # fmt: skip
+    return StepResult(
+        "zookeeper compare-and-swap",
+        ok,
+        time.monotonic() - t0,
+        {"version_after_cas": new.version, "stale_version_refused": stale_refused, "final_value": final.decode()},
+    )
 
 
 def kafka_transaction(bootstrap: str, topic: str, run_id: str) -> StepResult:
@@ -86,9 +89,12 @@ def kafka_transaction(bootstrap: str, topic: str, run_id: str) -> StepResult:
     seen += [json.loads(m.value() or b"null") for m in extra if m.error() is None]
     consumer.close()
     ok = [r["n"] for r in seen] == [0, 1, 2]
-    return StepResult("kafka transaction (commit + abort, read_committed)", ok, time.monotonic() - t0,
-                      {"committed_seen": [r["n"] for r in seen], "aborted_seen": any(r["txn"] == "aborted"
-                                                                                     for r in seen)})  # fmt: skip
+    return StepResult(
+        "kafka transaction (commit + abort, read_committed)",
+        ok,
+        time.monotonic() - t0,
+        {"committed_seen": [r["n"] for r in seen], "aborted_seen": any(r["txn"] == "aborted" for r in seen)},
+    )
 
 
 def spark_streaming_read(spark: SparkSession, bootstrap: str, topic: str) -> StepResult:
@@ -106,14 +112,21 @@ def spark_streaming_read(spark: SparkSession, bootstrap: str, topic: str) -> Ste
         )
         name = f"shoal_demo_{uuid.uuid4().hex[:8]}"
         query = (
-            stream.writeStream.format("memory").queryName(name).option("checkpointLocation", ckpt)
-            .trigger(availableNow=True).start()
-        )  # fmt: skip
+            stream.writeStream.format("memory")
+            .queryName(name)
+            .option("checkpointLocation", ckpt)
+            .trigger(availableNow=True)
+            .start()
+        )
         query.awaitTermination(120)
         rows = spark.sql(f"SELECT key, value, offset FROM {name} ORDER BY offset").collect()
     keys = [r["key"] for r in rows]
-    return StepResult("spark structured streaming read (kafka source)", keys == ["0", "1", "2"],
-                      time.monotonic() - t0, {"rows": [r.asDict() for r in rows]})  # fmt: skip
+    return StepResult(
+        "spark structured streaming read (kafka source)",
+        keys == ["0", "1", "2"],
+        time.monotonic() - t0,
+        {"rows": [r.asDict() for r in rows]},
+    )
 
 
 def cleanup_topic(bootstrap: str, topic: str) -> None:

@@ -3,7 +3,7 @@
 ZooKeeper, three KRaft Kafka brokers (RF 3, min ISR 2 from :func:`shoal_app.runtime.kafka.cluster_settings`,
 the same settings ``shoal up`` writes), three storage nodes whose command and environment come from
 :func:`shoal_app.runtime.node_spec.node_spec` (as the launcher's), a Spark master and worker, the ingest
-and compaction jobs, and the monitor; healthchecks and named volumes. Issue 8 items 2 and 3.
+and compaction jobs, and the monitor; healthchecks and named volumes.
 
     python -m shoal_app.runtime.compose --write    # regenerate docker/docker-compose.yml
     python -m shoal_app.runtime.compose --check    # exit 1 if the file differs from what this module renders

@@ -3,7 +3,7 @@
 ``up`` starts everything on 127.0.0.1 with free ports, waits until each part is ready, and
 writes the cluster file; ``status`` probes each part; ``down`` stops everything by pid. Storage
 nodes are started from :func:`shoal_app.runtime.node_spec.node_spec` (the same spec as the compose
-cluster) and are ready once registered in ZooKeeper (issue 4 item 2).
+cluster) and are ready once registered in ZooKeeper.
 """
 
 from __future__ import annotations
@@ -138,15 +138,23 @@ def up(config: LocalClusterConfig, progress: Progress = _quiet) -> ClusterInfo:
         progress(f"Kafka is ready: {config.brokers} broker(s) at {bootstrap}")
 
         if config.nodes:
-            target = local_target(str(data_dir), str(config.cluster_file.resolve()), info.zk_connect, bootstrap,
-                                  config.topic_prefix, config.zk_root)  # fmt: skip
+            target = local_target(
+                str(data_dir),
+                str(config.cluster_file.resolve()),
+                info.zk_connect,
+                bootstrap,
+                config.topic_prefix,
+                config.zk_root,
+            )
             node_ports = ports[1 + 2 * config.brokers : 1 + 2 * config.brokers + config.nodes]
             metrics_ports = ports[1 + 2 * config.brokers + config.nodes :]
             records = []
             for i in range(1, config.nodes + 1):
                 spec = node_spec(i, target, node_ports[i - 1], metrics_ports[i - 1])
-                progress(f"starting storage node {spec.server_id} (scans on {spec.flight_host}:{spec.flight_port}, "
-                         f"metrics on :{spec.metrics_port})")  # fmt: skip
+                progress(
+                    f"starting storage node {spec.server_id} (scans on {spec.flight_host}:{spec.flight_port}, "
+                    f"metrics on :{spec.metrics_port})"
+                )
                 records.append(storage_nodes.start(spec))
                 started.append(records[-1])
             cluster_file.write(config.cluster_file, replace(info, processes=tuple(started)))
@@ -172,8 +180,14 @@ def status(info: ClusterInfo) -> dict[str, Any]:
             healthy = running and p.port is not None and zookeeper.is_healthy(p.port)
         else:
             healthy = running
-        entry: dict[str, Any] = {"name": p.name, "pid": p.pid, "port": p.port, "running": running,
-                                 "healthy": healthy, "log": p.log_path}  # fmt: skip
+        entry: dict[str, Any] = {
+            "name": p.name,
+            "pid": p.pid,
+            "port": p.port,
+            "running": running,
+            "healthy": healthy,
+            "log": p.log_path,
+        }
         if p.metrics_port is not None:
             entry["metrics_url"] = f"http://127.0.0.1:{p.metrics_port}/metrics"
         procs.append(entry)

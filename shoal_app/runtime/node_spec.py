@@ -4,7 +4,7 @@
 (``docker/docker-compose.yml``, checked by ``tests/unit/docker/test_compose.py``) both build their
 storage nodes from :func:`node_spec`, so the two cannot drift. What differs between them is only the
 :class:`NodeTarget`: which program runs ``shoal``, where data lives, how the cluster is reached and
-which address the node serves scans on. Issue 4 item 2; DESIGN.md section 3 (one process per node).
+which address the node serves scans on. DESIGN.md section 1 (one process per node).
 """
 
 from __future__ import annotations
@@ -112,8 +112,9 @@ def node_spec(index: int, target: NodeTarget, flight_port: int, metrics_port: in
     if metrics_port is None:
         metrics_port = target.metrics_port
     if metrics_port is not None and (not 0 <= metrics_port < 65536 or metrics_port == flight_port):
-        raise ConfigError(f"metrics port of {server_id} must be in [0, 65535] and not its flight port, "
-                          f"got {metrics_port}")  # fmt: skip
+        raise ConfigError(
+            f"metrics port of {server_id} must be in [0, 65535] and not its flight port, got {metrics_port}"
+        )
     data_dir = f"{target.data_root.rstrip('/')}/{server_id}"
     host = target.flight_host or server_id
     argv = [*target.program]
@@ -121,11 +122,24 @@ def node_spec(index: int, target: NodeTarget, flight_port: int, metrics_port: in
         argv.append(target.log_level)
     if target.cluster_file:
         argv += ["--cluster-file", target.cluster_file]
-    argv += ["node", "--id", server_id, "--data-dir", data_dir, "--flight-host", host,
-             "--flight-port", str(flight_port)]  # fmt: skip
+    argv += [
+        "node",
+        "--id",
+        server_id,
+        "--data-dir",
+        data_dir,
+        "--flight-host",
+        host,
+        "--flight-port",
+        str(flight_port),
+    ]
     if metrics_port is not None:
-        argv += ["--metrics-host", "127.0.0.1" if target.flight_host == "127.0.0.1" else "0.0.0.0",
-                 "--metrics-port", str(metrics_port)]  # fmt: skip
+        argv += [
+            "--metrics-host",
+            "127.0.0.1" if target.flight_host == "127.0.0.1" else "0.0.0.0",
+            "--metrics-port",
+            str(metrics_port),
+        ]
     env = {
         "PYTHONUNBUFFERED": "1",
         "SHOAL_ZK_CONNECT": target.zk_connect,
@@ -138,9 +152,13 @@ def node_spec(index: int, target: NodeTarget, flight_port: int, metrics_port: in
 
 
 def local_target(
-    data_dir: str, cluster_file: str, zk_connect: str, bootstrap_servers: str, topic_prefix: str = "shoal",
+    data_dir: str,
+    cluster_file: str,
+    zk_connect: str,
+    bootstrap_servers: str,
+    topic_prefix: str = "shoal",
     zk_root: str = "/shoal",
-) -> NodeTarget:  # fmt: skip
+) -> NodeTarget:
     """Nodes of ``shoal up``: this Python, data and logs under <data_dir>/nodes, serving on 127.0.0.1."""
     return NodeTarget(
         program=(sys.executable, "-m", "shoal_app.cli.main"),

@@ -58,8 +58,9 @@ def spawn(
             raise RuntimeLaunchError(f"cannot start {name}: {exc}") from exc
     _CHILDREN[proc.pid] = proc
     log.info("started %s pid=%d log=%s", name, proc.pid, log_path)
-    return ProcessRecord(name=name, pid=proc.pid, marker=marker, log_path=str(log_path), port=port,
-                         metrics_port=metrics_port)  # fmt: skip
+    return ProcessRecord(
+        name=name, pid=proc.pid, marker=marker, log_path=str(log_path), port=port, metrics_port=metrics_port
+    )
 
 
 _CHILDREN: dict[int, subprocess.Popen[bytes]] = {}

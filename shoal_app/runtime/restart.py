@@ -4,8 +4,8 @@ For fault tests and operators: after a broker, ZooKeeper or a storage node was k
 :func:`restart_process` starts it again exactly as :func:`shoal_app.runtime.launcher.up` did (the
 ``server.properties`` / ``zoo.cfg`` / node spec it wrote, the same data directory and ports), waits
 until it serves, and records the new pid in the cluster file so ``shoal status`` and ``shoal down``
-see it. Refused (RuntimeLaunchError, nothing changed) while the process still runs. Issue 5 tests
-("restart the Kafka broker under writes").
+see it. Refused (RuntimeLaunchError, nothing changed) while the process still runs. The fault tests
+use it (e.g. "restart the Kafka broker under writes").
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Storage node processes of the local runtime: start one from its :class:`NodeSpec`, wait until it registered.
 
 A node is ready when its ephemeral znode ``<zk_root>/nodes/<id>`` exists (it registers after its
-scan server listens, see ``metadata.node_registry``). Issue 4 item 2.
+scan server listens, see ``metadata.node_registry``).
 """
 
 from __future__ import annotations
@@ -24,8 +24,15 @@ def start(spec: NodeSpec, inherited_env: Mapping[str, str] | None = None) -> Pro
     """Spawn the node of ``spec`` (detached, logging to <data dir>/node.log)."""
     Path(spec.data_dir).mkdir(parents=True, exist_ok=True)
     env = process_env(spec, os.environ if inherited_env is None else inherited_env)
-    return spawn(spec.server_id, spec.argv, log_path=Path(spec.log_path), marker=spec.marker, env=env,
-                 port=spec.flight_port, metrics_port=spec.metrics_port)  # fmt: skip
+    return spawn(
+        spec.server_id,
+        spec.argv,
+        log_path=Path(spec.log_path),
+        marker=spec.marker,
+        env=env,
+        port=spec.flight_port,
+        metrics_port=spec.metrics_port,
+    )
 
 
 def registered(zk_connect: str, zk_root: str, server_ids: Iterable[str], timeout_s: float = 5.0) -> set[str]:

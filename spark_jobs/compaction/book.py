@@ -17,7 +17,7 @@ from shoal.segments import SegmentChain, SegmentEntry
 from shoal.segments.errors import SegmentError
 from shoal.segments.receive import ManifestLike, entry_from_manifest
 from shoal.topics import TopicNames
-from shoal.wire.records import SegmentManifest as WireManifest
+from shoal.wire.records import ManifestRecord as WireManifest
 
 
 def parse_segments_topic(topics: TopicNames, topic: str) -> tuple[str, int] | None:

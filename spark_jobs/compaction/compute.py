@@ -33,8 +33,8 @@ import pyarrow.parquet as pq
 from metadata.table import ColumnType, TableDefinition
 from shoal.kafka.settings import KafkaSettings
 from shoal.segments.versioned import DELETED_COLUMN, EPOCH_COLUMN, SEQ_COLUMN
+from shoal.wire.records import ManifestRecord as WireManifest
 from shoal.wire.records import SegmentChunk
-from shoal.wire.records import SegmentManifest as WireManifest
 from spark_jobs.errors import CompactionJobError
 from spark_jobs.schema_map import spark_arrow_type, spark_ddl_nullable
 

@@ -17,8 +17,8 @@ from shoal.kafka.admin import create_topic
 from shoal.kafka.settings import KafkaSettings
 from shoal.kafka.transaction import TransactionalChannel
 from shoal.topics import TopicNames
+from shoal.wire.records import ManifestRecord as WireManifest
 from shoal.wire.records import SegmentChunk
-from shoal.wire.records import SegmentManifest as WireManifest
 
 log = logging.getLogger(__name__)
 
@@ -56,5 +56,10 @@ def publish_major(
                         break
                     except BufferError:
                         channel.producer.poll(0.5)
-    log.info("published major %s (%d bytes, %d chunks) on %s", manifest.segment_id, manifest.size_bytes,
-             manifest.chunk_count, topic)  # fmt: skip
+    log.info(
+        "published major %s (%d bytes, %d chunks) on %s",
+        manifest.segment_id,
+        manifest.size_bytes,
+        manifest.chunk_count,
+        topic,
+    )

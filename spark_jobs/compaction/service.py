@@ -37,7 +37,7 @@ from shoal.errors import ConfigError, ShoalError
 from shoal.ids import new_segment_id, validate_table_name
 from shoal.kafka.clients import spark_kafka_options
 from shoal.topics import TopicNames
-from shoal.wire.records import SegmentManifest as WireManifest
+from shoal.wire.records import ManifestRecord as WireManifest
 from spark_jobs.compaction.book import ChannelBook, ChannelView
 from spark_jobs.compaction.compute import SegmentSource, compute_major, write_major
 from spark_jobs.compaction.policy import CompactionPolicy, decide, minor_run
@@ -181,10 +181,11 @@ class CompactionService:
 
     def start(self, checkpoint: Path, *, once: bool) -> StreamingQuery:
         writer = (
-            self.manifests_stream().writeStream.foreachBatch(
-                lambda df, bid: self.on_batch(df, bid, evaluate=not once)
-            ).option("checkpointLocation", str(checkpoint)).queryName("shoal_compaction")
-        )  # fmt: skip
+            self.manifests_stream()
+            .writeStream.foreachBatch(lambda df, bid: self.on_batch(df, bid, evaluate=not once))
+            .option("checkpointLocation", str(checkpoint))
+            .queryName("shoal_compaction")
+        )
         writer = writer.trigger(availableNow=True) if once else writer.trigger(processingTime="5 seconds")
         return writer.start()
 
@@ -271,26 +272,43 @@ class CompactionService:
             log.warning("partition %s: no major reachable on %s; not compacting", partition_id, view.topic)
             return None
         minors = [view.manifests[e.segment_id][1] for e in folded[1:]]
-        reason = decide(self.config.policy, minor_run([(m.size_bytes, m.created_at_ms) for m in minors]),
-                        int(self.clock() * 1000))  # fmt: skip
+        reason = decide(
+            self.config.policy, minor_run([(m.size_bytes, m.created_at_ms) for m in minors]), int(self.clock() * 1000)
+        )
         if reason is None and not force:
             return None
         reason = reason or "forced"
         table = self._table(view.table)
         sources = [SegmentSource.of(view.topic, *view.manifests[e.segment_id]) for e in folded]
-        rows = compute_major(self.spark, self.config.connection.kafka, sources, table,
-                             drop_tombstones=self.config.policy.full)  # fmt: skip
+        rows = compute_major(
+            self.spark, self.config.connection.kafka, sources, table, drop_tombstones=self.config.policy.full
+        )
         segment_id = new_segment_id()
         written = write_major(self.work_dir, segment_id, rows, table)
         entry = compaction_entry(view.chain, segment_id, placement_id=view.placement_id, epoch=epoch)
-        record = SegmentRecord(entry=entry, sha256=written.sha256, row_count=written.row_count,
-                               size_bytes=written.size_bytes)  # fmt: skip
-        manifest = to_wire(record, table=table.name, partition_id=partition_id, topics=self.topics,
-                           latest_major_offset=None, chunk_bytes=CHUNK_BYTES)  # fmt: skip
-        log.info("partition %s: major %s of %d segments (%s), %d rows, epoch %d", partition_id, segment_id,
-                 len(folded), reason, written.row_count, epoch)  # fmt: skip
-        return PreparedMajor(table.name, partition_id, manifest, written.path, reason,
-                             tuple(e.segment_id for e in folded))  # fmt: skip
+        record = SegmentRecord(
+            entry=entry, sha256=written.sha256, row_count=written.row_count, size_bytes=written.size_bytes
+        )
+        manifest = to_wire(
+            record,
+            table=table.name,
+            partition_id=partition_id,
+            topics=self.topics,
+            latest_major_offset=None,
+            chunk_bytes=CHUNK_BYTES,
+        )
+        log.info(
+            "partition %s: major %s of %d segments (%s), %d rows, epoch %d",
+            partition_id,
+            segment_id,
+            len(folded),
+            reason,
+            written.row_count,
+            epoch,
+        )
+        return PreparedMajor(
+            table.name, partition_id, manifest, written.path, reason, tuple(e.segment_id for e in folded)
+        )
 
     def publish(self, prepared: PreparedMajor) -> CompactionOutcome:
         m = prepared.manifest
@@ -299,8 +317,16 @@ class CompactionService:
         finally:
             prepared.path.unlink(missing_ok=True)
         self._pending[prepared.partition_id] = (m.segment_id, self.clock(), m.epoch)
-        outcome = CompactionOutcome(prepared.partition_id, m.segment_id, prepared.reason, m.row_count, m.size_bytes,
-                                    m.epoch, m.base_segment_id, len(prepared.folded))  # fmt: skip
+        outcome = CompactionOutcome(
+            prepared.partition_id,
+            m.segment_id,
+            prepared.reason,
+            m.row_count,
+            m.size_bytes,
+            m.epoch,
+            m.base_segment_id,
+            len(prepared.folded),
+        )
         self.outcomes.append(outcome)
         return outcome
 

@@ -40,8 +40,8 @@ from shoal.segments import (
 from shoal.segments.channel import KIND_CHUNK, KIND_MANIFEST, from_wire, message_kind
 from shoal.segments.errors import ChecksumMismatchError, CorruptSegmentError, InvalidSegmentEntryError
 from shoal.topics import TopicNames
+from shoal.wire.records import ManifestRecord as WireManifest
 from shoal.wire.records import SegmentChunk
-from shoal.wire.records import SegmentManifest as WireManifest
 from shoal.worker import Deadline, Worker
 from storage_node.config import consumer_overrides
 from storage_node.errors import ChunkError

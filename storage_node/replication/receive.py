@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 
 from shoal.segments import (
     ChainError,
+    PlainManifest,
     ReceiveOutcome,
-    SegmentManifest,
     SegmentRecord,
     decide_receive_detailed,
     write_segment_bytes,
@@ -119,7 +119,7 @@ class InFlightBudget:
 
 def apply_segment(
     replica: PartitionReplica,
-    manifest: SegmentManifest,
+    manifest: PlainManifest,
     chunks: Iterable[bytes],
     *,
     leader_placement_id: int,

@@ -18,12 +18,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from confluent_kafka import KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient
 
 from shoal.errors import KafkaOperationError
 from shoal.kafka import clients
 from shoal.kafka.errors import classify
-from shoal.kafka.indexes import ChannelIndexes, channel_indexes
+from shoal.kafka.indexes import channel_indexes
 from shoal.kafka.settings import KafkaSettings
 from shoal.topics import TopicNames
 
@@ -63,22 +62,6 @@ def decide_tail(
     return TailDecision(new_wal, new_seg, tuple(segments_acks))
 
 
-def read_channel_indexes(
-    kafka: KafkaSettings,
-    topic: str,
-    groups: Sequence[str] = (),
-    *,
-    timeout_s: float = 10.0,
-    admin: AdminClient | None = None,
-) -> ChannelIndexes:
-    """:func:`shoal.kafka.indexes.channel_indexes`; a request that times out (a broker is down) is a
-    KafkaOperationError like any other failed read, so the caller retries later."""
-    try:
-        return channel_indexes(kafka, topic, groups, timeout_s=timeout_s, admin=admin)
-    except TimeoutError as exc:
-        raise KafkaOperationError(f"reading the indexes of {topic} timed out after {timeout_s:.0f}s") from exc
-
-
 def truncate(
     kafka: KafkaSettings,
     topics: TopicNames,
@@ -96,8 +79,8 @@ def truncate(
     wal_topic = topics.wal(partition_id, placement_id)
     seg_topic = topics.segments(partition_id, placement_id)
     admin = clients.admin(kafka)
-    wal = read_channel_indexes(kafka, wal_topic, groups, admin=admin)
-    seg = read_channel_indexes(kafka, seg_topic, groups, admin=admin)
+    wal = channel_indexes(kafka, wal_topic, groups, admin=admin)
+    seg = channel_indexes(kafka, seg_topic, groups, admin=admin)
     decision = decide_tail(
         wal_tail=wal.tail,
         wal_acks=[a for _, a in wal.acks],

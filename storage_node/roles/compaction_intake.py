@@ -40,8 +40,8 @@ from shoal.kafka.settings import KafkaSettings
 from shoal.segments.errors import CompactionConflictError, SegmentError
 from shoal.segments.parquet_io import delete_segment_file, write_segment_bytes
 from shoal.topics import TopicNames
+from shoal.wire.records import ManifestRecord as WireManifest
 from shoal.wire.records import SegmentChunk
-from shoal.wire.records import SegmentManifest as WireManifest
 from shoal.worker import Deadline, Worker
 from storage_node.config import consumer_overrides
 from storage_node.errors import IntakeRejected

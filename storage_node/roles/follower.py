@@ -48,8 +48,8 @@ from shoal.segments.errors import (
 from shoal.segments.parquet_io import segment_path
 from shoal.topics import TopicNames
 from shoal.wire.ingest import ingest_schema
+from shoal.wire.records import ManifestRecord as WireManifest
 from shoal.wire.records import SegmentChunk, WalRecord, verify_chain
-from shoal.wire.records import SegmentManifest as WireManifest
 from shoal.worker import Deadline, Worker
 from storage_node.config import consumer_overrides
 from storage_node.errors import ChunkError

@@ -1,4 +1,4 @@
-"""Kafka broker faults under writes (issue 5): nothing acknowledged is lost.
+"""Kafka broker faults under writes (DESIGN.md section 10): nothing acknowledged is lost.
 
 Each test starts its OWN local cluster (``shoal_app.runtime.launcher.up`` in a temp dir: ZooKeeper,
 KRaft brokers, storage node processes), so killing a broker never hurts the session's cluster:

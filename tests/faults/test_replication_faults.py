@@ -1,4 +1,6 @@
-"""Replication under faults (issue 5): kill -9 the leader under writes, kill -9 a follower, SIGSTOP the leader.
+"""Replication under faults (DESIGN.md sections 6 and 7).
+
+kill -9 the leader under writes, kill -9 a follower, SIGSTOP the leader.
 
 Three node processes, real Kafka and ZooKeeper. A write is acknowledged once ``Producer.sync()``
 returned after it; every acknowledged write must end up on every live replica, once, and all
@@ -17,9 +19,10 @@ from typing import Any
 import pytest
 from fault_support import NODES, Cluster3, wait_until
 
-from shoal.kafka_admin import log_start_and_end
+from shoal.kafka.admin import log_start_and_end
+from shoal.kafka.readers import read_wal_channel
+from shoal.kafka.settings import KafkaSettings
 from shoal.topics import TopicNames
-from shoal.wire.wal_channel import read_channel
 
 pytestmark = pytest.mark.integration
 
@@ -86,15 +89,15 @@ def test_follower_restart_resumes_and_a_paused_leader_is_fenced(
             before = len(w.acked)
             assert wait_until(lambda: len(w.acked) >= before + 60, 120), "writes did not resume on the new leader"
             wal = topics.wal(c.pid, placement)
-            append_before = log_start_and_end(c.bs, wal)[1]
-            records_before = [r.offset for r in read_channel(c.bs, wal, 0)]
+            append_before = log_start_and_end(KafkaSettings(c.bs), wal)[1]
+            records_before = [r.offset for r in read_wal_channel(KafkaSettings(c.bs), wal, 0)]
         finally:
             c.nodes.signal(paused, signal.SIGCONT)
         assert wait_until(lambda: (c.describe(paused) or {}).get("role") == "follower", 90), c.describe(paused)
         time.sleep(2)  # writes keep flowing to the new leader meanwhile
         # the zombie committed nothing: no record, not even a transaction marker, after its channel was fenced
-        assert log_start_and_end(c.bs, wal)[1] == append_before
-        after = [r.offset for r in read_channel(c.bs, wal, 0)]
+        assert log_start_and_end(KafkaSettings(c.bs), wal)[1] == append_before
+        after = [r.offset for r in read_wal_channel(KafkaSettings(c.bs), wal, 0)]
         assert set(after) <= set(records_before) and max(records_before) == max(after)
         w.stop()
         assert wait_until(lambda: c.converged(w.acked | acked, w.sent | sent), 180), c.summary()

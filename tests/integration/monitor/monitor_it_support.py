@@ -19,9 +19,11 @@ from metadata.table import Column, ColumnType, TableDefinition
 from monitor.collector import Collector
 from monitor.config import MonitorConfig
 from monitor.topology import read_topology
-from shoal.kafka_admin import admin_client, create_topic
+from shoal.kafka import clients
+from shoal.kafka.admin import create_topic
+from shoal.kafka.settings import KafkaSettings
 from shoal.topics import TopicNames
-from shoal.wire.records import SegmentChunk, SegmentManifest, WalOffsetRange
+from shoal.wire.records import ManifestRecord, SegmentChunk, WalOffsetRange
 from shoal_app.schemas import validate
 
 
@@ -66,7 +68,7 @@ def make_env(bootstrap: str, zk_hosts: str, prefix: str, table: str = "events") 
     election.start()
     assert election.wait_for(LeaderState.LEADER, timeout=30)
     env = Env(client, election, TopicNames(prefix), bootstrap, table, entry.partition_id, leader, follower)
-    a = admin_client(bootstrap)
+    a = clients.admin(KafkaSettings(bootstrap))
     for topic in (env.ingest, env.wal, env.segments):
         create_topic(a, topic)
     return env
@@ -174,7 +176,7 @@ def manifest(
     base: str | None,
     covered: tuple[WalOffsetRange, ...] = (),
 ) -> bytes:
-    return SegmentManifest(
+    return ManifestRecord(
         table=table,
         partition_id=pid,
         segment_id=segment_id,

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from confluent_kafka import Consumer, Producer, TopicPartition
 from monitor_it_support import ChannelWriter, StandInFollower, chunk, make_env, manifest
 
-from shoal.kafka_admin import create_topic
+from shoal.kafka.admin import create_topic
 from shoal_app.cli.main import cli
 from shoal_app.schemas import validate
 
@@ -105,9 +105,10 @@ def test_offsets_json_shape_segments_and_spark_lag(cluster: Any, zk_hosts: str, 
 
         # a Spark ingest query mirroring its source offsets into <prefix>.spark.<query>
         src = f"{topic_prefix}.source"
-        from shoal.kafka_admin import admin_client
+        from shoal.kafka import clients
+        from shoal.kafka.settings import KafkaSettings
 
-        create_topic(admin_client(bs), src)
+        create_topic(clients.admin(KafkaSettings(bs)), src)
         p = Producer({"bootstrap.servers": bs})
         for i in range(5):
             p.produce(src, f"r{i}".encode())

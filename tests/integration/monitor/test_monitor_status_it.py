@@ -24,7 +24,7 @@ from monitor_it_support import (
 )
 
 from monitor.kafka_offsets import KafkaOffsets
-from shoal.kafka_admin import create_topic, delete_topics
+from shoal.kafka.admin import create_topic, delete_topics
 from shoal.wire.records import WalOffsetRange
 from shoal_app.testing.wait import wait_until
 

@@ -1,4 +1,7 @@
-"""Issue 4: 100k rows with unique values through the producer into a node-led table; every one readable; sync waits."""
+"""The write path (DESIGN.md section 4).
+
+100k rows with unique values through the producer into a node-led table; every one readable; sync waits.
+"""
 
 from __future__ import annotations
 

@@ -7,15 +7,23 @@ import time
 import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
-from shoal.kafka_admin import create_topic, log_start_and_end
+from shoal.kafka.admin import create_topic, log_start_and_end
+from shoal.kafka.settings import KafkaSettings
 from shoal_app.testing.cluster import TestCluster
 
 pytestmark = pytest.mark.integration
 
 
 def _consume_all(bootstrap: str, topic: str, group: str, isolation: str, expect: int, wait_s: float = 20) -> list:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "isolation.level": isolation,
-                         "auto.offset.reset": "earliest", "enable.auto.commit": False})  # fmt: skip
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": group,
+            "isolation.level": isolation,
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
     consumer.assign([TopicPartition(topic, 0, 0)])
     out = []
     deadline = time.monotonic() + wait_s
@@ -41,9 +49,15 @@ def test_transaction_with_offsets_commit_and_abort(cluster: TestCluster, kafka_a
     assert plain.flush(30) == 0
 
     # The consume-transform-produce loop that shoal's leader runs: read src, write dst, commit src offsets.
-    consumer = Consumer({"bootstrap.servers": cluster.bootstrap_servers, "group.id": group_id,
-                         "isolation.level": "read_committed", "auto.offset.reset": "earliest",
-                         "enable.auto.commit": False})  # fmt: skip
+    consumer = Consumer(
+        {
+            "bootstrap.servers": cluster.bootstrap_servers,
+            "group.id": group_id,
+            "isolation.level": "read_committed",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
     consumer.assign([TopicPartition(src, 0, 0)])
     txp = Producer({"bootstrap.servers": cluster.bootstrap_servers, "transactional.id": f"{group_id}-txn"})
     txp.init_transactions(30)
@@ -59,8 +73,9 @@ def test_transaction_with_offsets_commit_and_abort(cluster: TestCluster, kafka_a
     txp.begin_transaction()
     for m in batch:
         txp.produce(dst, value=b"out-" + m.value())
-    txp.send_offsets_to_transaction([TopicPartition(src, 0, batch[-1].offset() + 1)],
-                                    consumer.consumer_group_metadata(), 30)  # fmt: skip
+    txp.send_offsets_to_transaction(
+        [TopicPartition(src, 0, batch[-1].offset() + 1)], consumer.consumer_group_metadata(), 30
+    )
     txp.commit_transaction(30)
 
     # Transaction 2 (abort): records 5-9; neither their output nor their offsets may become visible.
@@ -68,8 +83,9 @@ def test_transaction_with_offsets_commit_and_abort(cluster: TestCluster, kafka_a
     txp.begin_transaction()
     for m in batch:
         txp.produce(dst, value=b"out-" + m.value())
-    txp.send_offsets_to_transaction([TopicPartition(src, 0, batch[-1].offset() + 1)],
-                                    consumer.consumer_group_metadata(), 30)  # fmt: skip
+    txp.send_offsets_to_transaction(
+        [TopicPartition(src, 0, batch[-1].offset() + 1)], consumer.consumer_group_metadata(), 30
+    )
     # abort_transaction purges what is still queued in the producer, so without this flush 0 to 5 of
     # the aborted records reach the log; delivered first, all 5 are in it, behind an abort marker.
     assert txp.flush(30) == 0
@@ -116,12 +132,12 @@ def test_delete_records_moves_the_log_start_offset(cluster: TestCluster, kafka_a
     for i in range(20):
         p.produce(topic, value=str(i).encode())
     assert p.flush(30) == 0
-    assert log_start_and_end(cluster.bootstrap_servers, topic) == (0, 20)
+    assert log_start_and_end(KafkaSettings(cluster.bootstrap_servers), topic) == (0, 20)
 
     futures = kafka_admin.delete_records([TopicPartition(topic, 0, 12)], request_timeout=30, operation_timeout=30)
     [result] = [f.result(30) for f in futures.values()]
     assert result.low_watermark == 12
-    assert log_start_and_end(cluster.bootstrap_servers, topic) == (12, 20)
+    assert log_start_and_end(KafkaSettings(cluster.bootstrap_servers), topic) == (12, 20)
 
 
 def test_committed_offsets_read_back_through_admin(cluster: TestCluster, kafka_admin, topic_prefix, group_id) -> None:

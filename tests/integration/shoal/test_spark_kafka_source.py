@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer
 
-from shoal.kafka_admin import create_topic
+from shoal.kafka.admin import create_topic
 from shoal_app.testing.cluster import TestCluster
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]

@@ -13,7 +13,9 @@ import pytest
 from confluent_kafka import Producer
 
 from shoal import cluster_file
-from shoal.kafka_admin import admin_client, create_topic
+from shoal.kafka import clients
+from shoal.kafka.admin import create_topic
+from shoal.kafka.settings import KafkaSettings
 from shoal_app.runtime.process import is_running
 from shoal_app.schemas import validate
 from shoal_app.testing.wait import wait_until
@@ -75,7 +77,7 @@ def test_up_status_down_with_three_brokers(tmp_path: Path) -> None:
         assert cluster_file.read(data / "cluster.json") == info
 
         # Production shape: RF 3 and min.insync.replicas 2 by default; acks=all writes succeed.
-        admin = admin_client(info.bootstrap_servers)
+        admin = clients.admin(KafkaSettings(info.bootstrap_servers))
         create_topic(admin, "rf3")
         md = admin.list_topics("rf3", timeout=10).topics["rf3"]
         assert len(md.partitions[0].replicas) == 3

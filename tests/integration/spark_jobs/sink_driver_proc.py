@@ -20,9 +20,12 @@ def main() -> None:
     register(spark)
     df = spark.readStream.schema("k long, v string, n long").json(source)
     query = (
-        df.writeStream.format("shoal").options(**options).option("checkpointLocation", checkpoint)
-        .trigger(availableNow=True).start()
-    )  # fmt: skip
+        df.writeStream.format("shoal")
+        .options(**options)
+        .option("checkpointLocation", checkpoint)
+        .trigger(availableNow=True)
+        .start()
+    )
     print("started", query.id, flush=True)
     query.awaitTermination()
 

@@ -21,8 +21,9 @@ from spark_it_support import SparkCluster, spark_cluster
 
 from producer import Producer, ProducerConfig
 from shoal.ids import new_segment_id
+from shoal.kafka.readers import read_manifests
+from shoal.kafka.settings import KafkaSettings
 from shoal.segments import read_segment
-from shoal.segments.channel_reader import read_manifests
 from shoal.segments.parquet_io import segment_path
 from shoal.topics import TopicNames
 from shoal_app.cli.spark import spark_group
@@ -47,7 +48,10 @@ def _published(sc: SparkCluster) -> bool:
     held = _held(sc)
     topic = TopicNames(sc.meta.topic_prefix).segments(held.partition_id, held.placement_id)
     try:
-        seen = {cm.manifest.segment_id for cm in read_manifests(sc.meta.bootstrap_servers, topic, timeout_s=10)}
+        seen = {
+            cm.manifest.segment_id
+            for cm in read_manifests(KafkaSettings(sc.meta.bootstrap_servers), topic, timeout_s=10)
+        }
     except Exception:
         return False
     return {e.segment_id for e in held.replica.chain.since_latest_major()} <= seen
@@ -160,11 +164,24 @@ def test_a_committed_major_reaches_the_follower_by_fast_forward(
 ) -> None:
     from metadata.table import Column, ColumnType, TableDefinition
 
-    table = TableDefinition("events", (Column("k", ColumnType.UINT64, False), Column("v", ColumnType.STRING),
-                            Column("n", ColumnType.INT64)), ("k",), "k", 2)  # fmt: skip
+    table = TableDefinition(
+        "events",
+        (Column("k", ColumnType.UINT64, False), Column("v", ColumnType.STRING), Column("n", ColumnType.INT64)),
+        ("k",),
+        "k",
+        2,
+    )
     flush = FlushPolicy(max_rows=100_000, max_age_s=0.3)
-    with spark_cluster(cluster.bootstrap_servers, zk_hosts, topic_prefix, tmp_path, splits=(), flush=flush,
-                       nodes=("node-1", "node-2"), table=table) as sc:  # fmt: skip
+    with spark_cluster(
+        cluster.bootstrap_servers,
+        zk_hosts,
+        topic_prefix,
+        tmp_path,
+        splits=(),
+        flush=flush,
+        nodes=("node-1", "node-2"),
+        table=table,
+    ) as sc:
 
         def roles() -> tuple[HeldPartition, HeldPartition]:
             helds = [next(iter(n.partitions().values())) for n in sc.nodes.values()]

@@ -17,7 +17,9 @@ from click.testing import CliRunner
 from confluent_kafka import Consumer, Producer, TopicPartition
 from spark_it_support import SparkCluster, spark_cluster
 
-from shoal.kafka_admin import admin_client, create_topic
+from shoal.kafka import clients
+from shoal.kafka.admin import create_topic
+from shoal.kafka.settings import KafkaSettings
 from shoal.topics import TopicNames
 from shoal_app.cli.spark import spark_group
 from shoal_app.schemas import validate
@@ -69,8 +71,15 @@ def _run(spark: Any, cfg: IngestConfig) -> int:
 
 
 def _config(sc: SparkCluster, source: str, tmp_path: Path, **kw: Any) -> IngestConfig:
-    return IngestConfig(source_topic=source, table=sc.table.name, connection=sc.meta, checkpoint=tmp_path / "ck",
-                        query_name="ingest-it", available_now=True, **kw)  # fmt: skip
+    return IngestConfig(
+        source_topic=source,
+        table=sc.table.name,
+        connection=sc.meta,
+        checkpoint=tmp_path / "ck",
+        query_name="ingest-it",
+        available_now=True,
+        **kw,
+    )
 
 
 def test_json_ingest_restart_and_malformed_records(
@@ -78,11 +87,16 @@ def test_json_ingest_restart_and_malformed_records(
 ) -> None:
     bs = cluster.bootstrap_servers
     source = f"{topic_prefix}.src-json"
-    create_topic(admin_client(bs), source)
+    create_topic(clients.admin(KafkaSettings(bs)), source)
     with spark_cluster(bs, zk_hosts, topic_prefix, tmp_path) as sc:
         good = [json.dumps({"k": k, "v": f"v{k}", "n": k}).encode() for k in [*range(1, 21), *range(1000, 1010)]]
-        bad = [b"not json at all", json.dumps({"k": "abc", "v": "x"}).encode(), json.dumps({"v": "no key"}).encode(),
-               json.dumps({"k": -5, "v": "negative"}).encode(), None]  # fmt: skip
+        bad = [
+            b"not json at all",
+            json.dumps({"k": "abc", "v": "x"}).encode(),
+            json.dumps({"v": "no key"}).encode(),
+            json.dumps({"k": -5, "v": "negative"}).encode(),
+            None,
+        ]
         _produce(bs, source, good[:10] + bad + good[10:])
         cfg = _config(sc, source, tmp_path, max_offsets_per_trigger=7)
         assert _run(spark, cfg) == len(bad)
@@ -98,11 +112,31 @@ def test_json_ingest_restart_and_malformed_records(
         assert _group_offset(bs, cfg.group, source) == len(good) + len(bad)
 
         # restart from the checkpoint: only the new records are read (nothing deadlettered twice)
-        _produce(bs, source, [json.dumps({"k": 1, "v": "new", "n": 0}).encode(), b"{broken",
-                              json.dumps({"k": 2001, "v": "x", "n": 1}).encode()])  # fmt: skip
-        args = ["ingest", "--topic", source, "--table", sc.table.name, "--checkpoint", str(cfg.checkpoint),
-                "--query-name", cfg.query_name, "--max-offsets-per-trigger", "7", "--available-now",
-                "-o", "json"]  # fmt: skip
+        _produce(
+            bs,
+            source,
+            [
+                json.dumps({"k": 1, "v": "new", "n": 0}).encode(),
+                b"{broken",
+                json.dumps({"k": 2001, "v": "x", "n": 1}).encode(),
+            ],
+        )
+        args = [
+            "ingest",
+            "--topic",
+            source,
+            "--table",
+            sc.table.name,
+            "--checkpoint",
+            str(cfg.checkpoint),
+            "--query-name",
+            cfg.query_name,
+            "--max-offsets-per-trigger",
+            "7",
+            "--available-now",
+            "-o",
+            "json",
+        ]
         res = CliRunner().invoke(spark_group, args, env=sc.env)  # `shoal spark ingest`, in this Spark session
         assert res.exit_code == 0, res.output
         summary = json.loads(res.output[res.output.index("{") :])
@@ -121,11 +155,17 @@ def test_avro_ingest_with_garbage(spark: Any, cluster: Any, zk_hosts: str, topic
 
     bs = cluster.bootstrap_servers
     source = f"{topic_prefix}.src-avro"
-    create_topic(admin_client(bs), source)
+    create_topic(clients.admin(KafkaSettings(bs)), source)
     with spark_cluster(bs, zk_hosts, topic_prefix, tmp_path) as sc:
-        schema = {"type": "record", "name": "ev", "fields": [
-            {"name": "k", "type": "long"}, {"name": "v", "type": ["null", "string"]},
-            {"name": "n", "type": ["null", "long"]}]}  # fmt: skip
+        schema = {
+            "type": "record",
+            "name": "ev",
+            "fields": [
+                {"name": "k", "type": "long"},
+                {"name": "v", "type": ["null", "string"]},
+                {"name": "n", "type": ["null", "long"]},
+            ],
+        }
         parsed = fastavro.parse_schema(schema)
 
         def enc(rec: dict[str, Any]) -> bytes:

@@ -97,9 +97,11 @@ def test_type_mismatch_fails_before_anything_is_written(
         stream = spark.readStream.format("rate").load().selectExpr("value as k", "timestamp as v")
         with pytest.raises(Exception, match=r"column 'v' is timestamp in the DataFrame, but string"):
             q = (
-                stream.writeStream.format("shoal").options(**sc.options)
-                .option("checkpointLocation", str(tmp_path / "ck")).start()
-            )  # fmt: skip
+                stream.writeStream.format("shoal")
+                .options(**sc.options)
+                .option("checkpointLocation", str(tmp_path / "ck"))
+                .start()
+            )
             try:
                 q.awaitTermination(120)
             finally:
@@ -111,10 +113,14 @@ def test_type_mismatch_fails_before_anything_is_written(
 
 def _run_stream(spark: Any, sc: SparkCluster, source: Path, checkpoint: Path) -> None:
     q = (
-        spark.readStream.schema("k long, v string, n long").json(str(source))
-        .writeStream.format("shoal").options(**sc.options).option("checkpointLocation", str(checkpoint))
-        .trigger(availableNow=True).start()
-    )  # fmt: skip
+        spark.readStream.schema("k long, v string, n long")
+        .json(str(source))
+        .writeStream.format("shoal")
+        .options(**sc.options)
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
     q.awaitTermination(300)
     assert q.exception() is None, q.exception()
 
@@ -134,10 +140,19 @@ def test_stream_killed_mid_batch_and_replayed_writes_each_row_once(
         env = {**os.environ, "PYTHONPATH": os.getcwd()}
         cache = str(jars.cache_dir_from(os.environ))
         proc = subprocess.Popen(
-            [sys.executable, str(HERE / "sink_driver_proc.py"), json.dumps(options), str(checkpoint), str(source),
-             cache],
-            env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )  # fmt: skip
+            [
+                sys.executable,
+                str(HERE / "sink_driver_proc.py"),
+                json.dumps(options),
+                str(checkpoint),
+                str(source),
+                cache,
+            ],
+            env=env,
+            start_new_session=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         try:
             assert wait_until(lambda: all(v > 0 for v in _ends(sc).values()), 240), "driver never produced"
         finally:

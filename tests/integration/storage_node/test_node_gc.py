@@ -1,4 +1,4 @@
-"""Segment garbage collection on three real storage nodes (issue 5 item 3, issue 6; source 3.5).
+"""Segment garbage collection on three real storage nodes (DESIGN.md section 5; seed 000 section 3.5).
 
 A major is committed through the leader's ``replica.commit_major`` (computed in process, without
 Spark). Followers delete the minors it folds as soon as the major is durable on them; the leader

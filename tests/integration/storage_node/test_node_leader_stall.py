@@ -1,4 +1,7 @@
-"""Writer stall (issue 6): a leader slows ingest while too many minors await compaction, and loses nothing."""
+"""Writer stall (DESIGN.md section 5).
+
+A leader slows ingest while too many minors await compaction, and loses nothing.
+"""
 
 from __future__ import annotations
 

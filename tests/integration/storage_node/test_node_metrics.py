@@ -1,4 +1,4 @@
-"""A storage node's Prometheus exporter (issue 7 item 3): ``shoal node --metrics-port`` on real nodes.
+"""A storage node's Prometheus exporter: ``shoal node --metrics-port`` on real nodes.
 
 Two node processes replicate one partition; each serves ``/metrics``. The scrape holds the names
 documented in :mod:`storage_node.metrics`, per partition, with values that follow what happened:

@@ -1,4 +1,7 @@
-"""Segment replication between three node processes (issue 5): steady state, verify, repair of a corrupt file."""
+"""Segment replication between three node processes (DESIGN.md section 6).
+
+Steady state, verify, repair of a corrupt file.
+"""
 
 from __future__ import annotations
 

@@ -32,21 +32,28 @@ def _docker_compose() -> str:
 def resolved() -> dict[str, Any]:
     """The compose file as docker-compose itself reads it (`config`), parsed with docker-compose's own YAML."""
     exe = _docker_compose()
-    proc = subprocess.run([exe, "-f", str(COMPOSE_FILE), "config"], capture_output=True, text=True, timeout=120,
-                          check=False)  # fmt: skip
+    proc = subprocess.run(
+        [exe, "-f", str(COMPOSE_FILE), "config"], capture_output=True, text=True, timeout=120, check=False
+    )
     assert proc.returncode == 0, f"docker-compose config failed:\n{proc.stderr}"
     # docker-compose is a Python program; its interpreter has the YAML library it parses with.
     interpreter = Path(exe).read_text(errors="replace").splitlines()[0].removeprefix("#!").split()
     to_json = "import json, sys, yaml; json.dump(yaml.safe_load(sys.stdin), sys.stdout)"
-    parsed = subprocess.run([*interpreter, "-c", to_json], input=proc.stdout, capture_output=True, text=True,
-                            timeout=60, check=True)  # fmt: skip
+    parsed = subprocess.run(
+        [*interpreter, "-c", to_json], input=proc.stdout, capture_output=True, text=True, timeout=60, check=True
+    )
     data: dict[str, Any] = json.loads(parsed.stdout)
     return data
 
 
 def test_docker_compose_config_accepts_the_file() -> None:
-    proc = subprocess.run([_docker_compose(), "-f", str(COMPOSE_FILE), "config", "-q"], capture_output=True,
-                          text=True, timeout=120, check=False)  # fmt: skip
+    proc = subprocess.run(
+        [_docker_compose(), "-f", str(COMPOSE_FILE), "config", "-q"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr
 
 
@@ -58,8 +65,21 @@ def test_file_is_what_the_generator_renders() -> None:
 
 def test_services_of_the_test_cluster(resolved: dict[str, Any]) -> None:
     services = resolved["services"]
-    expected = {"zookeeper", "kafka-1", "kafka-2", "kafka-3", "node-1", "node-2", "node-3", "spark-master",
-                "spark-worker", "init", "ingest", "compact", "monitor"}  # fmt: skip
+    expected = {
+        "zookeeper",
+        "kafka-1",
+        "kafka-2",
+        "kafka-3",
+        "node-1",
+        "node-2",
+        "node-3",
+        "spark-master",
+        "spark-worker",
+        "init",
+        "ingest",
+        "compact",
+        "monitor",
+    }
     assert set(services) == expected
     for name in expected - {"init", "ingest", "compact"}:
         assert services[name].get("healthcheck", {}).get("test"), f"{name} has no healthcheck"

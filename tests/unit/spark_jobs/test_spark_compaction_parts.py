@@ -14,7 +14,7 @@ from shoal.ids import new_partition_id, new_segment_id
 from shoal.segments import segments_to_compact
 from shoal.segments.versioned import stamp
 from shoal.topics import TopicNames
-from shoal.wire.records import SegmentManifest, WalOffsetRange
+from shoal.wire.records import ManifestRecord, WalOffsetRange
 from spark_jobs.compaction.book import ChannelBook, parse_segments_topic
 from spark_jobs.compaction.compute import SegmentSource, from_spark, reassemble, versioned_schema
 from spark_jobs.errors import CompactionJobError
@@ -24,13 +24,24 @@ TOPICS = TopicNames("p")
 PID = new_partition_id()
 
 
-def _manifest(sid: str, base: str | None, major: bool, start: int, end: int) -> SegmentManifest:
-    return SegmentManifest(
-        table="t", partition_id=PID, segment_id=sid, base_segment_id=base, included_segment_ids=(),
-        is_major=major, placement_id=3, epoch=2, checksum="0" * 64, size_bytes=10, row_count=1, chunk_count=1,
-        covered_wal_offsets=(WalOffsetRange(TOPICS.wal(PID, 3), start, end),), latest_major_offset=None,
+def _manifest(sid: str, base: str | None, major: bool, start: int, end: int) -> ManifestRecord:
+    return ManifestRecord(
+        table="t",
+        partition_id=PID,
+        segment_id=sid,
+        base_segment_id=base,
+        included_segment_ids=(),
+        is_major=major,
+        placement_id=3,
+        epoch=2,
+        checksum="0" * 64,
+        size_bytes=10,
+        row_count=1,
+        chunk_count=1,
+        covered_wal_offsets=(WalOffsetRange(TOPICS.wal(PID, 3), start, end),),
+        latest_major_offset=None,
         created_at_ms=1000 + start,
-    )  # fmt: skip
+    )
 
 
 def test_segments_topics_are_parsed_strictly() -> None:
@@ -71,8 +82,10 @@ def test_reassembly_checks_every_segment_and_yields_its_rows() -> None:
     a, b = new_segment_id(), new_segment_id()
     da, db = _segment_bytes([1, 2], ["x", "y"]), _segment_bytes([2**62], ["z"])
     ca, cb = _chunks(a, da, 100), _chunks(b, db, 64)
-    sources = {s: SegmentSource(s, "topic", 0, len(c), len(d), hashlib.sha256(d).hexdigest())
-               for s, c, d in ((a, ca, da), (b, cb, db))}  # fmt: skip
+    sources = {
+        s: SegmentSource(s, "topic", 0, len(c), len(d), hashlib.sha256(d).hexdigest())
+        for s, c, d in ((a, ca, da), (b, cb, db))
+    }
     rows = sorted([*ca, *cb, ca[0]])  # sorted by (segment, index); a chunk seen twice is ignored
     batch = pa.RecordBatch.from_pydict(
         {

@@ -12,16 +12,25 @@ from spark_jobs.schema_map import check_write_schema, spark_ddl, to_spark_arrow
 
 TABLE = TableDefinition(
     "t",
-    (Column("k", ColumnType.UINT64, False), Column("v", ColumnType.STRING), Column("ts", ColumnType.TIMESTAMP_MS),
-     Column("x", ColumnType.FLOAT64)),
+    (
+        Column("k", ColumnType.UINT64, False),
+        Column("v", ColumnType.STRING),
+        Column("ts", ColumnType.TIMESTAMP_MS),
+        Column("x", ColumnType.FLOAT64),
+    ),
     ("k",),
     "k",
     1,
-)  # fmt: skip
+)
 
 
-_TYPES = {"long": T.LongType(), "int": T.IntegerType(), "string": T.StringType(), "double": T.DoubleType(),
-          "timestamp": T.TimestampType()}  # fmt: skip
+_TYPES = {
+    "long": T.LongType(),
+    "int": T.IntegerType(),
+    "string": T.StringType(),
+    "double": T.DoubleType(),
+    "timestamp": T.TimestampType(),
+}
 
 
 def _schema(ddl: str) -> T.StructType:

@@ -13,9 +13,19 @@ from spark_jobs.settings import ReaderSettings, SinkSettings, resolve_connection
 
 def _cluster_file(tmp_path: Path) -> Path:
     path = tmp_path / "cluster.json"
-    path.write_text(json.dumps({"version": 1, "data_dir": str(tmp_path), "bootstrap_servers": "file-kafka:9092",
-                                "zk_connect": "file-zk:2181", "kafka_cluster_id": "x", "brokers": 1,
-                                "topic_prefix": "fromfile"}))  # fmt: skip
+    path.write_text(
+        json.dumps(
+            {
+                "version": 1,
+                "data_dir": str(tmp_path),
+                "bootstrap_servers": "file-kafka:9092",
+                "zk_connect": "file-zk:2181",
+                "kafka_cluster_id": "x",
+                "brokers": 1,
+                "topic_prefix": "fromfile",
+            }
+        )
+    )
     return path
 
 
@@ -30,8 +40,11 @@ def test_options_win_over_env_and_env_over_the_cluster_file(tmp_path: Path) -> N
 def test_defaults_without_options_env_or_cluster_file(tmp_path: Path) -> None:
     c = resolve_connection({}, {"SHOAL_DATA_DIR": str(tmp_path / "none")})
     assert (c.zk_hosts, c.bootstrap_servers, c.topic_prefix, c.zk_root) == (
-        "127.0.0.1:2181", "127.0.0.1:9092", "shoal", "/shoal"
-    )  # fmt: skip
+        "127.0.0.1:2181",
+        "127.0.0.1:9092",
+        "shoal",
+        "/shoal",
+    )
 
 
 def test_sink_settings_need_a_valid_table_and_options(tmp_path: Path) -> None:

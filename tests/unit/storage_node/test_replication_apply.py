@@ -11,13 +11,13 @@ import pytest
 from metadata.table import Column, ColumnType, TableDefinition
 from shoal.errors import SchemaError
 from shoal.ids import new_partition_id
-from shoal.segments import ReceiveOutcome, SegmentManifest, SegmentRecord, WalRange
+from shoal.segments import PlainManifest, ReceiveOutcome, SegmentRecord, WalRange
 from shoal.segments.channel import chunk_count, from_wire, parse_wal_topic, to_wire
 from shoal.segments.parquet_io import segment_path
 from shoal.topics import TopicNames
 from shoal.wire.ingest import ingest_schema
 from shoal.wire.records import Gtid
-from shoal.wire.records import SegmentManifest as WireManifest
+from shoal.wire.records import ManifestRecord as WireManifest
 from storage_node.replica import PartitionReplica, versioned_rows
 from storage_node.replica.overlay import WalOverlay
 from storage_node.replication.describe import content_hash, describe_replica
@@ -55,7 +55,7 @@ class Pair:
         assert record is not None
         return record
 
-    def manifest(self, record: SegmentRecord, sender: int = LEADER) -> SegmentManifest:
+    def manifest(self, record: SegmentRecord, sender: int = LEADER) -> PlainManifest:
         wire = to_wire(record, table="events", partition_id=self.pid, topics=TOPICS, latest_major_offset=None)
         return from_wire(WireManifest.from_bytes(wire.to_bytes()), sender_placement_id=sender, topics=TOPICS)
 

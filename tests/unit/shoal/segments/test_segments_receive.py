@@ -10,8 +10,8 @@ from shoal.errors import InvalidIdError
 from shoal.segments.chain import MAX_SEGMENT_HISTORY, SegmentChain, SegmentEntry
 from shoal.segments.errors import SegmentArgumentError
 from shoal.segments.receive import (
+    PlainManifest,
     ReceiveOutcome,
-    SegmentManifest,
     decide_leader_receive,
     decide_receive,
     decide_receive_detailed,
@@ -40,13 +40,13 @@ def entry(n: int, base: int | None, *, major: bool = False, included: tuple[int,
     )
 
 
-def manifest(e: SegmentEntry, *, sender: int = LEADER, size: int = MB, partition: str = P) -> SegmentManifest:
-    return SegmentManifest.for_entry(
+def manifest(e: SegmentEntry, *, sender: int = LEADER, size: int = MB, partition: str = P) -> PlainManifest:
+    return PlainManifest.for_entry(
         e, partition_id=partition, sender_placement_id=sender, size_bytes=size, row_count=10, sha256=SHA
     )
 
 
-def decide(chain: SegmentChain, m: SegmentManifest, *, in_flight: int = 0, limit: int = 64 * MB) -> ReceiveOutcome:
+def decide(chain: SegmentChain, m: PlainManifest, *, in_flight: int = 0, limit: int = 64 * MB) -> ReceiveOutcome:
     return decide_receive(
         chain,
         m,
@@ -171,7 +171,7 @@ class TestFollowerReceive:
 
 class TestLeaderReceive:
     def leader(
-        self, chain: SegmentChain, m: SegmentManifest, *, loading: bool = False, in_flight: int = 0
+        self, chain: SegmentChain, m: PlainManifest, *, loading: bool = False, in_flight: int = 0
     ) -> ReceiveOutcome:
         return decide_leader_receive(
             chain,
@@ -215,7 +215,7 @@ class Follower:
     chain: SegmentChain = field(default_factory=SegmentChain)
     committed: dict[int, int] = field(default_factory=dict)  # placement -> committed offset
 
-    def consume(self, placement: int, channel: list[SegmentManifest], max_steps: int = 50) -> list[ReceiveOutcome]:
+    def consume(self, placement: int, channel: list[PlainManifest], max_steps: int = 50) -> list[ReceiveOutcome]:
         pos = self.committed.get(placement, 0)
         replayed_from: set[int] = set()
         seen: list[ReceiveOutcome] = []

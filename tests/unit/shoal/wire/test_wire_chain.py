@@ -11,7 +11,7 @@ import pytest
 from shoal.errors import SchemaError, WireFormatError
 from shoal.wire.arrow_ipc import encode_batch
 from shoal.wire.avro import codec
-from shoal.wire.records import GENESIS_HASH, ChainError, Gtid, WalRecord, chain_hash, verify_chain
+from shoal.wire.records import GENESIS_HASH, Gtid, HashChainError, WalRecord, chain_hash, verify_chain
 
 PID = "0123456789abcdef0123456789abcdef"
 
@@ -100,7 +100,7 @@ def test_continuing_and_truncated_head() -> None:
     chain = make_chain(6)
     verify_chain(chain[3:], prev_hash=chain[2].hash)  # continuing a verified run
     verify_chain(chain[3:], prev_hash=None)  # after delete_records: the head is gone
-    with pytest.raises(ChainError) as info:
+    with pytest.raises(HashChainError) as info:
         verify_chain(chain[3:])  # not from genesis
     assert info.value.index == 0
     assert "genesis" in str(info.value)
@@ -117,7 +117,7 @@ def test_empty_batches_still_need_increasing_gtids() -> None:
     chain = rechain([dataclasses.replace(r, row_count=0, gtid=Gtid(2, i)) for i, r in enumerate(chain)])
     verify_chain(chain)
     same = rechain([dataclasses.replace(r, row_count=0, gtid=Gtid(2, 0)) for r in chain])
-    with pytest.raises(ChainError, match="does not follow"):
+    with pytest.raises(HashChainError, match="does not follow"):
         verify_chain(same)
 
 
@@ -129,7 +129,7 @@ def test_modified_payload_is_detected(index: int) -> None:
     chain = make_chain()
     other = encode_batch(pa.table({"k": pa.array([999, 0, 0], pa.int64())}))
     chain[index] = dataclasses.replace(chain[index], payload=other)
-    with pytest.raises(ChainError) as info:
+    with pytest.raises(HashChainError) as info:
         verify_chain(chain)
     assert info.value.index == index
     assert info.value.gtid == chain[index].gtid
@@ -140,7 +140,7 @@ def test_modified_payload_is_detected(index: int) -> None:
 def test_modified_gtid_is_detected() -> None:
     chain = make_chain()
     chain[1] = dataclasses.replace(chain[1], gtid=Gtid(2, 4))
-    with pytest.raises(ChainError) as info:
+    with pytest.raises(HashChainError) as info:
         verify_chain(chain)
     assert info.value.index == 1
 
@@ -157,7 +157,7 @@ def test_modified_record_with_a_recomputed_hash_breaks_the_next_link() -> None:
         created_at_ms=0,
     )
     chain[2] = forged
-    with pytest.raises(ChainError) as info:
+    with pytest.raises(HashChainError) as info:
         verify_chain(chain)
     assert info.value.index == 3
     assert "prev_hash" in info.value.reason
@@ -166,7 +166,7 @@ def test_modified_record_with_a_recomputed_hash_breaks_the_next_link() -> None:
 def test_reordered_record_is_detected() -> None:
     chain = make_chain()
     chain[1], chain[2] = chain[2], chain[1]
-    with pytest.raises(ChainError) as info:
+    with pytest.raises(HashChainError) as info:
         verify_chain(chain)
     assert info.value.index == 1
     assert "prev_hash" in info.value.reason
@@ -179,7 +179,7 @@ def test_removed_record_is_detected(removed: int) -> None:
     if removed == 4:  # the last record's removal leaves a valid, shorter chain: nothing points past the end
         verify_chain(chain)
         return
-    with pytest.raises(ChainError) as info:
+    with pytest.raises(HashChainError) as info:
         verify_chain(chain)
     assert info.value.index == removed
 
@@ -187,7 +187,7 @@ def test_removed_record_is_detected(removed: int) -> None:
 def test_duplicated_record_is_detected() -> None:
     chain = make_chain()
     chain.insert(2, chain[1])
-    with pytest.raises(ChainError) as info:
+    with pytest.raises(HashChainError) as info:
         verify_chain(chain)
     assert info.value.index == 2
 
@@ -195,12 +195,12 @@ def test_duplicated_record_is_detected() -> None:
 def test_gtid_going_backwards_is_detected_even_with_good_hashes() -> None:
     chain = make_chain(3)
     chain[2] = dataclasses.replace(chain[2], gtid=Gtid(2, 4))  # overlaps record 1's rows 3..5
-    with pytest.raises(ChainError, match=r"2:3\.\.2:5") as info:
+    with pytest.raises(HashChainError, match=r"2:3\.\.2:5") as info:
         verify_chain(rechain(chain))
     assert info.value.index == 2
     older_epoch = make_chain(3)
     older_epoch[1] = dataclasses.replace(older_epoch[1], gtid=Gtid(1, 100))
-    with pytest.raises(ChainError):
+    with pytest.raises(HashChainError):
         verify_chain(rechain(older_epoch))
 
 
@@ -208,7 +208,7 @@ def test_gtid_going_backwards_is_detected_even_with_good_hashes() -> None:
 def test_foreign_record_is_detected(change: dict[str, object]) -> None:
     chain = make_chain()
     chain[3] = dataclasses.replace(chain[3], **change)  # type: ignore[arg-type]
-    with pytest.raises(ChainError, match="belongs to") as info:
+    with pytest.raises(HashChainError, match="belongs to") as info:
         verify_chain(rechain(chain))
     assert info.value.index == 3
 
@@ -216,11 +216,11 @@ def test_foreign_record_is_detected(change: dict[str, object]) -> None:
 def test_invalid_raw_record_is_a_chain_error() -> None:
     raw = [codec("wal_record").decode(r.to_bytes()) for r in make_chain(2)]
     raw[1]["partition_id"] = "../x"
-    with pytest.raises(ChainError, match="not a valid WAL record") as info:
+    with pytest.raises(HashChainError, match="not a valid WAL record") as info:
         verify_chain(raw)
     assert info.value.index == 1
     assert info.value.gtid is None
 
 
 def test_chain_error_is_a_wire_format_error() -> None:
-    assert issubclass(ChainError, WireFormatError)
+    assert issubclass(HashChainError, WireFormatError)

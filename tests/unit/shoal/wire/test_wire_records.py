@@ -14,8 +14,8 @@ from shoal.wire.records import (
     GENESIS_HASH,
     Gtid,
     IngestOffset,
+    ManifestRecord,
     SegmentChunk,
-    SegmentManifest,
     WalOffsetRange,
     WalRecord,
 )
@@ -27,7 +27,7 @@ SHA = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
 KINDS = ("segment_manifest", "segment_chunk", "wal_record")
 
 
-def manifest(**overrides: object) -> SegmentManifest:
+def manifest(**overrides: object) -> ManifestRecord:
     fields: dict[str, object] = {
         "table": "orders",
         "partition_id": PID,
@@ -51,10 +51,10 @@ def manifest(**overrides: object) -> SegmentManifest:
         "max_gtid": Gtid(3, 2**62),
     }
     fields.update(overrides)
-    return SegmentManifest(**fields)  # type: ignore[arg-type]
+    return ManifestRecord(**fields)  # type: ignore[arg-type]
 
 
-def first_manifest() -> SegmentManifest:
+def first_manifest() -> ManifestRecord:
     """The first segment of a partition: null base, empty arrays, null optionals."""
     return manifest(
         base_segment_id=None,
@@ -99,7 +99,7 @@ def encoded(kind: str) -> bytes:
 
 def decode(kind: str, data: bytes | None) -> object:
     if kind == "segment_manifest":
-        return SegmentManifest.from_bytes(data)
+        return ManifestRecord.from_bytes(data)
     if kind == "segment_chunk":
         return SegmentChunk.from_bytes(data)
     return WalRecord.from_bytes(data)
@@ -109,8 +109,8 @@ def decode(kind: str, data: bytes | None) -> object:
 
 
 @pytest.mark.parametrize("value", [manifest(), first_manifest()], ids=["full", "first"])
-def test_manifest_round_trip(value: SegmentManifest) -> None:
-    assert SegmentManifest.from_bytes(value.to_bytes()) == value
+def test_manifest_round_trip(value: ManifestRecord) -> None:
+    assert ManifestRecord.from_bytes(value.to_bytes()) == value
 
 
 def test_first_manifest_has_nulls_and_empty_arrays_on_the_wire() -> None:
@@ -145,13 +145,13 @@ def test_codec_round_trips_unicode_strings() -> None:
     data = codec("segment_manifest").encode(raw)
     assert codec("segment_manifest").decode(data)["table"] == "tàble_日本_🐟"
     with pytest.raises(WireFormatError, match="table name"):
-        SegmentManifest.from_bytes(data)
+        ManifestRecord.from_bytes(data)
 
 
 def test_accepts_bytearray_and_memoryview() -> None:
     data = manifest().to_bytes()
-    assert SegmentManifest.from_bytes(bytearray(data)) == manifest()
-    assert SegmentManifest.from_bytes(memoryview(data)) == manifest()
+    assert ManifestRecord.from_bytes(bytearray(data)) == manifest()
+    assert ManifestRecord.from_bytes(memoryview(data)) == manifest()
 
 
 # --- fixed vectors: a schema change is a wire-format change and must be deliberate ---------------
@@ -258,7 +258,7 @@ def boolean_offset() -> int:
 
 
 def test_flipped_payload_or_gtid_bytes_are_caught_by_the_hash_chain() -> None:
-    from shoal.wire.records import ChainError, verify_chain
+    from shoal.wire.records import HashChainError, verify_chain
 
     rec = wal_record()
     data = rec.to_bytes()
@@ -266,7 +266,7 @@ def test_flipped_payload_or_gtid_bytes_are_caught_by_the_hash_chain() -> None:
     for i in range(start, start + len(rec.payload)):
         flipped = bytearray(data)
         flipped[i] ^= 0x01
-        with pytest.raises(ChainError):
+        with pytest.raises(HashChainError):
             verify_chain([WalRecord.from_bytes(bytes(flipped))])
 
 
@@ -293,7 +293,7 @@ def test_well_formed_avro_with_invalid_values_is_refused(field: str, value: obje
     raw = manifest().to_avro()
     raw[field] = value
     with pytest.raises(WireFormatError, match=match):
-        SegmentManifest.from_bytes(codec("segment_manifest").encode(raw))
+        ManifestRecord.from_bytes(codec("segment_manifest").encode(raw))
 
 
 @pytest.mark.parametrize(

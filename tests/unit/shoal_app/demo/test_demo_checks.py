@@ -71,16 +71,30 @@ def test_lag_figures_from_a_monitor_snapshot() -> None:
     replica = {"server_id": "node-2", "placement_id": 2, "lag_records": 7}
     snap = {
         "status": "WARN",
-        "tables": [{"partitions": [{
-            "ingest": {"lag_records": 3},
-            "wal": [{"exists": True, "is_leader_channel": True, "replicas": [replica]},
-                    {"exists": True, "is_leader_channel": False, "replicas": [{**replica, "lag_records": 100}]}],
-            "segments": [{"exists": True, "is_leader_channel": True, "minors_awaiting_compaction": 4,
-                          "replicas": [{"server_id": "node-3", "unacked_segments": 2}]}],
-        }]}],
+        "tables": [
+            {
+                "partitions": [
+                    {
+                        "ingest": {"lag_records": 3},
+                        "wal": [
+                            {"exists": True, "is_leader_channel": True, "replicas": [replica]},
+                            {"exists": True, "is_leader_channel": False, "replicas": [{**replica, "lag_records": 100}]},
+                        ],
+                        "segments": [
+                            {
+                                "exists": True,
+                                "is_leader_channel": True,
+                                "minors_awaiting_compaction": 4,
+                                "replicas": [{"server_id": "node-3", "unacked_segments": 2}],
+                            }
+                        ],
+                    }
+                ]
+            }
+        ],
         "spark_queries": [{"query": "q", "lag_records": 11}],
         "problems": [{"where": "x", "status": "WARN", "reason": "y"}],
-    }  # fmt: skip
+    }
     lag = lag_from_snapshot(snap)
     assert lag.status == "WARN" and lag.spark_lag_records == 11 and lag.ingest_lag_records == 3
     assert lag.wal_lag_records == {"node-2": 7}  # only the current leader's channel counts
@@ -90,8 +104,14 @@ def test_lag_figures_from_a_monitor_snapshot() -> None:
 
 def test_config_refuses_bad_values(tmp_path: Path) -> None:
     FullDemoConfig(tmp_path, tmp_path)
-    for bad in ({"kill_at": 1.0}, {"partitions": 1}, {"events": 2}, {"rate_per_s": 0}, {"nodes": 2},
-                {"monitor_port": 70000}):  # fmt: skip
+    for bad in (
+        {"kill_at": 1.0},
+        {"partitions": 1},
+        {"events": 2},
+        {"rate_per_s": 0},
+        {"nodes": 2},
+        {"monitor_port": 70000},
+    ):
         with pytest.raises(ConfigError):
             FullDemoConfig(tmp_path, tmp_path, **bad)
 

@@ -27,13 +27,34 @@ def _local() -> NodeTarget:
 def test_local_node_command_is_shoal_node_with_the_cluster_file() -> None:
     spec = node_spec(2, _local(), 45000)
     assert spec.server_id == "node-2" and spec.data_dir == "/data/c/nodes/node-2"
-    assert spec.argv == (sys.executable, "-m", "shoal_app.cli.main", "-v", "--cluster-file", "/data/c/cluster.json",
-                         "node", "--id", "node-2", "--data-dir", "/data/c/nodes/node-2", "--flight-host",
-                         "127.0.0.1", "--flight-port", "45000", "--metrics-host", "127.0.0.1",
-                         "--metrics-port", "0")  # fmt: skip
-    assert spec.env_dict == {"PYTHONUNBUFFERED": "1", "SHOAL_ZK_CONNECT": "127.0.0.1:2181",
-                             "SHOAL_BOOTSTRAP_SERVERS": "127.0.0.1:9092", "SHOAL_TOPIC_PREFIX": "pfx",
-                             "SHOAL_ZK_ROOT": "/root"}  # fmt: skip
+    assert spec.argv == (
+        sys.executable,
+        "-m",
+        "shoal_app.cli.main",
+        "-v",
+        "--cluster-file",
+        "/data/c/cluster.json",
+        "node",
+        "--id",
+        "node-2",
+        "--data-dir",
+        "/data/c/nodes/node-2",
+        "--flight-host",
+        "127.0.0.1",
+        "--flight-port",
+        "45000",
+        "--metrics-host",
+        "127.0.0.1",
+        "--metrics-port",
+        "0",
+    )
+    assert spec.env_dict == {
+        "PYTHONUNBUFFERED": "1",
+        "SHOAL_ZK_CONNECT": "127.0.0.1:2181",
+        "SHOAL_BOOTSTRAP_SERVERS": "127.0.0.1:9092",
+        "SHOAL_TOPIC_PREFIX": "pfx",
+        "SHOAL_ZK_ROOT": "/root",
+    }
     assert spec.log_path == "/data/c/nodes/node-2/node.log" and spec.marker == spec.data_dir
 
 
@@ -61,9 +82,23 @@ def test_an_explicit_metrics_port_is_passed_and_checked() -> None:
 
 def test_compose_nodes_use_service_names_and_fixed_port() -> None:
     svc = compose_node_service(3)
-    assert svc["command"] == ["shoal", "-v", "node", "--id", "node-3", "--data-dir", "/var/lib/shoal/nodes/node-3",
-                              "--flight-host", "node-3", "--flight-port", str(COMPOSE_FLIGHT_PORT),
-                              "--metrics-host", "0.0.0.0", "--metrics-port", "9464"]  # fmt: skip
+    assert svc["command"] == [
+        "shoal",
+        "-v",
+        "node",
+        "--id",
+        "node-3",
+        "--data-dir",
+        "/var/lib/shoal/nodes/node-3",
+        "--flight-host",
+        "node-3",
+        "--flight-port",
+        str(COMPOSE_FLIGHT_PORT),
+        "--metrics-host",
+        "0.0.0.0",
+        "--metrics-port",
+        "9464",
+    ]
     assert svc["environment"]["SHOAL_ZK_CONNECT"] == "zookeeper:2181"  # type: ignore[index]
 
 

@@ -38,9 +38,14 @@ def test_cluster_ids_are_kafka_uuids() -> None:
 
 
 def test_cluster_file_round_trip_and_errors(tmp_path: Path) -> None:
-    info = ClusterInfo(data_dir="/d", bootstrap_servers="127.0.0.1:1", zk_connect="127.0.0.1:2",
-                       kafka_cluster_id="abc", brokers=1,
-                       processes=(ProcessRecord("zookeeper", 42, "/d/zoo.cfg", "/d/zk.log", 2),))  # fmt: skip
+    info = ClusterInfo(
+        data_dir="/d",
+        bootstrap_servers="127.0.0.1:1",
+        zk_connect="127.0.0.1:2",
+        kafka_cluster_id="abc",
+        brokers=1,
+        processes=(ProcessRecord("zookeeper", 42, "/d/zoo.cfg", "/d/zk.log", 2),),
+    )
     path = tmp_path / "cluster.json"
     cluster_file.write(path, info)
     assert cluster_file.read(path) == info
