@@ -8,22 +8,18 @@ partition has a leader that accepts writes within a bound.
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
 from confluent_kafka import KafkaError
-from node_it_support import make_table, produce_rows, rows
+from node_it_support import in_process_nodes, make_table, produce_rows, rows
 
 import storage_node.roles.leader.role as leader_role
 from metadata.client import MetadataClient, MetadataConfig
 from shoal.errors import KafkaOperationError
 from shoal.topics import TopicNames
 from shoal_app.testing.wait import wait_until
-from storage_node.config import FlushPolicy, NodeConfig
 from storage_node.node import HeldPartition, StorageNode
 from storage_node.roles.leader import PartitionLeader
 
@@ -32,28 +28,6 @@ pytestmark = pytest.mark.integration
 NODES = ("node-1", "node-2", "node-3")
 BOUND_S = 60.0
 """A leader accepting writes must exist within this after the faults (election + recovery + retries)."""
-
-
-@contextmanager
-def _nodes(meta: MetadataConfig, base: Path) -> Iterator[dict[str, StorageNode]]:
-    nodes: dict[str, StorageNode] = {}
-    threads: list[threading.Thread] = []
-    try:
-        for n in NODES:
-            config = NodeConfig(
-                n, base / n, meta.connection, flush=FlushPolicy(max_rows=20, max_age_s=1.0), table_poll_s=0.2
-            )
-            node = nodes[n] = StorageNode(config, metadata=meta)
-            thread = threading.Thread(target=node.run, daemon=True, name=f"node-{n}")
-            thread.start()
-            threads.append(thread)
-            assert node.ready.wait(60)
-        yield nodes
-    finally:
-        for node in nodes.values():
-            node.stop()
-        for thread in threads:
-            thread.join(60)
 
 
 def _working_leader(nodes: dict[str, StorageNode], pid: str) -> HeldPartition | None:
@@ -88,7 +62,7 @@ def test_a_leader_failed_at_start_up_resigns_and_transient_errors_are_retried(
     meta = MetadataConfig(zk_hosts=zk_hosts, bootstrap_servers=bs, topic_prefix=topic_prefix)
     table = make_table(replication_factor=3)
     topics = TopicNames(topic_prefix)
-    with MetadataClient(meta) as client, _nodes(meta, tmp_path) as nodes:
+    with MetadataClient(meta) as client, in_process_nodes(meta, tmp_path, NODES) as nodes:
         pid = client.coordinator.create_table(table, list(NODES), []).partitions[0].partition_id
 
         def first_failed() -> bool:
