@@ -27,7 +27,8 @@ from shoal.wire.ingest import TABLE_HEADER, ingest_schema, not_null_violation
 @dataclass(frozen=True)
 class Rejected:
     reason: str
-    """A short machine-readable code: undecodable, schema_mismatch, oversized, wrong_table, key_out_of_range (a key routed to another partition)."""
+    """A short machine-readable code: undecodable, schema_mismatch, oversized, wrong_table,
+    key_out_of_range (a partition key outside this partition's range: routed to the wrong one)."""
     detail: str
 
 

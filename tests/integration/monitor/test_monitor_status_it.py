@@ -221,6 +221,7 @@ def test_old_leaders_channel_is_settled_once_segments_cover_it(
         row = orphan_row(poll_json(col))
         assert row["covered_index"] == last + 1
         assert row["status"] == "OK" and "covered by segments" in row["reason"], row
+        assert row["lag_records"] == 0 and row["lag_seconds"] == 0, row  # shown as caught up, like the status
     finally:
         col.close()
         old.close()
