@@ -341,6 +341,9 @@ class Collector:
                 if cov_end is not None:
                     coverage[w.topic] = max(cov_end, coverage.get(w.topic, cov_end))
         wal = [self._wal(ctx, p, c, coverage.get(c.topic)) for c in p.wal]
+        liveness = self._liveness(p, f"ingest|{ing.topic}|{group}")
+        if liveness is not None:
+            ctx.note(f"{p.table}/{pid}", liveness)
         return PartitionReport(
             partition_id=pid,
             leader=None
@@ -351,8 +354,32 @@ class Collector:
             ingest=ingest,
             segments=segments,
             wal=wal,
-            status=worst([ingest.status] + [c.status for c in wal] + [c.status for c in segments]),
+            status=worst(
+                [ingest.status]
+                + [c.status for c in wal]
+                + [c.status for c in segments]
+                + ([] if liveness is None else [liveness.status])
+            ),
         )
+
+    def _liveness(self, p: PartitionTopology, ingest_key: str) -> Verdict | None:
+        """STOP "leaderless or stuck partition" when no replica leads, or when the leader's accepted
+        index (the ingest group's committed offset) has not moved for ``warn_after`` polls while the
+        ingest lag grew: writes are acknowledged but no leader accepts them."""
+        if p.leader_server_id is None:
+            return Verdict(Status.STOP, "leaderless or stuck partition: no replica leads it")
+        window = self.history.window(ingest_key, self.config.warn_after)
+        if len(window) < max(2, self.config.warn_after):
+            return None
+        first, last = window[0], window[-1]
+        if all(s.committed == first.committed for s in window) and last.lag > first.lag > 0:
+            return Verdict(
+                Status.STOP,
+                f"leaderless or stuck partition: accepted index stuck at {_fmt_offset(first.committed)} for "
+                f"{len(window)} polls while the ingest lag grew {first.lag} -> {last.lag} "
+                f"(leader {p.leader_server_id})",
+            )
+        return None
 
     def _channel_head(self, ctx: _PollContext, p: PartitionTopology, c: Channel) -> ChannelHead:
         assert c.owner is not None
@@ -571,3 +598,7 @@ class _PollContext:
     def note(self, where: str, verdict: Verdict) -> None:
         if verdict.status is not Status.OK:
             self.problems.append(Problem(where=where, status=verdict.status, reason=verdict.reason))
+
+
+def _fmt_offset(offset: int | None) -> str:
+    return "none" if offset is None else str(offset)
