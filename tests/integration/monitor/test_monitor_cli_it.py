@@ -12,6 +12,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from monitor_it_support import ChannelWriter, StandInFollower, chunk, make_env, manifest
 
 from shoal.kafka.admin import create_topic
+from shoal.kafka.settings import TopicPolicy
 from shoal_app.cli.main import cli
 from shoal_app.schemas import validate
 
@@ -108,7 +109,7 @@ def test_offsets_json_shape_segments_and_spark_lag(cluster: Any, zk_hosts: str, 
         from shoal.kafka import clients
         from shoal.kafka.settings import KafkaSettings
 
-        create_topic(clients.admin(KafkaSettings(bs)), src)
+        create_topic(clients.admin(KafkaSettings(bs)), src, policy=TopicPolicy())
         p = Producer({"bootstrap.servers": bs})
         for i in range(5):
             p.produce(src, f"r{i}".encode())
