@@ -44,8 +44,9 @@ def create_topic(
     timeout_s: float = 30.0,
 ) -> None:
     """Create a topic with the replication ``policy`` decides for the live brokers (and its
-    ``min.insync.replicas``) and wait until every partition has a leader; an existing topic is not
-    an error (:func:`warn_under_replicated` reports one below the policy)."""
+    ``min.insync.replicas``) and wait until every partition has a leader. An existing topic is not
+    an error; one below the policy gets a loud warning, once per process (:func:`warn_under_replicated`):
+    every process checks the topics it uses when it starts using them."""
     rf = policy.replication_factor_for(live_brokers(admin, timeout_s))
     topic_config = {"min.insync.replicas": str(policy.min_insync_replicas_for(rf)), **dict(config or {})}
     futures = admin.create_topics(
@@ -53,14 +54,23 @@ def create_topic(
         operation_timeout=timeout_s,
         request_timeout=timeout_s,
     )
+    existed = False
     try:
         futures[name].result(timeout=timeout_s)
     except KafkaException as exc:
         if error_code(exc) != KafkaError.TOPIC_ALREADY_EXISTS:
             raise classify(exc, f"cannot create topic {name!r}") from exc
+        existed = True
     finally:
         admin.poll(0)  # emit librdkafka's log lines
     wait_for_topic(admin, name, timeout_s=timeout_s)
+    if existed and name not in _checked:
+        _checked.add(name)
+        warn_under_replicated(admin, [name], policy, who="shoal", timeout_s=timeout_s)
+
+
+_checked: set[str] = set()
+"""Existing topics this process has checked against the policy (one warning per topic, not per use)."""
 
 
 def wait_for_topic(admin: AdminClient, name: str, *, timeout_s: float = 30.0) -> int:

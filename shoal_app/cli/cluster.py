@@ -7,8 +7,10 @@ from pathlib import Path
 import click
 
 from shoal.jvm import jars
+from shoal.kafka.settings import KafkaSettings
 from shoal_app.cli.context import CliContext, emit, new_table, output_option, progress, show
 from shoal_app.cli.models import ClusterStatus, JarBundle, Jars, Stopped
+from shoal_app.cli.replication import topic_problems
 from shoal_app.runtime import launcher
 from shoal_app.runtime.extras import has_extra
 
@@ -49,7 +51,13 @@ def up_command(obj: CliContext, nodes: int, brokers: int, data_dir: Path | None,
 @click.pass_obj
 def status_command(obj: CliContext, output: str) -> None:
     """Say what runs and whether it is healthy (exit 0 only if everything is)."""
-    report = ClusterStatus.model_validate(launcher.status(obj.cluster()))
+    info = obj.cluster()
+    report = ClusterStatus.model_validate(launcher.status(info))
+    if report.brokers_seen:
+        problems = [
+            p for h in topic_problems(KafkaSettings(info.bootstrap_servers), info.topic_prefix) for p in h.problems
+        ]
+        report = report.model_copy(update={"topic_problems": problems, "healthy": report.healthy and not problems})
     if output == "json":
         emit(report)
     else:
@@ -65,6 +73,8 @@ def status_command(obj: CliContext, output: str) -> None:
                 f"({', '.join(report.nodes_registered) or 'none'})"
             )
         show(*lines)
+        if report.topic_problems:
+            show("  topic problems:", *(f"    {p}" for p in report.topic_problems))
         if report.processes:
             procs = new_table("process", "pid", "port", "state", "log", right=("pid", "port"))
             for p in report.processes:

@@ -50,6 +50,8 @@ class ClusterStatus(Shape):
     processes: list[ProcessStatus]
     running: bool
     healthy: bool
+    topic_problems: list[str] = []
+    """Shoal topics below the topic policy, without a leader or under-replicated (unhealthy if any)."""
 
 
 class Stopped(Shape):
