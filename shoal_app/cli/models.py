@@ -82,6 +82,13 @@ class ReplicationFix(Shape):
     topics: list[TopicFix]
 
 
+class Started(Shape):
+    """``shoal start NAME`` and ``shoal up`` on a partly running cluster: the processes started
+    again in place (same command line, ports and data), by name; empty when all were running."""
+
+    started: list[str]
+
+
 class Stopped(Shape):
     """``shoal down`` and ``shoal demo --stop``: the processes stopped, by name."""
 
