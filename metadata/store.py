@@ -158,6 +158,31 @@ class KafkaStoreConfig:
         return TopicNames(self.topic_prefix).metadata
 
 
+class _Waiting:
+    """Progress of a read that waits for the metadata topic (a new partition leader after a broker
+    loss): a warning on the log (stderr for the CLI) at most every few seconds."""
+
+    EVERY_S = 3.0
+
+    def __init__(self, topic: str, timeout_s: float) -> None:
+        self.topic, self.timeout_s = topic, timeout_s
+        self.started = time.monotonic()
+        self.last = self.started
+
+    def report(self, reason: object) -> None:
+        now = time.monotonic()
+        if now - self.last >= self.EVERY_S:
+            self.last = now
+            log.warning(
+                "waiting for metadata topic %s (%.0fs of %.0fs; a new partition leader is elected after a "
+                "broker loss): %s",
+                self.topic,
+                now - self.started,
+                self.timeout_s,
+                reason,
+            )
+
+
 class KafkaFileStore:
     """FileStore on the compacted metadata topic. Clients are created lazily; close() releases them."""
 
@@ -205,7 +230,10 @@ class KafkaFileStore:
                 admin, self.topic, policy=self.config.kafka.topics, config=cfg, timeout_s=self.config.timeout_s
             )
         except KafkaOperationError as exc:
-            raise MetadataStoreError(f"cannot create metadata topic {self.topic}: {exc}") from exc
+            raise MetadataStoreError(
+                f"metadata topic {self.topic} is not available (no partition leader within "
+                f"{self.config.timeout_s}s: are its brokers down?): {exc}"
+            ) from exc
         deadline = time.monotonic() + self.config.timeout_s
         while True:  # a topic just created may take a moment to have a leader and configs
             try:
@@ -293,14 +321,19 @@ class KafkaFileStore:
             consumer = self._get_consumer()
             tp = TopicPartition(self.topic, 0)
             deadline = time.monotonic() + self.config.timeout_s
+            waiting = _Waiting(self.topic, self.config.timeout_s)
             while True:
                 try:
-                    _, high = consumer.get_watermark_offsets(tp, timeout=self.config.timeout_s, cached=False)
+                    _, high = consumer.get_watermark_offsets(tp, timeout=min(5.0, self.config.timeout_s), cached=False)
                     break
                 except KafkaException as exc:
                     if time.monotonic() > deadline:
-                        raise MetadataStoreError(f"cannot read watermarks of {self.topic}: {exc}") from exc
-                    time.sleep(0.1)
+                        raise MetadataStoreError(
+                            f"cannot read watermarks of {self.topic} within {self.config.timeout_s}s "
+                            f"(no partition leader: are its brokers down?): {exc}"
+                        ) from exc
+                    waiting.report(exc)
+                    time.sleep(0.2)
             while self._position < high:
                 if time.monotonic() > deadline:
                     raise MetadataStoreError(
@@ -314,6 +347,9 @@ class KafkaFileStore:
                         self._position = pos
                     continue
                 if msg.error():
+                    if msg.error().retriable() or not msg.error().fatal():
+                        waiting.report(msg.error())  # e.g. a leader change: the consumer follows the new one
+                        continue
                     raise MetadataStoreError(f"reading {self.topic} failed: {msg.error()}")
                 self._position = msg.offset() + 1
                 try:

@@ -47,7 +47,17 @@ def create_topic(
     ``min.insync.replicas``) and wait until every partition has a leader. An existing topic is not
     an error; one below the policy gets a loud warning, once per process (:func:`warn_under_replicated`):
     every process checks the topics it uses when it starts using them."""
-    rf = policy.replication_factor_for(live_brokers(admin, timeout_s))
+    try:
+        md = admin.list_topics(timeout=min(10.0, timeout_s))  # all topics: never auto-creates one
+    except KafkaException as exc:
+        raise classify(exc, "cannot list the brokers") from exc
+    known = md.topics.get(name)
+    if known is not None and known.error is None and known.partitions:
+        # No CreateTopics for a topic that exists: it needs the controller, which a broker loss
+        # can leave unavailable for a while, while the topic itself can be read and written.
+        _use_existing(admin, name, policy, timeout_s)
+        return
+    rf = policy.replication_factor_for(len(md.brokers))
     topic_config = {"min.insync.replicas": str(policy.min_insync_replicas_for(rf)), **dict(config or {})}
     futures = admin.create_topics(
         [NewTopic(name, num_partitions=partitions, replication_factor=rf, config=topic_config)],
@@ -63,8 +73,16 @@ def create_topic(
         existed = True
     finally:
         admin.poll(0)  # emit librdkafka's log lines
+    if existed:
+        _use_existing(admin, name, policy, timeout_s)
+    else:
+        wait_for_topic(admin, name, timeout_s=timeout_s)
+
+
+def _use_existing(admin: AdminClient, name: str, policy: TopicPolicy, timeout_s: float) -> None:
+    """Wait for a leader of every partition of an existing topic; warn once if it is below the policy."""
     wait_for_topic(admin, name, timeout_s=timeout_s)
-    if existed and name not in _checked:
+    if name not in _checked:
         _checked.add(name)
         warn_under_replicated(admin, [name], policy, who="shoal", timeout_s=timeout_s)
 
