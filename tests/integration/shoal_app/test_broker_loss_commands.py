@@ -9,45 +9,23 @@ import json
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner, Result
+from cli_it_support import create_table, rows, run
 
 from shoal import cluster_file
 from shoal.kafka import clients
 from shoal.kafka.settings import KafkaSettings
-from shoal_app.cli.main import cli
 from shoal_app.runtime.process import kill
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
-def _run(data: Path, *args: str, stdin: str | None = None) -> Result:
-    return CliRunner().invoke(cli, ["--data-dir", str(data), *args], input=stdin)
-
-
-def _rows(first: int, n: int) -> str:
-    return "".join(json.dumps({"k": k, "v": f"v{k}"}) + "\n" for k in range(first, first + n))
-
-
 def test_commands_work_with_the_metadata_leader_broker_killed(tmp_path: Path) -> None:
     data = tmp_path / "three"
-    up = _run(data, "up", "--brokers", "3")
+    up = run(data, "up", "--brokers", "3")
     assert up.exit_code == 0, up.output
     try:
-        table = ["table", "create", "ev", "--column", "k:uint64:not_null", "--column", "v:string"]
-        created = _run(
-            data,
-            *table,
-            "--primary-key",
-            "k",
-            "--partition-key",
-            "k",
-            "--replication-factor",
-            "1",
-            "--server",
-            "node-1",
-        )
-        assert created.exit_code == 0, created.output
-        assert _run(data, "write", "ev", stdin=_rows(0, 50)).exit_code == 0
+        create_table(data, ["node-1"], 1)
+        assert run(data, "write", "ev", stdin=rows(0, 50)).exit_code == 0
 
         info = cluster_file.read(data / "cluster.json")
         md = clients.admin(KafkaSettings(info.bootstrap_servers)).list_topics(timeout=10)
@@ -63,12 +41,12 @@ def test_commands_work_with_the_metadata_leader_broker_killed(tmp_path: Path) ->
             ["table", "history", "ev", "--output", "json"],
             ["offsets", "ev", "--output", "json"],
         ):
-            result = _run(data, *args)
+            result = run(data, *args)
             assert result.exit_code == 0, f"shoal {' '.join(args)}: {result.output}"
-        wrote = _run(data, "write", "ev", "--output", "json", stdin=_rows(50, 50))
+        wrote = run(data, "write", "ev", "--output", "json", stdin=rows(50, 50))
         assert wrote.exit_code == 0, wrote.output
         assert json.loads(wrote.stdout)["rows"] == 50
-        status = json.loads(_run(data, "status", "--output", "json").stdout)
+        status = json.loads(run(data, "status", "--output", "json").stdout)
         assert status["brokers_seen"] == 2 and not status["healthy"]
     finally:
-        _run(data, "down")
+        run(data, "down")

@@ -5,34 +5,20 @@ second run finds nothing to do (DESIGN.md section 1)."""
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
-from typing import Any
 
 import pytest
-from click.testing import CliRunner, Result
+from cli_it_support import checked, create_table, rows, run
 from confluent_kafka.admin import ConfigResource
 
 from shoal.jvm import jars
 from shoal.kafka import clients
 from shoal.kafka.settings import KafkaSettings
 from shoal.topics import TopicNames
-from shoal_app.cli.main import cli
-from shoal_app.schemas import validate
 from shoal_app.testing.cluster import start_local
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
-
-
-def _run(data: Path, *args: str, env: dict[str, str] | None = None, stdin: str | None = None) -> Result:
-    return CliRunner().invoke(cli, ["--data-dir", str(data), *args], env=env or {}, input=stdin)
-
-
-def _json(schema: str, result: Result) -> Any:
-    document = json.loads(result.stdout)
-    validate(schema, document)
-    return document
 
 
 def test_fix_replication_raises_an_rf1_cluster(tmp_path: Path) -> None:
@@ -40,35 +26,20 @@ def test_fix_replication_raises_an_rf1_cluster(tmp_path: Path) -> None:
     cluster = start_local(data, jars.cache_dir_from(os.environ), brokers=3)
     try:
         old = {"SHOAL_TOPIC_REPLICATION_FACTOR": "1", "SHOAL_TOPIC_MIN_INSYNC_REPLICAS": "1"}
-        table = ["table", "create", "ev", "--column", "k:uint64:not_null", "--column", "v:string"]
-        created = _run(
-            data,
-            *table,
-            "--primary-key",
-            "k",
-            "--partition-key",
-            "k",
-            "--replication-factor",
-            "1",
-            "--server",
-            "node-1",
-            env=old,
-        )
-        assert created.exit_code == 0, created.output
-        rows = "".join(json.dumps({"k": k, "v": f"v{k}"}) + "\n" for k in range(50))
-        wrote = _run(data, "write", "ev", env=old, stdin=rows)
+        create_table(data, ["node-1"], 1, env=old)
+        wrote = run(data, "write", "ev", env=old, stdin=rows(0, 50))
         assert wrote.exit_code == 0, wrote.output
 
-        status = _run(data, "status", "--output", "json")
-        report = _json("cli-status", status)
+        status = run(data, "status", "--output", "json")
+        report = checked("cli-status", status)
         assert status.exit_code == 1 and not report["healthy"]
         assert any("shoal.metadata" in p and "fix-replication" in p for p in report["topic_problems"])
-        offsets = _json("monitor-snapshot", _run(data, "offsets", "ev", "--output", "json"))
+        offsets = checked("monitor-snapshot", run(data, "offsets", "ev", "--output", "json"))
         assert any(p["where"] == "topic shoal.metadata" for p in offsets["problems"])
 
-        fixed = _run(data, "admin", "fix-replication", "--wait", "--output", "json")
+        fixed = run(data, "admin", "fix-replication", "--wait", "--output", "json")
         assert fixed.exit_code == 0, fixed.output
-        result = _json("cli-admin-fix-replication", fixed)
+        result = checked("cli-admin-fix-replication", fixed)
         assert result["complete"] and (result["replication_factor"], result["min_insync_replicas"]) == (3, 2)
         topics = {t["topic"]: t for t in result["topics"]}
         assert {"shoal.metadata", *(TopicNames("shoal").ingest(pid) for pid in _partitions(data))} <= set(topics)
@@ -84,16 +55,16 @@ def test_fix_replication_raises_an_rf1_cluster(tmp_path: Path) -> None:
             res = ConfigResource(ConfigResource.Type.TOPIC, name)
             assert admin.describe_configs([res])[res].result(30)["min.insync.replicas"].value == "2"
 
-        again = _json("cli-admin-fix-replication", _run(data, "admin", "fix-replication", "--output", "json"))
+        again = checked("cli-admin-fix-replication", run(data, "admin", "fix-replication", "--output", "json"))
         assert all(t["status"] == "ok" for t in again["topics"])
-        healthy = _run(data, "status", "--output", "json")
-        assert _json("cli-status", healthy)["topic_problems"] == []
-        described = _run(data, "table", "describe", "ev", "--output", "json")
+        healthy = run(data, "status", "--output", "json")
+        assert checked("cli-status", healthy)["topic_problems"] == []
+        described = run(data, "table", "describe", "ev", "--output", "json")
         assert described.exit_code == 0, described.output
     finally:
         cluster.close()
 
 
 def _partitions(data: Path) -> list[str]:
-    described = _json("cli-table-describe", _run(data, "table", "describe", "ev", "--output", "json"))
+    described = checked("cli-table-describe", run(data, "table", "describe", "ev", "--output", "json"))
     return [p["partition_id"] for p in described["partitions"]]
