@@ -1,7 +1,8 @@
 """The commands keep working with one of three brokers killed (kill -9): every shoal topic is
 replicated by the topic policy (RF 3, min.insync.replicas 2), and metadata reads wait for the new
 partition leader (DESIGN.md section 1). The commands that need no storage node are run here:
-table describe / list / history, write and offsets."""
+table describe / list / history, write and offsets; with storage nodes: write --sync, scan
+(leaders and --node) and verify."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from shoal import cluster_file
 from shoal.kafka import clients
 from shoal.kafka.settings import KafkaSettings
 from shoal_app.runtime.process import kill
+from shoal_app.testing.wait import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -48,5 +50,35 @@ def test_commands_work_with_the_metadata_leader_broker_killed(tmp_path: Path) ->
         assert json.loads(wrote.stdout)["rows"] == 50
         status = json.loads(run(data, "status", "--output", "json").stdout)
         assert status["brokers_seen"] == 2 and not status["healthy"]
+    finally:
+        run(data, "down")
+
+
+def test_node_commands_with_a_broker_killed(tmp_path: Path) -> None:
+    """write --sync, scan (leaders and --node) and verify with one of three brokers killed."""
+    data = tmp_path / "nodes"
+    up = run(data, "up", "--brokers", "3", "--nodes", "3")
+    assert up.exit_code == 0, up.output
+    try:
+        create_table(data, ["node-1", "node-2", "node-3"], 3)
+        first = run(data, "write", "ev", "--sync", "--timeout", "120", stdin=rows(0, 50))
+        assert first.exit_code == 0, first.output
+        info = cluster_file.read(data / "cluster.json")
+        md = clients.admin(KafkaSettings(info.bootstrap_servers)).list_topics(timeout=10)
+        [partition] = md.topics["shoal.metadata"].partitions.values()
+        victim = info.process(f"kafka-{partition.leader}")
+        assert victim is not None
+        kill(victim)
+
+        wrote = run(data, "write", "ev", "--sync", "--timeout", "180", stdin=rows(50, 50))
+        assert wrote.exit_code == 0, wrote.output
+
+        def scanned(*extra: str) -> int:
+            out = run(data, "scan", "ev", "--output", "json", *extra)
+            return sum(1 for line in out.stdout.splitlines() if line.startswith("{")) if out.exit_code == 0 else -1
+
+        assert wait_until(lambda: scanned() == 100, 120)
+        assert wait_until(lambda: scanned("--node", "node-2") == 100, 120)
+        assert wait_until(lambda: run(data, "verify", "ev").exit_code == 0, 120)
     finally:
         run(data, "down")
