@@ -24,6 +24,7 @@ from metadata.metadata_file import MetadataFile
 from metadata.store import FileStore
 from metadata.zk_layout import TableHead, ZkLayout
 from shoal.errors import MetadataError, ShoalError
+from shoal.worker import Worker
 
 log = logging.getLogger(__name__)
 
@@ -56,8 +57,8 @@ class TableWatcher:
         self._last_txnid: str | None = None
         self._events: queue.Queue[TableHead | None] = queue.Queue()
         self._cond = threading.Condition()
-        self._stopped = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._worker = _Delivery(self)
+        self._started = False
         self.errors: list[ShoalError] = []
 
     @property
@@ -65,13 +66,17 @@ class TableWatcher:
         with self._cond:
             return self._last
 
+    @property
+    def _stopped(self) -> threading.Event:
+        return self._worker.stopping
+
     def start(self) -> TableWatcher:
-        if self._thread is not None:
+        if self._started:
             return self
         if self._zk.exists(self._path) is None:
             raise UnknownTableError(f"unknown table {self.table!r}")
-        self._thread = threading.Thread(target=self._run, daemon=True, name=f"watch-{self.table}")
-        self._thread.start()
+        self._started = True
+        self._worker.start()
         self._zk.DataWatch(self._path, self._on_data)
         return self
 
@@ -88,16 +93,17 @@ class TableWatcher:
             self.errors.append(exc)
         return None
 
-    def _run(self) -> None:
-        while not self._stopped.is_set():
-            head = self._events.get()
-            if head is None:
-                return
-            try:
-                self._deliver_up_to(head)
-            except ShoalError as exc:
-                log.error("table %s: cannot deliver sequence %d: %s", self.table, head.metadata_sequence, exc)
-                self.errors.append(exc)
+    def _deliver_next(self) -> bool:
+        """Deliver the next znode version; False once stopped."""
+        head = self._events.get()
+        if head is None:
+            return False
+        try:
+            self._deliver_up_to(head)
+        except ShoalError as exc:
+            log.error("table %s: cannot deliver sequence %d: %s", self.table, head.metadata_sequence, exc)
+            self.errors.append(exc)
+        return True
 
     def _deliver_up_to(self, head: TableHead) -> None:
         with self._cond:
@@ -128,10 +134,9 @@ class TableWatcher:
             return self._cond.wait_for(lambda: self._last is not None and self._last >= sequence, timeout)
 
     def stop(self) -> None:
-        self._stopped.set()
+        self._worker.request_stop()
         self._events.put(None)
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(timeout=10)
+        self._worker.join(timeout=10)
 
     close = stop
 
@@ -140,6 +145,18 @@ class TableWatcher:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+class _Delivery(Worker):
+    """``watch-<table>``: delivers the versions the znode watch queued, in order, to ``on_change``."""
+
+    def __init__(self, watcher: TableWatcher) -> None:
+        super().__init__(f"watch-{watcher.table}")
+        self._watcher = watcher
+
+    def run(self) -> None:
+        while not self.stopping.is_set() and self._watcher._deliver_next():
+            pass
 
 
 def discovery_listener(

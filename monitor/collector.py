@@ -28,6 +28,7 @@ from monitor.models import (
     AbsentWalChannel,
     ChannelHead,
     ChannelOwner,
+    GroupReport,
     HistoryView,
     Ingest,
     Leader,
@@ -176,9 +177,12 @@ class Collector:
                 committed.setdefault(group, {})[(t, 0)] = offset
         spark_groups = self.kafka.groups_with_prefix(f"{self.config.topic_prefix}.spark.")
         spark_committed = self.kafka.all_committed(spark_groups) if spark_groups else {}
+        intake_groups = self.kafka.groups_with_prefix(f"{self.config.topic_prefix}.compaction-intake.")
+        intake_committed = self.kafka.all_committed(intake_groups) if intake_groups else {}
+        spark_committed.update(intake_committed)  # both: groups found by prefix, offsets read as committed
         spark_tps = {tp for offs in spark_committed.values() for tp in offs}
         bounds.update(self.kafka.log_bounds(spark_tps))
-        members = self.kafka.members(list(requests) + spark_groups)
+        members = self.kafka.members(list(requests) + spark_groups + intake_groups)
 
         def position(group: str, tp: tuple[str, int]) -> int | None:
             return committed.get(group, {}).get(tp)
@@ -205,6 +209,7 @@ class Collector:
             for p in parts:
                 tables.setdefault(p.table, []).append(self._partition(ctx, p))
             spark = [self._spark_query(ctx, g, spark_committed[g]) for g in spark_groups]
+            intake = [self._group(ctx, g, spark_committed[g], "compaction intake") for g in intake_groups]
             hist.prune(now)
         table_list = [
             TableReport(table=t, status=worst([p.status for p in ps]), partitions=ps)
@@ -213,7 +218,7 @@ class Collector:
         return Snapshot(
             generated_at=now,
             cluster_id=cluster_id,
-            status=worst([t.status for t in table_list] + [q.status for q in spark]),
+            status=worst([t.status for t in table_list] + [q.status for q in spark] + [g.status for g in intake]),
             window=Window(
                 samples=self.config.window_samples,
                 interval_s=self.config.interval_s,
@@ -221,6 +226,7 @@ class Collector:
             ),
             tables=table_list,
             spark_queries=spark,
+            compaction_intake=intake,
             problems=ctx.problems,
         )
 
@@ -243,8 +249,9 @@ class Collector:
         """Sample, history and verdict of one group on one topic partition.
 
         ``settled``: why this group is not expected to catch up on this channel (an old leader's
-        channel whose records are covered elsewhere); a lag verdict (WARN, STALL, STOP) then
-        becomes OK with that explanation. ERR and REWIND are never suppressed."""
+        channel whose records are covered elsewhere): those offsets count as caught up, so the lag
+        shown is 0 like the status (the raw offset lag goes in the reason). ERR and REWIND are never
+        suppressed."""
         start, end = ctx.bounds[(topic, partition)]
         pos = start if committed is None else max(committed, start)
         info: Any = ctx.records.get((topic, partition, pos), _MISSING) if pos < end else None
@@ -255,6 +262,9 @@ class Collector:
         else:
             assert isinstance(info, RecordInfo)
             lag, lag_s = end - info.offset, max(0.0, ctx.now - info.timestamp_ms / 1000.0)
+        raw_lag = lag
+        if settled is not None:
+            lag, lag_s = 0, 0.0
         sample = Sample(ctx.now, committed, start, end, lag, ctx.members.get(group, 0))
         window = self.history.add(key, sample)
         self._labels[key] = label
@@ -267,8 +277,8 @@ class Collector:
             events=events,
             truncated_status=truncated_status,
         )
-        if settled is not None and verdict.status in (Status.WARN, Status.STALL, Status.STOP):
-            verdict = Verdict(Status.OK, f"{settled} ({verdict.status.value} suppressed: {verdict.reason})")
+        if settled is not None and verdict.status is Status.OK:
+            verdict = Verdict(Status.OK, f"{settled} (offset lag {raw_lag}, counted as caught up)")
         ctx.note(where, verdict)
         avg = self._avg_size.get(topic)
         return ReaderLag(
@@ -331,6 +341,9 @@ class Collector:
                 if cov_end is not None:
                     coverage[w.topic] = max(cov_end, coverage.get(w.topic, cov_end))
         wal = [self._wal(ctx, p, c, coverage.get(c.topic)) for c in p.wal]
+        liveness = self._liveness(p, f"ingest|{ing.topic}|{group}")
+        if liveness is not None:
+            ctx.note(f"{p.table}/{pid}", liveness)
         return PartitionReport(
             partition_id=pid,
             leader=None
@@ -341,8 +354,32 @@ class Collector:
             ingest=ingest,
             segments=segments,
             wal=wal,
-            status=worst([ingest.status] + [c.status for c in wal] + [c.status for c in segments]),
+            status=worst(
+                [ingest.status]
+                + [c.status for c in wal]
+                + [c.status for c in segments]
+                + ([] if liveness is None else [liveness.status])
+            ),
         )
+
+    def _liveness(self, p: PartitionTopology, ingest_key: str) -> Verdict | None:
+        """STOP "leaderless or stuck partition" when no replica leads, or when the leader's accepted
+        index (the ingest group's committed offset) has not moved for ``warn_after`` polls while the
+        ingest lag grew: writes are acknowledged but no leader accepts them."""
+        if p.leader_server_id is None:
+            return Verdict(Status.STOP, "leaderless or stuck partition: no replica leads it")
+        window = self.history.window(ingest_key, self.config.warn_after)
+        if len(window) < max(2, self.config.warn_after):
+            return None
+        first, last = window[0], window[-1]
+        if all(s.committed == first.committed for s in window) and last.lag > first.lag > 0:
+            return Verdict(
+                Status.STOP,
+                f"leaderless or stuck partition: accepted index stuck at {_fmt_offset(first.committed)} for "
+                f"{len(window)} polls while the ingest lag grew {first.lag} -> {last.lag} "
+                f"(leader {p.leader_server_id})",
+            )
+        return None
 
     def _channel_head(self, ctx: _PollContext, p: PartitionTopology, c: Channel) -> ChannelHead:
         assert c.owner is not None
@@ -438,6 +475,12 @@ class Collector:
         replicas = []
         for r in c.readers:
             ack = acks[r.replica.placement_id]
+            settled = (
+                None
+                if head.is_leader_channel or r.replica.placement_id == p.leader_placement_id
+                else "old leader's segments channel: only the current leader adopts it, this replica gets "
+                "the data from the leader's channel"
+            )
             lag = self._reader(
                 ctx,
                 key=f"segments|{c.topic}|{r.ack_group}",
@@ -449,10 +492,7 @@ class Collector:
                 group=r.ack_group,
                 committed=ack,
                 truncated_status=Status.REWIND,
-                settled=None
-                if head.is_leader_channel or r.replica.placement_id == p.leader_placement_id
-                else "old leader's segments channel: only the current leader adopts it, this replica gets "
-                "the data from the leader's channel",
+                settled=settled,
             )
             row = SegmentsReplica(
                 server_id=r.replica.server_id,
@@ -460,7 +500,7 @@ class Collector:
                 role=r.replica.role,
                 ack_group=r.ack_group,
                 ack_index=ack,
-                unacked_segments=mans.unacked(ack),
+                unacked_segments=0 if settled is not None else mans.unacked(ack),
                 **dict(lag),
             )
             if row.status is Status.REWIND and ack is not None and ack < start:
@@ -482,6 +522,13 @@ class Collector:
 
     def _spark_query(self, ctx: _PollContext, group: str, offsets: dict[tuple[str, int], int | None]) -> SparkQuery:
         query = group[len(f"{self.config.topic_prefix}.spark.") :]
+        g = self._group(ctx, group, offsets, f"spark query {query}")
+        return SparkQuery(query=query, group=group, status=g.status, lag_records=g.lag_records, partitions=g.partitions)
+
+    def _group(
+        self, ctx: _PollContext, group: str, offsets: dict[tuple[str, int], int | None], what: str
+    ) -> GroupReport:
+        """Lag and verdict of a group found by prefix, on every partition it committed."""
         parts = []
         for (topic, partition), committed in sorted(offsets.items()):
             if (topic, partition) not in ctx.bounds:
@@ -489,9 +536,9 @@ class Collector:
             start, end = ctx.bounds[(topic, partition)]
             lag = self._reader(
                 ctx,
-                key=f"spark|{topic}|{partition}|{group}",
-                label=f"spark {query} {topic}[{partition}]",
-                where=f"spark query {query} {topic}[{partition}]",
+                key=f"group|{topic}|{partition}|{group}",
+                label=f"{what} {topic}[{partition}]",
+                where=f"{what} {topic}[{partition}]",
                 topic=topic,
                 partition=partition,
                 group=group,
@@ -502,8 +549,7 @@ class Collector:
                     topic=topic, partition=partition, committed=committed, log_start=start, log_end=end, **dict(lag)
                 )
             )
-        return SparkQuery(
-            query=query,
+        return GroupReport(
             group=group,
             status=worst([r.status for r in parts]),
             lag_records=sum(r.lag_records for r in parts),
@@ -552,3 +598,7 @@ class _PollContext:
     def note(self, where: str, verdict: Verdict) -> None:
         if verdict.status is not Status.OK:
             self.problems.append(Problem(where=where, status=verdict.status, reason=verdict.reason))
+
+
+def _fmt_offset(offset: int | None) -> str:
+    return "none" if offset is None else str(offset)

@@ -196,6 +196,16 @@ class SparkQuery(Shape):
     partitions: list[SparkPartition]
 
 
+class GroupReport(Shape):
+    """A consumer group found by its name prefix, e.g. a storage node's compaction intake
+    (``<prefix>.compaction-intake.<partition>.<placement>``) on a partition's compaction topic."""
+
+    group: str
+    status: Status
+    lag_records: int
+    partitions: list[SparkPartition]
+
+
 class Problem(Shape):
     where: str
     status: Status
@@ -213,6 +223,8 @@ class Snapshot(Shape):
     window: Window
     tables: list[TableReport]
     spark_queries: list[SparkQuery]
+    compaction_intake: list[GroupReport] = Field(default_factory=list)
+    """The leaders' compaction intake groups (the majors committed from the compaction topics)."""
     problems: list[Problem]
 
 

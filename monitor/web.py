@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
 from typing import Any
 
 from prometheus_client import CollectorRegistry, generate_latest
@@ -24,6 +23,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from monitor.collector import Collector
 from monitor.http_server import HttpServer
 from monitor.metrics import SnapshotMetrics
+from shoal.worker import Worker
 
 log = logging.getLogger(__name__)
 CHART_COLOUR = "#1f77b4"
@@ -49,8 +49,7 @@ class MonitorService:
             host=host,
             port=port,
         )
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._poller = _Poller(self)
         self.last_error: str | None = None
 
     @property
@@ -59,25 +58,20 @@ class MonitorService:
 
     def start(self) -> MonitorService:
         self.server.start()
-        self._thread = threading.Thread(target=self._loop, name="shoal-monitor-poll", daemon=True)
-        self._thread.start()
+        self._poller.start()
         return self
 
-    def _loop(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self.collector.poll()
-                self.last_error = None
-            except Exception as exc:
-                self.last_error = f"{type(exc).__name__}: {exc}"
-                log.warning("monitor poll failed: %s", self.last_error)
-            self._stop.wait(self.collector.config.interval_s)
+    def poll_once(self) -> None:
+        """One collector poll; a failure is kept in ``last_error`` (shown by /healthz and /api)."""
+        try:
+            self.collector.poll()
+            self.last_error = None
+        except Exception as exc:
+            self.last_error = f"{type(exc).__name__}: {exc}"
+            log.warning("monitor poll failed: %s", self.last_error)
 
     def close(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=30)
-            self._thread = None
+        self._poller.stop(timeout=30)
         self.server.close()
         self.collector.close()
 
@@ -229,3 +223,16 @@ setInterval(refresh,__REFRESH_MS__);
 </script>
 </body></html>
 """
+
+
+class _Poller(Worker):
+    """``shoal-monitor-poll``: polls the collector every ``interval_s`` until the service closes."""
+
+    def __init__(self, service: MonitorService) -> None:
+        super().__init__("shoal-monitor-poll")
+        self._service = service
+
+    def run(self) -> None:
+        while not self.stopping.is_set():
+            self._service.poll_once()
+            self.stopping.wait(self._service.collector.config.interval_s)

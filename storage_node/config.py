@@ -63,6 +63,9 @@ class LeaderConfig:
     """How long the leader sleeps per step while stalled (0 = never stall)."""
     gc_every_s: float = 5.0
     """How often the leader merges then deletes unreferenced segments (source 3.5)."""
+    startup_retry_s: float = 30.0
+    """How long start-up (topics, fencing, replay, adoption) retries transient Kafka errors (e.g.
+    NOT_LEADER_FOR_PARTITION on a topic created a moment before) with backoff before the role fails."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.kafka, KafkaSettings):
@@ -77,6 +80,8 @@ class LeaderConfig:
             raise ConfigError(f"minor_stall_s must be in [0, 60] seconds, got {self.minor_stall_s!r}")
         if self.gc_every_s <= 0:
             raise ConfigError(f"gc_every_s must be positive, got {self.gc_every_s!r}")
+        if self.startup_retry_s < 0:
+            raise ConfigError(f"startup_retry_s must be >= 0, got {self.startup_retry_s!r}")
         if self.transaction_call_timeout_s <= 0:
             raise ConfigError("transaction_call_timeout_s must be positive")
         if self.max_messages_per_transaction <= 0:

@@ -103,6 +103,8 @@ class HeldPartition:
     retired: dict[str, float] = field(default_factory=dict)
     """Counters of leader and follower roles that ended (metrics stay monotonic across terms)."""
     leader_changes: int = 0
+    leader_epoch: int | None = None
+    """The election epoch the current leader role was started for (its term even if it never wrote)."""
 
 
 def leader_counters(leader: PartitionLeader) -> dict[str, float]:
@@ -276,7 +278,7 @@ class StorageNode:
 
         def on_change(state: LeaderState, leadership: Leadership | None) -> None:
             if state is LeaderState.LEADER:
-                self._start_leader(held)
+                self._start_leader(held, leadership)
             elif state is LeaderState.LOST:
                 if held.leader is not None and not held.leader.stopped.is_set():
                     held.leader_changes += 1  # this replica stops being leader
@@ -316,7 +318,7 @@ class StorageNode:
 
         return prefer
 
-    def _start_leader(self, held: HeldPartition) -> None:
+    def _start_leader(self, held: HeldPartition, leadership: Leadership | None) -> None:
         if self._stop.is_set():
             return
         with held.lock:
@@ -335,6 +337,7 @@ class StorageNode:
                 held.replica = PartitionReplica(held.table, held.partition_id, held.placement_id, self.config.data_dir)
             election = held.election
             assert election is not None
+            held.leader_epoch = leadership.epoch if leadership is not None else None
             leader = PartitionLeader(
                 held.replica,
                 self.config.leader_config(),
@@ -413,7 +416,10 @@ class StorageNode:
             leading = held.leader is not None and not held.leader.stopped.is_set()
             ended = held.leader is not None and held.leader.stopped.is_set()
             lead = election.leadership if election is not None else None
-            same_term = ended and lead is not None and held.leader is not None and held.leader.term == lead.epoch
+            # the role's term: the epoch it was started for (a role that failed during start-up never
+            # wrote, so its own ``term`` is None) or the one it last wrote with
+            terms = {held.leader_epoch, held.leader.term if held.leader is not None else None}
+            same_term = ended and lead is not None and lead.epoch in terms
             if same_term and election is not None and election.state is LeaderState.LEADER:
                 log.warning(
                     "%s: the leader role ended (%s); resigning",

@@ -13,6 +13,7 @@ from shoal.errors import KafkaOperationError
 
 __all__ = [
     "FENCED_CODES",
+    "TRANSIENT_CODES",
     "KafkaOperationError",
     "ProducerFencedError",
     "WedgedCallError",
@@ -45,6 +46,31 @@ FENCED_CODES: frozenset[int] = frozenset(
 """Codes that mean "another producer owns this transactional id now" (or we may not use it)."""
 
 
+TRANSIENT_CODES: frozenset[int] = frozenset(
+    {
+        KafkaError._TRANSPORT,
+        KafkaError._TIMED_OUT,
+        KafkaError._ALL_BROKERS_DOWN,
+        KafkaError._WAIT_COORD,
+        KafkaError.NOT_LEADER_FOR_PARTITION,
+        KafkaError.LEADER_NOT_AVAILABLE,
+        KafkaError.UNKNOWN_TOPIC_OR_PART,
+        KafkaError.REQUEST_TIMED_OUT,
+        KafkaError.NOT_COORDINATOR,
+        KafkaError.COORDINATOR_NOT_AVAILABLE,
+        KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+        KafkaError.NOT_ENOUGH_REPLICAS,
+        KafkaError.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+        KafkaError.FENCED_LEADER_EPOCH,
+        KafkaError.UNKNOWN_LEADER_EPOCH,
+        KafkaError.OFFSET_NOT_AVAILABLE,
+    }
+)
+"""Codes that Kafka's protocol calls retriable (metadata not yet propagated, leader moving, coordinator
+loading, broker unreachable) but that librdkafka's plain (non-``rd_kafka_error_t``) APIs such as
+``get_watermark_offsets`` report without the ``retriable`` flag: :func:`classify` sets it."""
+
+
 def error_code(exc: BaseException) -> int | None:
     """The librdkafka error code of a ``KafkaException`` (None for anything else)."""
     err = exc.args[0] if isinstance(exc, KafkaException) and exc.args else None
@@ -54,6 +80,8 @@ def error_code(exc: BaseException) -> int | None:
 def classify(exc: KafkaException, what: str) -> KafkaOperationError:
     """``exc`` as a KafkaOperationError saying ``what`` failed; ProducerFencedError when fenced."""
     err = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+    if err is not None and not err.retriable() and not err.fatal() and err.code() in TRANSIENT_CODES:
+        err = KafkaError(err.code(), err.str(), retriable=True, txn_requires_abort=err.txn_requires_abort())
     cls = ProducerFencedError if err is not None and err.code() in FENCED_CODES else KafkaOperationError
     error = cls(f"{what}: {err if err is not None else exc}", err)
     error.__cause__ = exc

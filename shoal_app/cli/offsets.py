@@ -137,9 +137,11 @@ def format_table(snap: Snapshot) -> str:
                     kind = "major" if s.is_major else "minor"
                     acked = ", ".join(f"#{a}" for a in s.acked_by) or "nobody"
                     out.append(f"      @{s.offset} {s.segment_id} {kind}  acked by {acked}")
-    for q in snap.spark_queries:
-        out.append(f"spark query {q.query}  lag {q.lag_records}  {q.status.value}")
-        for pp in q.partitions:
+    groups = [(f"spark query {q.query}", q.lag_records, q.status, q.partitions) for q in snap.spark_queries]
+    groups += [(f"compaction intake {g.group}", g.lag_records, g.status, g.partitions) for g in snap.compaction_intake]
+    for name, lag, status, partitions in groups:
+        out.append(f"{name}  lag {lag}  {status.value}")
+        for pp in partitions:
             out.append(
                 f"  {pp.topic}[{pp.partition}]  committed {_num(pp.committed)} / end {pp.log_end}  "
                 f"{_lag(pp)}  {pp.status.value}"

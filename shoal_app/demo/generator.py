@@ -19,6 +19,7 @@ from confluent_kafka import KafkaError, Message
 from shoal.errors import ConfigError, KafkaOperationError
 from shoal.kafka import clients
 from shoal.kafka.settings import KafkaSettings
+from shoal.worker import Worker
 from shoal_app.demo.events import event_id_at, event_json
 
 log = logging.getLogger(__name__)
@@ -45,20 +46,18 @@ class GeneratorConfig:
             raise ConfigError(f"batch must be >= 1, got {self.batch}")
 
 
-class EventGenerator:
+class EventGenerator(Worker):
     """``start()`` it, read ``produced``/``acknowledged`` while it runs, ``stop()``/``join()`` it."""
 
     def __init__(self, config: GeneratorConfig) -> None:
+        super().__init__("shoal-demo-generator")
         self.config = config
-        self._stop = threading.Event()
         self._lock = threading.Lock()
         self._acked: list[int] = []
         self._failed: list[str] = []
         self.produced = 0
         self.started_at: float | None = None
         self.finished_at: float | None = None
-        self._thread = threading.Thread(target=self._run, name="shoal-demo-generator", daemon=True)
-        self._error: BaseException | None = None
 
     @property
     def acknowledged(self) -> int:
@@ -70,28 +69,18 @@ class EventGenerator:
         with self._lock:
             return len(self._failed)
 
-    @property
-    def error(self) -> BaseException | None:
-        return self._error
-
     def acknowledged_ids(self) -> pa.Array:
         with self._lock:
             return pa.array(self._acked, pa.uint64())
 
     @property
     def running(self) -> bool:
-        return self._thread.is_alive()
+        return self.alive
 
-    def start(self) -> EventGenerator:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-
-    def join(self, timeout: float | None = None) -> bool:
-        self._thread.join(timeout)
-        return not self._thread.is_alive()
+    def stop(self, timeout: float = 0.0) -> bool:
+        """Ask the generator to stop after the current batch; ``join()`` waits for it."""
+        self.request_stop()
+        return self.join(timeout) if timeout > 0 else not self.alive
 
     def _on_delivery(self, err: KafkaError | None, msg: Message) -> None:
         key = msg.key()
@@ -101,14 +90,14 @@ class EventGenerator:
             else:
                 self._failed.append(str(err))
 
-    def _run(self) -> None:
+    def run(self) -> None:
         cfg = self.config
         tuning: dict[str, Any] = {"linger.ms": 20, "delivery.timeout.ms": 120_000}
         producer = clients.producer(KafkaSettings(cfg.bootstrap_servers), **tuning)
         self.started_at = time.monotonic()
         try:
             next_id = 0
-            while next_id < cfg.events and not self._stop.is_set():
+            while next_id < cfg.events and not self.stopping.is_set():
                 end = min(cfg.events, next_id + cfg.batch)
                 now_ms = int(time.time() * 1000)
                 for index in range(next_id, end):
@@ -129,12 +118,9 @@ class EventGenerator:
                 producer.poll(0)
                 # pace: event n is due at started_at + n / rate
                 due = self.started_at + next_id / cfg.rate_per_s
-                self._stop.wait(max(0.0, due - time.monotonic()))
+                self.stopping.wait(max(0.0, due - time.monotonic()))
             left = producer.flush(60)
             if left:
                 raise KafkaOperationError(f"{left} event(s) were not delivered to {cfg.topic} within 60s")
-        except BaseException as exc:  # reported by the demo, which owns the thread
-            log.error("event generator failed: %s", exc)
-            self._error = exc
         finally:
             self.finished_at = time.monotonic()

@@ -23,6 +23,7 @@ from typing import Any
 from shoal import cluster_file
 from shoal.cluster_file import ClusterInfo, ProcessRecord
 from shoal.errors import RuntimeLaunchError, ShoalError
+from shoal.worker import Deadline, poll_until
 from shoal_app.runtime.process import is_running, kill, spawn, stop, tail
 
 log = logging.getLogger(__name__)
@@ -83,11 +84,8 @@ def kill_node(info: ClusterInfo, server_id: str, timeout_s: float = 30.0) -> Pro
     if record is None or not is_running(record):
         raise DemoError(f"cannot kill {server_id}: the cluster file names no running process for it")
     kill(record)
-    deadline = time.monotonic() + timeout_s
-    while is_running(record):
-        if time.monotonic() > deadline:
-            raise DemoError(f"{server_id} pid {record.pid} still runs {timeout_s:.0f}s after SIGKILL")
-        time.sleep(0.1)
+    if not poll_until(lambda: not is_running(record), timeout_s):
+        raise DemoError(f"{server_id} pid {record.pid} still runs {timeout_s:.0f}s after SIGKILL")
     return record
 
 
@@ -120,7 +118,7 @@ def start_monitor(
     ]
     record = spawn("monitor", argv, log_path=history_dir / "monitor.log", marker=str(history_dir.resolve()), port=port)
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + timeout_s
+    deadline = Deadline(timeout_s)
     while True:
         if not is_running(record):
             raise RuntimeLaunchError(f"`shoal monitor` exited during start:\n{tail(record.log_path)}")
@@ -130,7 +128,7 @@ def start_monitor(
                     return MonitorProcess(record, url)
         except (urllib.error.URLError, OSError):
             pass
-        if time.monotonic() > deadline:
+        if deadline.expired():
             stop(record)
             raise RuntimeLaunchError(
                 f"`shoal monitor` did not answer within {timeout_s:.0f}s:\n{tail(record.log_path)}"

@@ -17,6 +17,7 @@ from kazoo.exceptions import BadVersionError
 from shoal.kafka import clients
 from shoal.kafka.admin import create_topic, delete_topics
 from shoal.kafka.settings import KafkaSettings
+from shoal.worker import Deadline
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -79,8 +80,8 @@ def kafka_transaction(bootstrap: str, topic: str, run_id: str) -> StepResult:
     consumer = clients.consumer(kafka, group_id=f"shoal-demo-{run_id}", **from_start)
     consumer.subscribe([topic])
     seen: list[dict[str, Any]] = []
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline and len(seen) < 3:
+    deadline = Deadline(20)
+    while not deadline.expired() and len(seen) < 3:
         msg = consumer.poll(0.5)
         if msg is not None and msg.error() is None:
             seen.append(json.loads(msg.value() or b"null"))

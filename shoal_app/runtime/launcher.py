@@ -24,7 +24,7 @@ from shoal.jvm import jars
 from shoal_app.runtime import kafka, storage_nodes, zookeeper
 from shoal_app.runtime.node_spec import local_target, node_spec
 from shoal_app.runtime.ports import free_ports
-from shoal_app.runtime.process import is_running, stop, tail
+from shoal_app.runtime.process import find_by_marker, is_running, stop, tail
 
 log = logging.getLogger(__name__)
 
@@ -176,13 +176,17 @@ def status(info: ClusterInfo) -> dict[str, Any]:
     procs: list[dict[str, Any]] = []
     for p in info.processes:
         running = is_running(p)
+        pid = p.pid
+        if not running and p.name.startswith("node-"):  # restarted by hand: same data dir, another pid
+            found = find_by_marker(p)
+            running, pid = found is not None, found if found is not None else p.pid
         if p.name == "zookeeper":
             healthy = running and p.port is not None and zookeeper.is_healthy(p.port)
         else:
             healthy = running
         entry: dict[str, Any] = {
             "name": p.name,
-            "pid": p.pid,
+            "pid": pid,
             "port": p.port,
             "running": running,
             "healthy": healthy,
@@ -193,7 +197,7 @@ def status(info: ClusterInfo) -> dict[str, Any]:
         procs.append(entry)
     brokers_seen = kafka.broker_count(info.bootstrap_servers, timeout_s=3.0) if procs else 0
     kafka_ok = brokers_seen >= info.brokers
-    node_names = [p["name"] for p in procs if p["name"].startswith("node-") and p["running"]]
+    node_names = [p["name"] for p in procs if p["name"].startswith("node-")]
     nodes_registered = (
         storage_nodes.registered(info.zk_connect, str(info.extra.get("zk_root", "/shoal")), node_names, 3.0)
         if node_names
@@ -203,6 +207,8 @@ def status(info: ClusterInfo) -> dict[str, Any]:
         if entry["name"].startswith("kafka-"):
             entry["healthy"] = entry["running"] and kafka_ok
         elif entry["name"].startswith("node-"):
+            # a registration is a live ZooKeeper session of that node, wherever it was started from
+            entry["running"] = entry["running"] or entry["name"] in nodes_registered
             entry["healthy"] = entry["running"] and entry["name"] in nodes_registered
     return {
         "data_dir": info.data_dir,

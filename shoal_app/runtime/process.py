@@ -117,6 +117,21 @@ def _settled_cmdline(proc: psutil.Process, wait_s: float = 1.0) -> list[str]:
     return args
 
 
+def find_by_marker(record: ProcessRecord) -> int | None:
+    """The pid of a live process with ``record``'s marker as one whole argument (``--data-dir DIR``
+    or ``--data-dir=DIR``), or None: the same server started again by hand, e.g. a storage node
+    restarted with the README's node command line after ``shoal up`` recorded another pid."""
+    wanted = {record.marker, f"--data-dir={record.marker}"}
+    for proc in psutil.process_iter(["pid", "cmdline", "status"]):
+        try:
+            args = proc.info.get("cmdline") or []
+            if proc.info.get("status") != psutil.STATUS_ZOMBIE and wanted & set(args) and "node" in args:
+                return int(proc.info["pid"])
+        except psutil.Error:
+            continue
+    return None
+
+
 def is_running(record: ProcessRecord) -> bool:
     """True if ``record.pid`` is alive, not a zombie, and still the process we started."""
     return _process(record) is not None

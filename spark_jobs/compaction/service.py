@@ -38,6 +38,7 @@ from shoal.ids import new_segment_id, validate_table_name
 from shoal.kafka.clients import spark_kafka_options
 from shoal.topics import TopicNames
 from shoal.wire.records import ManifestRecord as WireManifest
+from shoal.worker import Deadline
 from spark_jobs.compaction.book import ChannelBook, ChannelView
 from spark_jobs.compaction.compute import SegmentSource, compute_major, write_major
 from spark_jobs.compaction.policy import CompactionPolicy, decide, minor_run
@@ -334,7 +335,7 @@ class CompactionService:
         """True once the leader published the major on its segments channel (it committed it)."""
         from shoal.kafka.readers import read_manifests
 
-        deadline = time.monotonic() + (timeout_s if timeout_s is not None else self.config.commit_timeout_s)
+        deadline = Deadline(timeout_s if timeout_s is not None else self.config.commit_timeout_s)
         while True:
             rec = read_epoch(self.client.zk, self.client.layout, partition_id)
             if rec.placement_id is not None:
@@ -345,9 +346,9 @@ class CompactionService:
                     seen = []
                 if any(cm.manifest.segment_id == segment_id for cm in seen):
                     return True
-            if time.monotonic() >= deadline:
+            if deadline.expired():
                 return False
-            time.sleep(1.0)
+            deadline.sleep(1.0)
 
 
 def describe(outcomes: list[CompactionOutcome]) -> list[dict[str, Any]]:

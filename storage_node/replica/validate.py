@@ -27,7 +27,8 @@ from shoal.wire.ingest import TABLE_HEADER, ingest_schema, not_null_violation
 @dataclass(frozen=True)
 class Rejected:
     reason: str
-    """A short machine-readable code: undecodable, schema_mismatch, oversized, wrong_table, out_of_range."""
+    """A short machine-readable code: undecodable, schema_mismatch, oversized, wrong_table,
+    key_out_of_range (a partition key outside this partition's range: routed to the wrong one)."""
     detail: str
 
 
@@ -63,7 +64,7 @@ class IngestValidator:
             return Rejected("schema_mismatch", problem)
         problem = self._out_of_range(rows)
         if problem is not None:
-            return Rejected("out_of_range", problem)
+            return Rejected("key_out_of_range", problem)
         return rows
 
     def _out_of_range(self, rows: pa.Table) -> str | None:

@@ -19,7 +19,13 @@ is durable locally (:mod:`storage_node.replication.collect`).
 
 An ack is ``commit`` of the offset just past the segment's last chunk, synchronously, so a
 replica's committed offset on a channel is exactly the set of segments durable on it (the source's
-``acked_servers``). The leader is read from the election's epoch znode (its placement id); when it
+``acked_servers``). The channels are written in transactions, so a commit marker follows a
+transaction's last record: once the consumer reached the end of the channel (a partition EOF,
+delivered after every record before it) and every record it delivered is durable, the Ack moves to
+that end, the consumer's position past the markers, as Kafka's own position does; Kafka's tools
+then show lag 0 on an idle channel. No data record lies between, so the Ack's meaning is unchanged.
+The Ack on the leader's WAL channel and the Consume index follow the same rule with the WAL tail's EOF.
+The leader is read from the election's epoch znode (its placement id); when it
 changes, the follower switches to the new leader's channel, from that group's committed offset.
 """
 
@@ -109,6 +115,12 @@ class PartitionFollower(Worker):
         self._repair: set[str] = set()
         self._acked = -1
         self._out_of_order: dict[str, int] = {}
+        self._delivered = -1
+        """One past the last record the segments consumer delivered (-1: none since it was positioned)."""
+        self._eof: int | None = None
+        """Where the segments consumer last reached the channel's end (its position past markers)."""
+        self._wal_delivered = -1
+        self._wal_eof: int | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -148,6 +160,8 @@ class PartitionFollower(Worker):
             if msg is not None:
                 offset = int(msg.offset() or 0)
                 self._handle(msg)
+            else:
+                self._ack_past_markers()
             self._tail_wal()
         except (ShoalError, KafkaException, OSError, ChunkError) as exc:
             self.stats.errors += 1
@@ -193,7 +207,7 @@ class PartitionFollower(Worker):
         consumer = clients.consumer(
             self.config.kafka,
             group_id=self.group_id,
-            **consumer_overrides(4 * 1024 * 1024),
+            **{**consumer_overrides(4 * 1024 * 1024), "enable.partition.eof": True},
         )
         tp = TopicPartition(topic, 0)
         try:
@@ -201,7 +215,7 @@ class PartitionFollower(Worker):
         except KafkaException as exc:
             consumer.close()
             raise KafkaOperationError(f"cannot read the committed offset of {self.group_id} on {topic}: {exc}") from exc
-        self._acked = committed
+        self._acked, self._delivered, self._eof = committed, -1, None
         start = committed if committed >= 0 and not self._repair else OFFSET_BEGINNING
         consumer.assign([TopicPartition(topic, 0, start)])
         self._consumer, self.topic = consumer, topic
@@ -231,12 +245,12 @@ class PartitionFollower(Worker):
         consumer = clients.consumer(
             self.config.kafka,
             group_id=self.config.topics.consume_group(self.replica.partition_id, self.replica.placement_id),
-            **consumer_overrides(64 * 1024 * 1024),
+            **{**consumer_overrides(64 * 1024 * 1024), "enable.partition.eof": True},
         )
         start = self._leader_channel_end(leader)
         consumer.assign([TopicPartition(topic, 0, start)])
         self._wal, self._wal_topic, self._wal_prev_hash = consumer, topic, None
-        self._wal_acked = -1
+        self._wal_acked, self._wal_delivered, self._wal_eof = -1, -1, None
         if self.replica.overlay is None:
             self.replica.overlay = WalOverlay()
         self.replica.overlay.clear()
@@ -248,6 +262,12 @@ class PartitionFollower(Worker):
         channel = (self.replica.partition_id, self.leader_placement_id)
         overlay = self.replica.overlay
         data = [m for m in msgs if m.error() is None]
+        for m in msgs:
+            err = m.error()
+            if err is None:
+                self._wal_delivered, self._wal_eof = int(m.offset() or 0) + 1, None
+            elif err.code() == KafkaError._PARTITION_EOF:
+                self._wal_eof = int(m.offset() or 0)
         if data and overlay is not None:
             coverage = self.replica.chain.coverage()
             table = self.replica.table
@@ -275,10 +295,18 @@ class PartitionFollower(Worker):
         self._ack_wal()
 
     def _ack_wal(self) -> None:
-        """Ack index on the leader's WAL channel = what this replica's durable segments cover."""
+        """Ack index on the leader's WAL channel = what this replica's durable segments cover, or the
+        tail's position past the commit markers when the tail is at the end and every record it
+        delivered is covered (no data record lies between)."""
         if self._consumer is None or self._wal_topic is None or self.leader_placement_id is None:
             return
         end = self._leader_channel_end(self.leader_placement_id)
+        eof = self._wal_eof
+        if eof is not None and self._wal_delivered <= end < eof:
+            end = eof
+            if self._wal is not None:
+                with contextlib.suppress(KafkaException):  # the Consume index, past the markers too
+                    self._wal.commit(offsets=[TopicPartition(self._wal_topic, 0, eof)], asynchronous=True)
         if end > self._wal_acked:
             self._consumer.commit(offsets=[TopicPartition(self._wal_topic, 0, end)], asynchronous=False)
             self._wal_acked = end
@@ -292,14 +320,26 @@ class PartitionFollower(Worker):
             return None
         err = msg.error()
         if err is not None:
-            if err.code() != KafkaError._PARTITION_EOF:
+            if err.code() == KafkaError._PARTITION_EOF:
+                self._eof = int(msg.offset() or 0)
+            else:
                 log.warning("%s: segments consumer: %s", self.replica.name, err)
             return None
+        self._delivered, self._eof = int(msg.offset() or 0) + 1, None
         return msg
 
     def _seek(self, offset: int) -> None:
         assert self._consumer is not None and self.topic is not None
         self._consumer.assign([TopicPartition(self.topic, 0, offset)])
+        self._delivered, self._eof = -1, None
+
+    def _ack_past_markers(self) -> None:
+        """At the channel's end with every delivered record acked: Ack = the position past the markers."""
+        eof = self._eof
+        consumer, topic = self._consumer, self.topic
+        if eof is not None and consumer is not None and topic is not None and self._delivered <= self._acked < eof:
+            consumer.commit(offsets=[TopicPartition(topic, 0, eof)], asynchronous=False)
+            self._acked = eof
 
     def _ack(self, next_offset: int) -> None:
         """Commit ``next_offset`` (only forwards: a replay from the latest major never lowers the Ack)."""

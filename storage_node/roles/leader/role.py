@@ -39,6 +39,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 import pyarrow as pa
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, TopicPartition
@@ -49,7 +50,7 @@ from shoal.kafka import clients
 from shoal.kafka.admin import create_topic
 from shoal.kafka.transaction import Transaction, TransactionalChannel
 from shoal.wire.records import Gtid, IngestOffset, WalRecord
-from shoal.worker import Worker, wait_any
+from shoal.worker import Backoff, Deadline, Worker, wait_any
 from storage_node.config import LeaderConfig, consumer_overrides
 from storage_node.errors import FencedError, NotLeadingError
 from storage_node.replica import IngestValidator, PartitionReplica, Rejected, minor_backlog, versioned_rows
@@ -62,6 +63,8 @@ from storage_node.roles.leader.recovery import ChainPosition, committed_offset, 
 from storage_node.roles.leader.transaction import delivery_recorder, leader_error, message_offset, wal_channel
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 
 class LeaderRoleState(enum.Enum):
@@ -88,6 +91,8 @@ class LeaderStats:
     stalls: int = 0
     """Loop steps slowed because too many minors awaited compaction (writer stall)."""
     stall_episodes: int = 0
+    startup_retries: int = 0
+    """Start-up steps retried after a transient Kafka error."""
 
 
 class PartitionLeader(Worker):
@@ -203,31 +208,49 @@ class PartitionLeader(Worker):
 
     def open(self) -> None:
         config = self.config
-        admin = clients.admin(config.kafka)
         policy = config.kafka.topics
-        create_topic(admin, self.ingest_topic, policy=policy)
-        create_topic(admin, self.deadletter_topic, policy=policy)
-        create_topic(
-            admin,
-            self.wal_topic,
-            policy=policy,
-            config={"max.message.bytes": str(config.wal_max_message_bytes), "retention.ms": "-1"},
+        retry = self._startup_retry
+
+        def create_topics() -> None:
+            admin = clients.admin(config.kafka)
+            create_topic(admin, self.ingest_topic, policy=policy)
+            create_topic(admin, self.deadletter_topic, policy=policy)
+            create_topic(
+                admin,
+                self.wal_topic,
+                policy=policy,
+                config={"max.message.bytes": str(config.wal_max_message_bytes), "retention.ms": "-1"},
+            )
+
+        def claim() -> None:
+            try:
+                self._channel.open()  # fences any older incarnation, aborts its open transaction
+            except KafkaOperationError as exc:
+                what = f"cannot claim WAL channel {self.wal_topic}: {exc}"
+                raise KafkaOperationError(what, exc.kafka_error) from exc
+
+        retry("create topics", create_topics)
+        retry("claim the WAL channel", claim)
+        # replay reads every record before it appends one: a Kafka error leaves the memtable unchanged
+        replayed = retry(
+            "replay the WAL",
+            lambda: replay_wal(self.replica, config.kafka, self.wal_topic, self.validator.schema, self._chain),
         )
-        try:
-            self._channel.open()  # fences any older incarnation, aborts its open transaction
-        except KafkaOperationError as exc:
-            raise KafkaOperationError(f"cannot claim WAL channel {self.wal_topic}: {exc}", exc.kafka_error) from exc
-        replayed = replay_wal(self.replica, config.kafka, self.wal_topic, self.validator.schema, self._chain)
         self.stats.replayed_records += replayed.records
         self.stats.replayed_rows += replayed.rows
         if self.peers is not None:
-            adopted = adopt_channels(
-                self.replica,
-                config.kafka,
-                topics=config.topics,
-                peers=list(self.peers()),
-                epoch=self._current_epoch(),
-                schema=self.validator.schema,
+            peers = self.peers
+            # adoption is idempotent: a channel adopted before the error is covered by the chain now
+            adopted = retry(
+                "adopt the other placements' WAL channels",
+                lambda: adopt_channels(
+                    self.replica,
+                    config.kafka,
+                    topics=config.topics,
+                    peers=list(peers()),
+                    epoch=self._current_epoch(),
+                    schema=self.validator.schema,
+                ),
             )
             self.stats.adopted_segments += len(adopted)
         self.publisher = SegmentPublisher(
@@ -255,6 +278,23 @@ class PartitionLeader(Worker):
         consumer.assign([TopicPartition(self.ingest_topic, 0, committed if committed >= 0 else OFFSET_BEGINNING)])
         self._consumer = consumer
         log.info("%s: leading from ingest offset %s", self.replica.name, committed)
+
+    def _startup_retry(self, what: str, call: Callable[[], T]) -> T:
+        """``call()``, retried with :class:`~shoal.worker.Backoff` while it raises a transient
+        (``retriable``) :class:`KafkaOperationError` and ``startup_retry_s`` has not passed: a topic
+        created a moment before answers NOT_LEADER_FOR_PARTITION until its leader is known."""
+        deadline, backoff = Deadline(self.config.startup_retry_s), Backoff(initial_s=0.2, maximum_s=3.0)
+        while True:
+            try:
+                return call()
+            except KafkaOperationError as exc:
+                if not exc.retriable or self.stopping.is_set() or deadline.expired():
+                    raise
+                delay = min(backoff.next_delay(), max(deadline.remaining(), 0.0))
+                self.stats.startup_retries += 1
+                log.warning("%s: cannot %s yet (retrying in %.1fs): %s", self.replica.name, what, delay, exc)
+                if self.stopping.wait(delay):
+                    raise
 
     # -- the loop ------------------------------------------------------------------------------
 

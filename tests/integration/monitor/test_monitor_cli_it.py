@@ -19,7 +19,17 @@ from shoal_app.schemas import validate
 pytestmark = pytest.mark.integration
 
 # The shape of monitor/models.py (docs/schemas/monitor-snapshot.json): every object has exactly these keys.
-TOP = {"version", "generated_at", "cluster_id", "status", "window", "tables", "spark_queries", "problems"}
+TOP = {
+    "version",
+    "generated_at",
+    "cluster_id",
+    "status",
+    "window",
+    "tables",
+    "spark_queries",
+    "compaction_intake",
+    "problems",
+}
 WINDOW = {"samples", "interval_s", "warn_samples"}
 TABLE = {"table", "status", "partitions"}
 PARTITION = {"partition_id", "status", "leader", "epoch", "leader_changes", "ingest", "wal", "segments"}
@@ -51,6 +61,7 @@ SEGMENTS = CHANNEL | {
 SEGMENT = {"offset", "segment_id", "is_major", "created_at_ms", "size_bytes", "row_count", "acked_by"}
 SEG_REPLICA = {"server_id", "placement_id", "role", "ack_group", "ack_index", "unacked_segments"} | LAG
 SPARK = {"query", "group", "status", "lag_records", "partitions"}
+GROUP = {"group", "status", "lag_records", "partitions"}
 SPARK_PART = {"topic", "partition", "committed", "log_start", "log_end"} | LAG
 PROBLEM = {"where", "status", "reason"}
 STATUSES = {"OK", "WARN", "STALL", "STOP", "REWIND", "ERR"}
@@ -80,6 +91,10 @@ def check_shape(snap: dict[str, Any]) -> None:
     for q in snap["spark_queries"]:
         assert set(q) == SPARK
         for pp in q["partitions"]:
+            assert set(pp) == SPARK_PART
+    for g in snap["compaction_intake"]:
+        assert set(g) == GROUP
+        for pp in g["partitions"]:
             assert set(pp) == SPARK_PART
     for pr in snap["problems"]:
         assert set(pr) == PROBLEM
@@ -118,6 +133,16 @@ def test_offsets_json_shape_segments_and_spark_lag(cluster: Any, zk_hosts: str, 
         c = Consumer({"bootstrap.servers": bs, "group.id": spark_group, "enable.auto.commit": False})
         c.commit(offsets=[TopicPartition(src, 0, 2)], asynchronous=False)
         c.close()
+        # the leader's compaction intake group on the partition's compaction topic, caught up
+        compaction = env.topics.compaction(env.pid)
+        create_topic(clients.admin(KafkaSettings(bs)), compaction, policy=TopicPolicy())
+        for i in range(2):
+            p.produce(compaction, f"m{i}".encode())
+        p.flush(30)
+        intake_group = f"{topic_prefix}.compaction-intake.{env.pid}.{leader_pl}"
+        c = Consumer({"bootstrap.servers": bs, "group.id": intake_group, "enable.auto.commit": False})
+        c.commit(offsets=[TopicPartition(compaction, 0, 2)], asynchronous=False)
+        c.close()
 
         conn = ["--zk", zk_hosts, "--bootstrap-servers", bs, "--topic-prefix", topic_prefix]
         runner = CliRunner()
@@ -140,6 +165,9 @@ def test_offsets_json_shape_segments_and_spark_lag(cluster: Any, zk_hosts: str, 
         (q,) = snap["spark_queries"]
         assert (q["query"], q["group"], q["lag_records"]) == ("q1", spark_group, 3)
         assert q["partitions"][0]["committed"] == 2 and q["partitions"][0]["lag_seconds"] >= 0
+        (g,) = snap["compaction_intake"]
+        assert (g["group"], g["lag_records"], g["status"]) == (intake_group, 0, "OK")
+        assert g["partitions"][0]["topic"] == compaction and g["partitions"][0]["committed"] == 2
 
         # --watch --count: one JSON document per line, per poll
         res = runner.invoke(
@@ -154,6 +182,7 @@ def test_offsets_json_shape_segments_and_spark_lag(cluster: Any, zk_hosts: str, 
         assert f"partition {env.pid}  leader node-1#{leader_pl} epoch 1" in res.stdout
         assert f"@0 {ids[0]} major  acked by #{env.follower.placement_id}" in res.stdout
         assert "spark query q1  lag 3" in res.stdout
+        assert f"compaction intake {intake_group}  lag 0  OK" in res.stdout
 
         res = runner.invoke(cli, ["offsets", "nosuchtable", *conn])
         assert res.exit_code != 0 and "nosuchtable" in res.output

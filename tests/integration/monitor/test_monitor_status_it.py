@@ -222,8 +222,36 @@ def test_old_leaders_channel_is_settled_once_segments_cover_it(
         row = orphan_row(poll_json(col))
         assert row["covered_index"] == last + 1
         assert row["status"] == "OK" and "covered by segments" in row["reason"], row
+        assert row["lag_records"] == 0 and row["lag_seconds"] == 0, row  # shown as caught up, like the status
     finally:
         col.close()
         old.close()
         seg.close()
+        env.close()
+
+
+def test_a_partition_whose_leader_accepts_nothing_is_a_stuck_partition_problem(
+    cluster: Any, zk_hosts: str, topic_prefix: str
+) -> None:
+    """Writes keep arriving on the ingest topic, the accepted index never moves: after ``warn_samples``
+    polls the partition is STOP with a "leaderless or stuck partition" problem (red on the page)."""
+    from confluent_kafka import Producer
+
+    env = make_env(cluster.bootstrap_servers, zk_hosts, topic_prefix)
+    col = make_collector(env)
+    producer = Producer({"bootstrap.servers": cluster.bootstrap_servers})
+    ingest = env.topics.ingest(env.pid)
+    try:
+        snaps = []
+        for i in range(4):
+            for j in range(i + 1):
+                producer.produce(ingest, f"w{i}-{j}".encode(), partition=0)
+            assert producer.flush(30) == 0
+            snaps.append(poll_json(col))
+        part = snaps[-1]["tables"][0]["partitions"][0]
+        stuck = [pr for pr in snaps[-1]["problems"] if "leaderless or stuck partition" in pr["reason"]]
+        assert stuck and stuck[0]["status"] == "STOP" and part["status"] == "STOP", snaps[-1]["problems"]
+        assert not any("leaderless" in pr["reason"] for pr in snaps[0]["problems"])  # one poll says nothing
+    finally:
+        col.close()
         env.close()

@@ -6,21 +6,25 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 from confluent_kafka import Consumer, Producer, TopicPartition
 
+from metadata.client import MetadataConfig
 from metadata.table import Column, ColumnType, TableDefinition
 from shoal.ids import new_partition_id
 from shoal.kafka.settings import KafkaSettings
 from shoal.topics import TopicNames
 from shoal.wire.arrow_ipc import encode_batch
 from shoal.wire.ingest import TABLE_HEADER, ingest_schema
-from storage_node.config import FlushPolicy, LeaderConfig
+from storage_node.config import FlushPolicy, LeaderConfig, NodeConfig
+from storage_node.node import StorageNode
 from storage_node.replica import PartitionReplica
 from storage_node.roles.leader import PartitionLeader
 
@@ -202,3 +206,26 @@ class NodeProcesses:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+@contextmanager
+def in_process_nodes(meta: MetadataConfig, base: Path, ids: Sequence[str]) -> Iterator[dict[str, StorageNode]]:
+    """Storage nodes on threads of this process (flush every 20 rows or 1 s), stopped on exit."""
+    nodes: dict[str, StorageNode] = {}
+    threads: list[threading.Thread] = []
+    try:
+        for n in ids:
+            config = NodeConfig(
+                n, base / n, meta.connection, flush=FlushPolicy(max_rows=20, max_age_s=1.0), table_poll_s=0.2
+            )
+            node = nodes[n] = StorageNode(config, metadata=meta)
+            thread = threading.Thread(target=node.run, daemon=True, name=f"node-{n}")
+            thread.start()
+            threads.append(thread)
+            assert node.ready.wait(60)
+        yield nodes
+    finally:
+        for node in nodes.values():
+            node.stop()
+        for thread in threads:
+            thread.join(60)

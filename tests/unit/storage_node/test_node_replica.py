@@ -89,7 +89,7 @@ def test_validator_reasons() -> None:
     assert reason(None) == "undecodable"
     assert reason(encode_batch(pa.table({"k": pa.array([1], pa.int64())}))) == "schema_mismatch"
     assert reason(b"x" * 5000) == "oversized"
-    assert reason(encode_batch(ingest([100], ["x"]))) == "out_of_range"
+    assert reason(encode_batch(ingest([100], ["x"]))) == "key_out_of_range"
     assert reason(encode_batch(ingest([1], ["x"])), [("shoal.table", b"other")]) == "wrong_table"
 
 

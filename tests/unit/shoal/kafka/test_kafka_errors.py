@@ -58,3 +58,10 @@ def test_bounded_caller_runs_calls_on_one_thread_and_bounds_them() -> None:
     assert caller.wedged
     with pytest.raises(WedgedCallError):
         caller.call("again", lambda: None, 1)
+
+
+def test_transient_codes_without_the_flag_classify_as_retriable() -> None:
+    """librdkafka's plain APIs (watermarks, list_offsets) report NOT_LEADER_FOR_PARTITION unflagged."""
+    error = classify(KafkaException(KafkaError(KafkaError.NOT_LEADER_FOR_PARTITION)), "read offsets")
+    assert error.retriable and not error.fatal and error.code == KafkaError.NOT_LEADER_FOR_PARTITION
+    assert not classify(KafkaException(KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED)), "x").retriable
