@@ -138,11 +138,13 @@ def run_raw(ep: common.Endpoints, args: argparse.Namespace, payloads: list[bytes
 
     from shoal.kafka import clients
     from shoal.kafka.admin import create_topic
-    from shoal.kafka.settings import KafkaSettings
+    from shoal.kafka.settings import KafkaSettings, TopicPolicy
 
     topic = f"bench-raw-{uuid.uuid4().hex[:10]}"
     # the baseline: plain confluent-kafka clients with the same tuning as shoal's producer and leader
-    create_topic(clients.admin(KafkaSettings(ep.bootstrap_servers)), topic, partitions=args.partitions)
+    create_topic(
+        clients.admin(KafkaSettings(ep.bootstrap_servers)), topic, policy=TopicPolicy(), partitions=args.partitions
+    )
     producer = Producer(
         {
             "bootstrap.servers": ep.bootstrap_servers,

@@ -36,7 +36,6 @@ class MetadataConfig(ConnectionFields):
 
     connection: ConnectionSettings
     zk_timeout_s: float = 10.0
-    metadata_topic_replication_factor: int = 1
     zk_world_readable: bool = False
 
     def __init__(
@@ -47,7 +46,6 @@ class MetadataConfig(ConnectionFields):
         zk_root: str = "/shoal",
         zk_timeout_s: float = 10.0,
         security: ZkSecurity | None = None,
-        metadata_topic_replication_factor: int = 1,
         kafka_config: Mapping[str, Any] | None = None,
         *,
         connection: ConnectionSettings | None = None,
@@ -70,7 +68,6 @@ class MetadataConfig(ConnectionFields):
             raise ConfigError("MetadataConfig takes either connection= or the flat connection fields, not both")
         object.__setattr__(self, "connection", connection)
         object.__setattr__(self, "zk_timeout_s", zk_timeout_s)
-        object.__setattr__(self, "metadata_topic_replication_factor", metadata_topic_replication_factor)
         object.__setattr__(self, "zk_world_readable", zk_world_readable)
         TopicNames(connection.topic_prefix)
         ZkLayout(connection.zk_root)
@@ -131,13 +128,7 @@ class MetadataClient:
     @property
     def store(self) -> KafkaFileStore:
         if self._store is None:
-            self._store = KafkaFileStore(
-                KafkaStoreConfig(
-                    self.config.kafka,
-                    topic_prefix=self.config.topic_prefix,
-                    replication_factor=self.config.metadata_topic_replication_factor,
-                )
-            )
+            self._store = KafkaFileStore(KafkaStoreConfig(self.config.kafka, topic_prefix=self.config.topic_prefix))
         return self._store
 
     @property

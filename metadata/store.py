@@ -24,8 +24,9 @@ from typing import Any, Protocol
 
 from metadata.errors import MetadataDecodeError, MetadataFileNotFoundError, MetadataStoreError
 from metadata.metadata_file import MetadataFile, parse_store_key, store_key
-from shoal.errors import ConfigError
+from shoal.errors import ConfigError, KafkaOperationError
 from shoal.kafka import clients
+from shoal.kafka.admin import create_topic
 from shoal.kafka.settings import KafkaSettings
 from shoal.topics import TopicNames
 
@@ -140,8 +141,6 @@ class KafkaStoreConfig:
     kafka: KafkaSettings
     """How to reach Kafka (a bare ``host:port`` list is accepted too)."""
     topic_prefix: str = "shoal"
-    replication_factor: int = 1
-    min_insync_replicas: int | None = None
     timeout_s: float = 30.0
 
     def __post_init__(self) -> None:
@@ -151,16 +150,37 @@ class KafkaStoreConfig:
             except ConfigError as exc:
                 raise ConfigError(f"metadata store: {exc}") from exc
         TopicNames(self.topic_prefix)  # validates the prefix
-        if self.replication_factor < 1:
-            raise ConfigError(f"metadata topic replication_factor must be >= 1, got {self.replication_factor}")
-        if self.min_insync_replicas is not None and not 1 <= self.min_insync_replicas <= self.replication_factor:
-            raise ConfigError("metadata topic min_insync_replicas must be in [1, replication_factor]")
         if self.timeout_s <= 0:
             raise ConfigError(f"metadata store timeout_s must be > 0, got {self.timeout_s}")
 
     @property
     def topic(self) -> str:
         return TopicNames(self.topic_prefix).metadata
+
+
+class _Waiting:
+    """Progress of a read that waits for the metadata topic (a new partition leader after a broker
+    loss): a warning on the log (stderr for the CLI) at most every few seconds."""
+
+    EVERY_S = 3.0
+
+    def __init__(self, topic: str, timeout_s: float) -> None:
+        self.topic, self.timeout_s = topic, timeout_s
+        self.started = time.monotonic()
+        self.last = self.started
+
+    def report(self, reason: object) -> None:
+        now = time.monotonic()
+        if now - self.last >= self.EVERY_S:
+            self.last = now
+            log.warning(
+                "waiting for metadata topic %s (%.0fs of %.0fs; a new partition leader is elected after a "
+                "broker loss): %s",
+                self.topic,
+                now - self.started,
+                self.timeout_s,
+                reason,
+            )
 
 
 class KafkaFileStore:
@@ -196,26 +216,24 @@ class KafkaFileStore:
                 self._consumer = None
 
     def ensure_topic(self) -> None:
-        """Create the compacted topic (1 partition) if it is missing; refuse one that is not compacted."""
+        """Create the compacted topic (1 partition, replicated by the topic policy of ``kafka``) if it
+        is missing; refuse one that is not compacted."""
         if self._topic_ready:
             return
-        from confluent_kafka import KafkaError, KafkaException
-        from confluent_kafka.admin import ConfigResource, NewTopic
+        from confluent_kafka import KafkaException
+        from confluent_kafka.admin import ConfigResource
 
         admin = clients.admin(self.config.kafka)
         cfg = {"cleanup.policy": "compact", "min.compaction.lag.ms": "60000"}
-        if self.config.min_insync_replicas is not None:
-            cfg["min.insync.replicas"] = str(self.config.min_insync_replicas)
-        new = NewTopic(self.topic, num_partitions=1, replication_factor=self.config.replication_factor, config=cfg)
         try:
-            admin.create_topics([new], operation_timeout=self.config.timeout_s)[self.topic].result(
-                self.config.timeout_s
+            create_topic(
+                admin, self.topic, policy=self.config.kafka.topics, config=cfg, timeout_s=self.config.timeout_s
             )
-            log.info("created compacted metadata topic %s", self.topic)
-        except KafkaException as exc:
-            err = exc.args[0] if exc.args else None
-            if getattr(err, "code", lambda: None)() != KafkaError.TOPIC_ALREADY_EXISTS:
-                raise MetadataStoreError(f"cannot create metadata topic {self.topic}: {exc}") from exc
+        except KafkaOperationError as exc:
+            raise MetadataStoreError(
+                f"metadata topic {self.topic} is not available (no partition leader within "
+                f"{self.config.timeout_s}s: are its brokers down?): {exc}"
+            ) from exc
         deadline = time.monotonic() + self.config.timeout_s
         while True:  # a topic just created may take a moment to have a leader and configs
             try:
@@ -303,14 +321,19 @@ class KafkaFileStore:
             consumer = self._get_consumer()
             tp = TopicPartition(self.topic, 0)
             deadline = time.monotonic() + self.config.timeout_s
+            waiting = _Waiting(self.topic, self.config.timeout_s)
             while True:
                 try:
-                    _, high = consumer.get_watermark_offsets(tp, timeout=self.config.timeout_s, cached=False)
+                    _, high = consumer.get_watermark_offsets(tp, timeout=min(5.0, self.config.timeout_s), cached=False)
                     break
                 except KafkaException as exc:
                     if time.monotonic() > deadline:
-                        raise MetadataStoreError(f"cannot read watermarks of {self.topic}: {exc}") from exc
-                    time.sleep(0.1)
+                        raise MetadataStoreError(
+                            f"cannot read watermarks of {self.topic} within {self.config.timeout_s}s "
+                            f"(no partition leader: are its brokers down?): {exc}"
+                        ) from exc
+                    waiting.report(exc)
+                    time.sleep(0.2)
             while self._position < high:
                 if time.monotonic() > deadline:
                     raise MetadataStoreError(
@@ -324,6 +347,9 @@ class KafkaFileStore:
                         self._position = pos
                     continue
                 if msg.error():
+                    if msg.error().retriable() or not msg.error().fatal():
+                        waiting.report(msg.error())  # e.g. a leader change: the consumer follows the new one
+                        continue
                     raise MetadataStoreError(f"reading {self.topic} failed: {msg.error()}")
                 self._position = msg.offset() + 1
                 try:

@@ -65,7 +65,6 @@ class ProducerConfig(ConnectionFields):
     max_row_bytes: int = 512 * 1024
     linger_ms: int = 5
     create_topics: bool = True
-    topic_replication_factor: int = -1
     topic_timeout_s: float = 30.0
     watch_metadata: bool = True
     sync_policy: SyncPolicy = field(default_factory=SyncPolicy)

@@ -325,7 +325,7 @@ class Producer:
             self.admin,
             topic,
             partitions=1,
-            replication_factor=self.config.topic_replication_factor,
+            policy=self.config.kafka.topics,
             timeout_s=self.config.topic_timeout_s,
         )
         with self._lock:

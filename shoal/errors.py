@@ -74,6 +74,19 @@ class KafkaOperationError(ShoalError):
         return None if self.kafka_error is None else int(self.kafka_error.code())
 
 
+class ReassignmentError(KafkaOperationError):
+    """Kafka's partition reassignment tool failed or did not finish: ``topics`` it was moving,
+    ``returncode`` and ``output`` of the tool (None when it ran fine but the replicas never caught up)."""
+
+    def __init__(
+        self, message: str, topics: tuple[str, ...] = (), returncode: int | None = None, output: str = ""
+    ) -> None:
+        super().__init__(message)
+        self.topics = topics
+        self.returncode = returncode
+        self.output = output
+
+
 class MetadataError(ShoalError):
     """Base for metadata (ZooKeeper, METADATA file) errors."""
 

@@ -33,6 +33,8 @@ SCHEMAS: dict[str, Callable[[], dict[str, Any]]] = {
     **{name: _model(m) for name, m in monitor_models.SCHEMAS.items()},
     "cli-status": _model(cli.ClusterStatus),
     "cli-stopped": _model(cli.Stopped),
+    "cli-started": _model(cli.Started),
+    "cli-admin-fix-replication": _model(cli.ReplicationFix),
     "cli-jars": _model(cli.Jars),
     "cli-table-describe": _model(cli.TableDescription),
     "cli-table-list": _model(cli.TableList),

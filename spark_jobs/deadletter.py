@@ -89,7 +89,7 @@ def _producer(target: DeadletterTarget) -> Any:
     from shoal.kafka import clients
     from shoal.kafka.admin import create_topic
 
-    create_topic(clients.admin(target.kafka), target.topic)
+    create_topic(clients.admin(target.kafka), target.topic, policy=target.kafka.topics)
     return clients.producer(target.kafka)
 
 

@@ -51,8 +51,6 @@ class LeaderConfig:
     max_deadletter_payload_bytes: int = 900 * 1024
     """A rejected payload larger than this is not copied to deadletter (its size is in a header)."""
     wal_max_message_bytes: int = 32 * 1024 * 1024
-    topic_replication_factor: int = -1
-    """-1 = the broker default."""
     transaction_timeout_ms: int = 60_000
     transaction_call_timeout_s: float = 30.0
     """librdkafka's own timeout of init_transactions / send_offsets_to_transaction / commit / abort.

@@ -1,8 +1,15 @@
-"""Topic administration over confluent-kafka's AdminClient (errors classified as KafkaOperationError)."""
+"""Topic administration over confluent-kafka's AdminClient (errors classified as KafkaOperationError).
+
+:func:`create_topic` applies the :class:`~shoal.kafka.settings.TopicPolicy` (replication factor and
+``min.insync.replicas``) to every topic shoal creates; :func:`topic_health` and
+:func:`warn_under_replicated` check existing topics against it (DESIGN.md section 1).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import logging
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -10,33 +17,78 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from shoal.errors import KafkaOperationError
 from shoal.kafka import clients
 from shoal.kafka.errors import classify, error_code
-from shoal.kafka.settings import KafkaSettings
+from shoal.kafka.settings import KafkaSettings, TopicPolicy
 from shoal.worker import Deadline
+
+log = logging.getLogger(__name__)
+
+FIX_REPLICATION_COMMAND = "shoal admin fix-replication --wait"
+"""The command that raises shoal's topics to the topic policy (named by every warning)."""
+
+
+def live_brokers(admin: AdminClient, timeout_s: float = 10.0) -> int:
+    """How many brokers the cluster metadata lists (the live ones)."""
+    try:
+        return len(admin.list_topics(timeout=timeout_s).brokers)
+    except KafkaException as exc:
+        raise classify(exc, "cannot list the brokers") from exc
 
 
 def create_topic(
     admin: AdminClient,
     name: str,
     *,
+    policy: TopicPolicy,
     partitions: int = 1,
-    replication_factor: int = -1,
     config: Mapping[str, str] | None = None,
     timeout_s: float = 30.0,
 ) -> None:
-    """Create a topic and wait until every partition has a leader; an existing topic is not an error."""
+    """Create a topic with the replication ``policy`` decides for the live brokers (and its
+    ``min.insync.replicas``) and wait until every partition has a leader. An existing topic is not
+    an error; one below the policy gets a loud warning, once per process (:func:`warn_under_replicated`):
+    every process checks the topics it uses when it starts using them."""
+    try:
+        md = admin.list_topics(timeout=min(10.0, timeout_s))  # all topics: never auto-creates one
+    except KafkaException as exc:
+        raise classify(exc, "cannot list the brokers") from exc
+    known = md.topics.get(name)
+    if known is not None and known.error is None and known.partitions:
+        # No CreateTopics for a topic that exists: it needs the controller, which a broker loss
+        # can leave unavailable for a while, while the topic itself can be read and written.
+        _use_existing(admin, name, policy, timeout_s)
+        return
+    rf = policy.replication_factor_for(len(md.brokers))
+    topic_config = {"min.insync.replicas": str(policy.min_insync_replicas_for(rf)), **dict(config or {})}
     futures = admin.create_topics(
-        [NewTopic(name, num_partitions=partitions, replication_factor=replication_factor, config=dict(config or {}))],
+        [NewTopic(name, num_partitions=partitions, replication_factor=rf, config=topic_config)],
         operation_timeout=timeout_s,
         request_timeout=timeout_s,
     )
+    existed = False
     try:
         futures[name].result(timeout=timeout_s)
     except KafkaException as exc:
         if error_code(exc) != KafkaError.TOPIC_ALREADY_EXISTS:
             raise classify(exc, f"cannot create topic {name!r}") from exc
+        existed = True
     finally:
         admin.poll(0)  # emit librdkafka's log lines
+    if existed:
+        _use_existing(admin, name, policy, timeout_s)
+    else:
+        wait_for_topic(admin, name, timeout_s=timeout_s)
+
+
+def _use_existing(admin: AdminClient, name: str, policy: TopicPolicy, timeout_s: float) -> None:
+    """Wait for a leader of every partition of an existing topic; warn once if it is below the policy."""
     wait_for_topic(admin, name, timeout_s=timeout_s)
+    if name not in _checked:
+        _checked.add(name)
+        warn_under_replicated(admin, [name], policy, who="shoal", timeout_s=timeout_s)
+
+
+_checked: set[str] = set()
+"""Existing topics this process has checked against the policy (one warning per topic, not per use)."""
 
 
 def wait_for_topic(admin: AdminClient, name: str, *, timeout_s: float = 30.0) -> int:
@@ -84,3 +136,100 @@ def log_start_and_end(
     finally:
         consumer.close()
     return int(low), int(high)
+
+
+@dataclass(frozen=True)
+class TopicHealth:
+    """One topic measured against the topic policy: its smallest replica count, partitions without
+    a leader and with fewer in-sync replicas than replicas."""
+
+    topic: str
+    exists: bool
+    replication_factor: int
+    wanted_replication_factor: int
+    leaderless_partitions: tuple[int, ...] = ()
+    under_replicated_partitions: tuple[int, ...] = ()
+
+    @property
+    def below_policy(self) -> bool:
+        return self.exists and self.replication_factor < self.wanted_replication_factor
+
+    @property
+    def problems(self) -> list[str]:
+        """One line per problem (empty: healthy, or not created yet)."""
+        out: list[str] = []
+        if self.below_policy:
+            out.append(
+                f"topic {self.topic} has replication factor {self.replication_factor}, below the policy's "
+                f"{self.wanted_replication_factor} (fix: {FIX_REPLICATION_COMMAND})"
+            )
+        if self.leaderless_partitions:
+            out.append(f"topic {self.topic} has no leader for partition(s) {list(self.leaderless_partitions)}")
+        if self.under_replicated_partitions:
+            out.append(
+                f"topic {self.topic} is under-replicated (in-sync < replicas) in partition(s) "
+                f"{list(self.under_replicated_partitions)}"
+            )
+        return out
+
+
+def topic_health(
+    admin: AdminClient, topics: Iterable[str], policy: TopicPolicy, timeout_s: float = 10.0
+) -> list[TopicHealth]:
+    """The health of ``topics`` (from one cluster metadata request), measured against ``policy``."""
+    try:
+        md = admin.list_topics(timeout=timeout_s)
+    except KafkaException as exc:
+        raise classify(exc, "cannot read the cluster metadata") from exc
+    wanted = policy.replication_factor_for(len(md.brokers))
+    out: list[TopicHealth] = []
+    for name in topics:
+        tmd = md.topics.get(name)
+        if tmd is None or tmd.error is not None or not tmd.partitions:
+            out.append(TopicHealth(name, False, 0, wanted))
+            continue
+        parts = tmd.partitions.values()
+        out.append(
+            TopicHealth(
+                name,
+                True,
+                min(len(p.replicas) for p in parts),
+                wanted,
+                tuple(sorted(p.id for p in parts if p.leader < 0)),
+                tuple(sorted(p.id for p in parts if p.leader >= 0 and len(p.isrs) < len(p.replicas))),
+            )
+        )
+    return out
+
+
+def shoal_topics(admin: AdminClient, topic_prefix: str, timeout_s: float = 10.0) -> list[str]:
+    """Every topic named under ``topic_prefix`` (the topics shoal created), sorted."""
+    try:
+        names = admin.list_topics(timeout=timeout_s).topics
+    except KafkaException as exc:
+        raise classify(exc, "cannot list topics") from exc
+    return sorted(name for name in names if name.startswith(f"{topic_prefix}."))
+
+
+def warn_under_replicated(
+    admin: AdminClient, topics: Iterable[str], policy: TopicPolicy, *, who: str, timeout_s: float = 10.0
+) -> list[TopicHealth]:
+    """Check ``topics`` against ``policy`` and log one loud warning per topic below it, naming the
+    topic and the command that fixes it; return the topics below it. A cluster that cannot be asked
+    is logged and skipped (the caller's own requests report that)."""
+    try:
+        below = [h for h in topic_health(admin, topics, policy, timeout_s) if h.below_policy]
+    except KafkaOperationError as exc:
+        log.warning("%s: cannot check topic replication: %s", who, exc)
+        return []
+    for health in below:
+        log.warning(
+            "%s: REPLICATION BELOW POLICY: topic %s has replication factor %d, the policy wants %d; "
+            "losing one broker can lose or block it. Fix: %s",
+            who,
+            health.topic,
+            health.replication_factor,
+            health.wanted_replication_factor,
+            FIX_REPLICATION_COMMAND,
+        )
+    return below

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from shoal import cluster_file
@@ -51,6 +51,69 @@ class Secret:
         return hash(self._value)
 
 
+MAX_POLICY_REPLICATION_FACTOR = 3
+"""The replication factor of shoal's topics when the cluster has that many live brokers."""
+MAX_POLICY_MIN_INSYNC_REPLICAS = 2
+"""``min.insync.replicas`` of shoal's topics when their replication factor allows it."""
+
+
+@dataclass(frozen=True)
+class TopicPolicy:
+    """The replication of every topic shoal creates (DESIGN.md section 1): the one place that decides it.
+
+    ``None`` means "as the cluster allows": replication factor min(3, live brokers) and
+    ``min.insync.replicas`` min(2, replication factor). A configured replication factor is used as
+    given (Kafka refuses one above the live brokers); a configured ``min.insync.replicas`` is capped
+    by the replication factor, so an acks=all write never needs more copies than the topic has.
+    """
+
+    replication_factor: int | None = None
+    min_insync_replicas: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("replication_factor", "min_insync_replicas"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise ConfigError(f"topic_{name} must be an int >= 1, got {value!r:.40}")
+        if (
+            self.replication_factor is not None
+            and self.min_insync_replicas is not None
+            and self.min_insync_replicas > self.replication_factor
+        ):
+            raise ConfigError(
+                f"topic min_insync_replicas {self.min_insync_replicas} exceeds the replication factor "
+                f"{self.replication_factor}"
+            )
+
+    def replication_factor_for(self, live_brokers: int) -> int:
+        """The replication factor of a topic created on a cluster with ``live_brokers`` brokers."""
+        if self.replication_factor is not None:
+            return self.replication_factor
+        return max(1, min(MAX_POLICY_REPLICATION_FACTOR, live_brokers))
+
+    def min_insync_replicas_for(self, replication_factor: int) -> int:
+        """``min.insync.replicas`` of a topic with ``replication_factor`` replicas."""
+        wanted = MAX_POLICY_MIN_INSYNC_REPLICAS if self.min_insync_replicas is None else self.min_insync_replicas
+        return max(1, min(wanted, replication_factor))
+
+    @classmethod
+    def parse(cls, replication_factor: str | None, min_insync_replicas: str | None) -> TopicPolicy:
+        """From option or environment text (empty or None: as the cluster allows)."""
+        return cls(
+            _positive_int("replication_factor", replication_factor),
+            _positive_int("min_insync_replicas", min_insync_replicas),
+        )
+
+
+def _positive_int(name: str, text: str | None) -> int | None:
+    if text is None or str(text).strip() == "":
+        return None
+    try:
+        return int(str(text).strip())
+    except ValueError:
+        raise ConfigError(f"topic_{name} must be an int >= 1, got {text!r:.40}") from None
+
+
 @dataclass(frozen=True)
 class KafkaSettings:
     """How to reach Kafka. ``passthrough`` holds further librdkafka settings (librdkafka names) that
@@ -64,6 +127,8 @@ class KafkaSettings:
     ssl_ca_location: str | None = None
     passthrough: Mapping[str, str] = field(default_factory=dict, hash=False, repr=False)
     """Not shown by ``repr``: librdkafka settings may hold credentials."""
+    topics: TopicPolicy = field(default_factory=TopicPolicy)
+    """The replication of every topic shoal creates (:func:`shoal.kafka.admin.create_topic`)."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.bootstrap_servers, str) or not self.bootstrap_servers.strip():
@@ -94,15 +159,7 @@ class KafkaSettings:
 
     def with_passthrough(self, **extra: str) -> KafkaSettings:
         """A copy with more passthrough settings (librdkafka names, given as ``**{"a.b": "v"}``)."""
-        return KafkaSettings(
-            self.bootstrap_servers,
-            self.security_protocol,
-            self.sasl_mechanism,
-            self.sasl_username,
-            self.sasl_password,
-            self.ssl_ca_location,
-            {**self.passthrough, **extra},
-        )
+        return replace(self, passthrough={**self.passthrough, **extra})
 
 
 @dataclass(frozen=True)
@@ -149,7 +206,8 @@ class ConnectionSettings:
 
         Option keys: the field names (``bootstrap_servers``, ``zk_hosts``, ``zk_root``,
         ``topic_prefix``, ``zk_user``, ``zk_password``, ``security_protocol``, ``sasl_mechanism``,
-        ``sasl_username``, ``sasl_password``, ``ssl_ca_location``) and ``kafka_passthrough`` (a
+        ``sasl_username``, ``sasl_password``, ``ssl_ca_location``, ``topic_replication_factor``,
+        ``topic_min_insync_replicas``) and ``kafka_passthrough`` (a
         mapping of librdkafka settings). ConfigError names what is missing or invalid.
         """
         unknown = set(options) - set(_ENV) - {"kafka_passthrough"}
@@ -178,6 +236,9 @@ class ConnectionSettings:
                 sasl_password=None if password is None else Secret(password),
                 ssl_ca_location=values.get("ssl_ca_location"),
                 passthrough=passthrough,
+                topics=TopicPolicy.parse(
+                    values.get("topic_replication_factor"), values.get("topic_min_insync_replicas")
+                ),
             )
             return cls(
                 kafka=kafka,
@@ -235,6 +296,8 @@ _ENV = {
     "sasl_username": "SHOAL_KAFKA_SASL_USERNAME",
     "sasl_password": "SHOAL_KAFKA_SASL_PASSWORD",
     "ssl_ca_location": "SHOAL_KAFKA_SSL_CA_LOCATION",
+    "topic_replication_factor": "SHOAL_TOPIC_REPLICATION_FACTOR",
+    "topic_min_insync_replicas": "SHOAL_TOPIC_MIN_INSYNC_REPLICAS",
 }
 """Option key -> the environment variable that fills it when the option is not given."""
 

@@ -7,8 +7,11 @@ from pathlib import Path
 import click
 
 from shoal.jvm import jars
+from shoal.kafka.settings import KafkaSettings
 from shoal_app.cli.context import CliContext, emit, new_table, output_option, progress, show
 from shoal_app.cli.models import ClusterStatus, JarBundle, Jars, Stopped
+from shoal_app.cli.processes import start_missing_processes
+from shoal_app.cli.replication import topic_problems
 from shoal_app.runtime import launcher
 from shoal_app.runtime.extras import has_extra
 
@@ -27,9 +30,15 @@ from shoal_app.runtime.extras import has_extra
 @output_option
 @click.pass_obj
 def up_command(obj: CliContext, nodes: int, brokers: int, data_dir: Path | None, fresh: bool, output: str) -> None:
-    """Start ZooKeeper, Kafka and N storage nodes on 127.0.0.1 and write the cluster file."""
+    """Start ZooKeeper, Kafka and N storage nodes on 127.0.0.1 and write the cluster file.
+
+    On a data dir whose cluster partly runs, start only what is missing, with the same command
+    lines, ports and data (--nodes and --brokers are then those of the cluster file).
+    """
     data = (data_dir or obj.data_dir).expanduser()
     cfg = launcher.LocalClusterConfig(data_dir=data, cache_dir=obj.cache_dir, brokers=brokers, nodes=nodes, fresh=fresh)
+    if not fresh and start_missing_processes(obj, cfg.cluster_file, output):
+        return
     info = launcher.up(cfg, progress=progress)
     if output == "json":
         emit(info)
@@ -49,7 +58,13 @@ def up_command(obj: CliContext, nodes: int, brokers: int, data_dir: Path | None,
 @click.pass_obj
 def status_command(obj: CliContext, output: str) -> None:
     """Say what runs and whether it is healthy (exit 0 only if everything is)."""
-    report = ClusterStatus.model_validate(launcher.status(obj.cluster()))
+    info = obj.cluster()
+    report = ClusterStatus.model_validate(launcher.status(info))
+    if report.brokers_seen:
+        problems = [
+            p for h in topic_problems(KafkaSettings(info.bootstrap_servers), info.topic_prefix) for p in h.problems
+        ]
+        report = report.model_copy(update={"topic_problems": problems, "healthy": report.healthy and not problems})
     if output == "json":
         emit(report)
     else:
@@ -65,6 +80,8 @@ def status_command(obj: CliContext, output: str) -> None:
                 f"({', '.join(report.nodes_registered) or 'none'})"
             )
         show(*lines)
+        if report.topic_problems:
+            show("  topic problems:", *(f"    {p}" for p in report.topic_problems))
         if report.processes:
             procs = new_table("process", "pid", "port", "state", "log", right=("pid", "port"))
             for p in report.processes:

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import click
 
+from shoal_app.cli.admin import admin_group
 from shoal_app.cli.cluster import down_command, jars_command, status_command, up_command
 from shoal_app.cli.context import ShoalGroup, configure_logging, context_from_env
 from shoal_app.cli.demo import demo_command
 from shoal_app.cli.monitor import monitor_command
 from shoal_app.cli.node import node_command, scan_command
 from shoal_app.cli.offsets import offsets_command
+from shoal_app.cli.processes import start_command, stop_command
 from shoal_app.cli.spark import spark_group
 from shoal_app.cli.table import table_group
 from shoal_app.cli.verify import verify_command
@@ -32,6 +34,9 @@ for command in (up_command, status_command, down_command, jars_command, demo_com
     cli.add_command(command)
 
 cli.add_command(table_group)
+cli.add_command(admin_group)
+cli.add_command(stop_command)
+cli.add_command(start_command)
 cli.add_command(spark_group)
 cli.add_command(write_command)
 cli.add_command(offsets_command)

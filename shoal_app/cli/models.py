@@ -14,6 +14,8 @@ that did not run leaves its section with only the keys known so far (those keys 
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict
 
 from monitor.models import Problem
@@ -50,6 +52,41 @@ class ClusterStatus(Shape):
     processes: list[ProcessStatus]
     running: bool
     healthy: bool
+    topic_problems: list[str] = []
+    """Shoal topics below the topic policy, without a leader or under-replicated (unhealthy if any)."""
+
+
+class TopicFix(Shape):
+    """One topic of ``shoal admin fix-replication``: its replication before and after.
+
+    ``status``: ``ok`` (already at the policy), ``raised`` (replicas added and in sync, or
+    ``min.insync.replicas`` set), ``reassigning`` (replicas still copying: run again with ``--wait``).
+    """
+
+    topic: str
+    replication_factor_before: int
+    replication_factor: int
+    min_insync_replicas_before: int | None
+    min_insync_replicas: int | None
+    status: Literal["ok", "raised", "reassigning"]
+
+
+class ReplicationFix(Shape):
+    """``shoal admin fix-replication``: the policy applied and every shoal topic's result."""
+
+    replication_factor: int
+    """The policy's replication factor for the live brokers."""
+    min_insync_replicas: int
+    complete: bool
+    """Every topic is at the policy (False: some replicas are still copying)."""
+    topics: list[TopicFix]
+
+
+class Started(Shape):
+    """``shoal start NAME`` and ``shoal up`` on a partly running cluster: the processes started
+    again in place (same command line, ports and data), by name; empty when all were running."""
+
+    started: list[str]
 
 
 class Stopped(Shape):

@@ -27,12 +27,13 @@ import click
 from metadata.client import MetadataClient
 from monitor.collector import Collector
 from monitor.config import MonitorConfig
-from monitor.models import ReaderLag, Snapshot
-from monitor.status import Status
+from monitor.models import Problem, ReaderLag, Snapshot
+from monitor.status import Status, worst
 from monitor.topology import read_topology
 from shoal.errors import ShoalError
 from shoal_app.cli.connection import connection_options, metadata_config
 from shoal_app.cli.context import emit, output_option
+from shoal_app.cli.replication import topic_problems
 
 
 @contextlib.contextmanager
@@ -197,7 +198,7 @@ def offsets_command(
         while True:
             started = time.monotonic()
             try:
-                snap = collector.poll()
+                snap = with_topic_problems(collector.poll(), collector)
             except ShoalError as exc:
                 raise click.ClickException(f"{type(exc).__name__}: {exc}") from exc
             n += 1
@@ -213,6 +214,21 @@ def offsets_command(
                 time.sleep(max(0.0, interval - (time.monotonic() - started)))
             except KeyboardInterrupt:
                 return
+
+
+def with_topic_problems(snap: Snapshot, collector: Collector) -> Snapshot:
+    """``snap`` with a problem per shoal topic below the topic policy (WARN), under-replicated
+    (WARN) or without a leader (ERR)."""
+    found = [
+        Problem(where=f"topic {h.topic}", status=Status.ERR if h.leaderless_partitions else Status.WARN, reason=reason)
+        for h in topic_problems(collector.config.kafka, collector.config.topic_prefix)
+        for reason in h.problems
+    ]
+    if not found:
+        return snap
+    return snap.model_copy(
+        update={"problems": [*snap.problems, *found], "status": worst([snap.status, *(p.status for p in found)])}
+    )
 
 
 __all__ = ["format_table", "offsets_command", "open_collector"]

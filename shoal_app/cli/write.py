@@ -3,6 +3,8 @@
 All-or-nothing per chunk (``--chunk-rows``, default: the whole input is one chunk): every line of a
 chunk is parsed and validated before any of it is sent. A bad line is reported with its line number
 and column, and nothing of its chunk is sent. ``--delete`` treats each line as a primary key to delete.
+Input that is not UTF-8 (or JSON text no encoder can send, such as a lone surrogate escape) is bad
+input: one line naming the line, exit code 2, nothing of its chunk sent.
 """
 
 from __future__ import annotations
@@ -19,17 +21,38 @@ from shoal_app.cli.context import emit, output_option, show
 from shoal_app.cli.models import WriteResult
 
 
-def _chunks(stream: IO[str], chunk_rows: int) -> Any:
+class UndecodableInput(click.ClickException):
+    """Input bytes that are not UTF-8 text (or text that cannot be encoded again): exit code 2."""
+
+    exit_code = 2
+
+
+def _decode(number: int, raw: bytes) -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        bad = raw[exc.start : exc.start + 1].hex()
+        raise UndecodableInput(f"line {number}: not valid UTF-8 (byte 0x{bad} at byte {exc.start + 1})") from None
+
+
+def _chunks(stream: IO[bytes], chunk_rows: int) -> Any:
     """Yield (rows, line numbers) chunks; raise ClickException on a line that is not a JSON object."""
     rows: list[Any] = []
     lines: list[int] = []
-    for number, line in enumerate(stream, start=1):
+    for number, raw in enumerate(stream, start=1):
+        line = _decode(number, raw)
         if not line.strip():
             continue
         try:
             value = json.loads(line)
         except json.JSONDecodeError as exc:
             raise click.ClickException(f"line {number}: not valid JSON: {exc.msg}") from exc
+        try:
+            json.dumps(value, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise UndecodableInput(
+                f"line {number}: not valid Unicode text ({exc.reason}: {exc.object[exc.start : exc.end]!a})"
+            ) from None
         if not isinstance(value, dict):
             raise click.ClickException(f"line {number}: expected a JSON object, got {type(value).__name__}")
         rows.append(value)
@@ -43,7 +66,7 @@ def _chunks(stream: IO[str], chunk_rows: int) -> Any:
 
 @click.command("write")
 @click.argument("table")
-@click.argument("file", type=click.File("r"), default="-")
+@click.argument("file", type=click.File("rb"), default="-")
 @click.option("--delete", "delete", is_flag=True, help="Each line is a primary key (a JSON object) to delete.")
 @click.option(
     "--chunk-rows",
@@ -58,7 +81,7 @@ def _chunks(stream: IO[str], chunk_rows: int) -> Any:
 @connection_options
 def write_command(
     table: str,
-    file: IO[str],
+    file: IO[bytes],
     delete: bool,
     chunk_rows: int,
     do_sync: bool,
@@ -72,15 +95,21 @@ def write_command(
     try:
         config = ProducerConfig(connection_settings(conn))
         with Producer(config, on_delivery=reports.append) as producer:
-            for rows, lines in _chunks(file, chunk_rows):
-                try:
-                    result = producer.delete(table, rows) if delete else producer.write(table, rows)
-                except RowValidationError as exc:
-                    where = f"line {lines[exc.row]}" if exc.row is not None and exc.row < len(lines) else "input"
-                    column = f", column {exc.column!r}" if exc.column else ""
-                    sent = f" ({rows_sent} rows of earlier chunks were sent)" if rows_sent else " (nothing was sent)"
-                    raise click.ClickException(f"{where}{column}: {exc.reason}{sent}") from exc
-                rows_sent += result.rows
+            try:
+                for rows, lines in _chunks(file, chunk_rows):
+                    try:
+                        result = producer.delete(table, rows) if delete else producer.write(table, rows)
+                    except RowValidationError as exc:
+                        where = f"line {lines[exc.row]}" if exc.row is not None and exc.row < len(lines) else "input"
+                        column = f", column {exc.column!r}" if exc.column else ""
+                        sent = (
+                            f" ({rows_sent} rows of earlier chunks were sent)" if rows_sent else " (nothing was sent)"
+                        )
+                        raise click.ClickException(f"{where}{column}: {exc.reason}{sent}") from exc
+                    rows_sent += result.rows
+            except UndecodableInput as exc:
+                sent = f"{rows_sent} rows of earlier chunks were sent" if rows_sent else "nothing was sent"
+                raise UndecodableInput(f"{exc.message}; {sent}") from None
             producer.flush(timeout)
             if do_sync:
                 producer.sync(timeout)

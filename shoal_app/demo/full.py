@@ -291,9 +291,11 @@ def _steps(run: _Run, stack: contextlib.ExitStack) -> None:
     # 3. Spark ingest (first, so that it is reading when the events start)
     from shoal.kafka import clients
     from shoal.kafka.admin import create_topic
-    from shoal.kafka.settings import KafkaSettings
+    from shoal.kafka.settings import KafkaSettings, TopicPolicy
 
-    create_topic(clients.admin(KafkaSettings(info.bootstrap_servers)), cfg.source_topic, partitions=3)
+    create_topic(
+        clients.admin(KafkaSettings(info.bootstrap_servers)), cfg.source_topic, policy=TopicPolicy(), partitions=3
+    )
     con.step(
         f"starting the Spark Kafka ingest job ({cfg.spark_master}): external topic {cfg.source_topic} (3 partitions) "
         f"-> table {cfg.table}"

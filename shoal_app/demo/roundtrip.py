@@ -65,7 +65,7 @@ def kafka_transaction(bootstrap: str, topic: str, run_id: str) -> StepResult:
     t0 = time.monotonic()
     kafka = KafkaSettings(bootstrap)
     admin = clients.admin(kafka)
-    create_topic(admin, topic, partitions=1)
+    create_topic(admin, topic, policy=kafka.topics, partitions=1)
     producer = clients.producer(kafka, transactional_id=f"shoal-demo-{run_id}")
     producer.init_transactions(30)
     producer.begin_transaction()

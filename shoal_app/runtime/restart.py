@@ -6,6 +6,11 @@ For fault tests and operators: after a broker, ZooKeeper or a storage node was k
 until it serves, and records the new pid in the cluster file so ``shoal status`` and ``shoal down``
 see it. Refused (RuntimeLaunchError, nothing changed) while the process still runs. The fault tests
 use it (e.g. "restart the Kafka broker under writes").
+
+:func:`start_missing` does the same for every process of the cluster file that does not run (what
+``shoal up`` does on a partly running cluster, as ``docker compose up`` does), and
+:func:`stop_process` stops one by pid but keeps it in the cluster file (``shoal stop NAME``), so
+``shoal start NAME`` or ``shoal up`` start it again with the same command line, ports and data.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from __future__ import annotations
 import logging
 import re
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -22,7 +28,7 @@ from shoal.errors import RuntimeLaunchError
 from shoal_app.runtime import kafka, storage_nodes, zookeeper
 from shoal_app.runtime.launcher import CLUSTER_FILE_NAME
 from shoal_app.runtime.node_spec import local_target, node_spec
-from shoal_app.runtime.process import is_running, tail
+from shoal_app.runtime.process import is_running, stop, tail
 
 log = logging.getLogger(__name__)
 
@@ -44,12 +50,60 @@ def restart_process(
     serves: ZooKeeper answers, the broker answers metadata on its own port and sees all brokers, the
     node registered in ZooKeeper.
     """
-    old = info.process(name)
-    if old is None:
-        known = ", ".join(p.name for p in info.processes) or "none"
-        raise RuntimeLaunchError(f"no process named {name!r} in the cluster file (known: {known})")
+    old = _record(info, name)
     if is_running(old):
         raise RuntimeLaunchError(f"{name} (pid {old.pid}) is still running; stop or kill it before restarting")
+    new_info, record = _start(info, old, cache_dir, kafka_heap_mb, zookeeper_heap_mb)
+    _wait_serving(new_info, record, timeout_s)
+    return new_info
+
+
+def start_missing(
+    info: ClusterInfo,
+    *,
+    cache_dir: Path,
+    kafka_heap_mb: int = 768,
+    zookeeper_heap_mb: int = 256,
+    timeout_s: float = 120.0,
+    progress: Callable[[str], None] = lambda _: None,
+) -> tuple[ClusterInfo, list[str]]:
+    """Start every process of ``info`` that does not run, in place (ZooKeeper first, then the
+    brokers together, then the storage nodes), and wait until each serves; (the new info, the names
+    started). The brokers start before any is waited for: a broker serves once it sees all brokers."""
+    started: list[str] = []
+    for tier in ("zookeeper", "kafka-", "node-"):
+        missing = [p for p in info.processes if p.name.startswith(tier) and not is_running(p)]
+        records: list[ProcessRecord] = []
+        for old in missing:
+            progress(f"starting {old.name} (port {old.port}, as `shoal up` started it)")
+            info, record = _start(info, old, cache_dir, kafka_heap_mb, zookeeper_heap_mb)
+            records.append(record)
+        for record in records:
+            _wait_serving(info, record, timeout_s)
+            progress(f"{record.name} serves (pid {record.pid})")
+        started += [r.name for r in records]
+    return info, started
+
+
+def stop_process(info: ClusterInfo, name: str, *, timeout_s: float = 20.0) -> bool:
+    """Stop process ``name`` of ``info`` by pid (SIGTERM, SIGKILL after ``timeout_s``); it stays in
+    the cluster file, to be started again in place. False if it was not running."""
+    return stop(_record(info, name), timeout_s=timeout_s)
+
+
+def _record(info: ClusterInfo, name: str) -> ProcessRecord:
+    record = info.process(name)
+    if record is None:
+        known = ", ".join(p.name for p in info.processes) or "none"
+        raise RuntimeLaunchError(f"no process named {name!r} in the cluster file (known: {known})")
+    return record
+
+
+def _start(
+    info: ClusterInfo, old: ProcessRecord, cache_dir: Path, kafka_heap_mb: int, zookeeper_heap_mb: int
+) -> tuple[ClusterInfo, ProcessRecord]:
+    """Start ``old`` again as the launcher did and record the new pid in the cluster file."""
+    name = old.name
     if old.port is None:
         raise RuntimeLaunchError(f"the cluster file records no port for {name}; cannot restart it in place")
     data_dir = Path(info.data_dir)
@@ -74,8 +128,7 @@ def restart_process(
     new_info = replace(info, processes=tuple(record if p.name == name else p for p in info.processes))
     cluster_file.write(data_dir / CLUSTER_FILE_NAME, new_info)
     log.info("restarted %s: pid %d -> %d", name, old.pid, record.pid)
-    _wait_serving(new_info, record, timeout_s)
-    return new_info
+    return new_info, record
 
 
 def _controller_port(directory: Path) -> int:

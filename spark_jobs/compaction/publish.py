@@ -42,7 +42,7 @@ def publish_major(
     if the transaction does not commit; it is aborted then.
     """
     topic = topics.compaction(manifest.partition_id)
-    create_topic(clients.admin(kafka), topic, config=TOPIC_CONFIG)
+    create_topic(clients.admin(kafka), topic, policy=kafka.topics, config=TOPIC_CONFIG)
     tuning: dict[str, Any] = {"message.max.bytes": 2 * 1024 * 1024, **(kafka_config or {})}
     with TransactionalChannel(kafka, f"{topic}.spark", **tuning) as channel, channel.transaction() as txn:
         txn.produce(topic, manifest.to_bytes(), partition=0, headers=[(KIND_HEADER, b"manifest")])

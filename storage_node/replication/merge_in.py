@@ -80,7 +80,6 @@ class PeerSegmentReceiver(Worker):
         topics: TopicNames,
         peers: Callable[[], Sequence[int]],
         submit: Callable[[MergeJob], None],
-        topic_replication_factor: int = -1,
     ) -> None:
         super().__init__(f"merge-{replica.partition_id[:8]}")
         self.replica = replica
@@ -88,7 +87,6 @@ class PeerSegmentReceiver(Worker):
         self.topics = topics
         self.peers = peers
         self.submit = submit
-        self.rf = topic_replication_factor
         self.stats = MergeStats()
         self._consumer: Consumer | None = None
         self._owners: dict[str, int] = {}
@@ -119,7 +117,7 @@ class PeerSegmentReceiver(Worker):
         admin = clients.admin(self.kafka)
         self._owners = {self.topics.segments(pid, p): p for p in peers}
         for topic in self._owners:
-            create_topic(admin, topic, replication_factor=self.rf, config=SEGMENTS_TOPIC_CONFIG)
+            create_topic(admin, topic, policy=self.kafka.topics, config=SEGMENTS_TOPIC_CONFIG)
         consumer = clients.consumer(
             self.kafka,
             group_id=self.topics.replica_group(pid, self.replica.placement_id),

@@ -82,7 +82,6 @@ class SegmentPublisher(Worker):
         topics: TopicNames,
         chunk_bytes: int = DEFAULT_CHUNK_BYTES,
         poll_s: float = 1.0,
-        topic_replication_factor: int = -1,
         peers: Callable[[], Sequence[int]] | None = None,
         truncate_every_s: float = 5.0,
         still_leading: Callable[[], object] | None = None,
@@ -94,7 +93,6 @@ class SegmentPublisher(Worker):
         self.topic = topics.segments(replica.partition_id, replica.placement_id)
         self.chunk_bytes = chunk_bytes
         self.poll_s = poll_s
-        self.rf = topic_replication_factor
         self.peers = peers
         self.still_leading = still_leading
         """Raises when this placement no longer leads (the election's check): then nothing is truncated."""
@@ -164,7 +162,7 @@ class SegmentPublisher(Worker):
         self._channel.close()
 
     def _open(self) -> None:
-        create_topic(clients.admin(self.kafka), self.topic, replication_factor=self.rf, config=SEGMENTS_TOPIC_CONFIG)
+        create_topic(clients.admin(self.kafka), self.topic, policy=self.kafka.topics, config=SEGMENTS_TOPIC_CONFIG)
         self._claim()
 
     def _claim(self) -> None:

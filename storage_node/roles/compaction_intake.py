@@ -87,7 +87,6 @@ class CompactionIntake(Worker):
         topics: TopicNames,
         poll_s: float = 0.5,
         chunk_timeout_s: float = 30.0,
-        topic_replication_factor: int = -1,
     ) -> None:
         super().__init__(f"compaction-intake-{replica.name}")
         self.replica = replica
@@ -98,7 +97,6 @@ class CompactionIntake(Worker):
         self.group = intake_group(topics, replica.partition_id, replica.placement_id)
         self.poll_s = poll_s
         self.chunk_timeout_s = chunk_timeout_s
-        self.rf = topic_replication_factor
         self.stats = IntakeStats()
         self.ready = threading.Event()
         self._consumer: Any = None
@@ -117,7 +115,7 @@ class CompactionIntake(Worker):
 
     def run(self) -> None:
         try:
-            create_topic(clients.admin(self.kafka), self.topic, replication_factor=self.rf)
+            create_topic(clients.admin(self.kafka), self.topic, policy=self.kafka.topics)
             self._consumer = clients.consumer(self.kafka, group_id=self.group, **consumer_overrides())
             self._consumer.subscribe([self.topic])
             self.ready.set()

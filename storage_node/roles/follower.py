@@ -81,7 +81,6 @@ class FollowerConfig:
     """INVALID segments are fetched again this many times before being skipped (and reported)."""
     overload_pause_s: float = 1.0
     out_of_order_pause_s: float = 2.0
-    topic_replication_factor: int = -1
     tail_wal: bool = True
     """Tail the leader's WAL channel into an in-memory overlay (fresh reads on this follower)."""
 
@@ -204,9 +203,7 @@ class PartitionFollower(Worker):
     def _follow(self, leader: int) -> None:
         topic = self.config.topics.segments(self.replica.partition_id, leader)
         admin = clients.admin(self.config.kafka)
-        create_topic(
-            admin, topic, replication_factor=self.config.topic_replication_factor, config=SEGMENTS_TOPIC_CONFIG
-        )
+        create_topic(admin, topic, policy=self.config.kafka.topics, config=SEGMENTS_TOPIC_CONFIG)
         consumer = clients.consumer(
             self.config.kafka,
             group_id=self.group_id,

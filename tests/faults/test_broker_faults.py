@@ -144,7 +144,6 @@ class Table:
             zk_hosts=info.zk_connect,
             bootstrap_servers=info.bootstrap_servers,
             topic_prefix=prefix,
-            metadata_topic_replication_factor=min(3, info.brokers),
         )
         self.client = MetadataClient(meta)
         file = self.client.coordinator.create_table(_table(len(servers)), servers)

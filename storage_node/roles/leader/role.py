@@ -208,17 +208,17 @@ class PartitionLeader(Worker):
 
     def open(self) -> None:
         config = self.config
-        rf = config.topic_replication_factor
+        policy = config.kafka.topics
         retry = self._startup_retry
 
         def create_topics() -> None:
             admin = clients.admin(config.kafka)
-            create_topic(admin, self.ingest_topic, replication_factor=rf)
-            create_topic(admin, self.deadletter_topic, replication_factor=rf)
+            create_topic(admin, self.ingest_topic, policy=policy)
+            create_topic(admin, self.deadletter_topic, policy=policy)
             create_topic(
                 admin,
                 self.wal_topic,
-                replication_factor=rf,
+                policy=policy,
                 config={"max.message.bytes": str(config.wal_max_message_bytes), "retention.ms": "-1"},
             )
 
@@ -257,7 +257,6 @@ class PartitionLeader(Worker):
             self.replica,
             config.kafka,
             topics=config.topics,
-            topic_replication_factor=rf,
             peers=self.peers,
             still_leading=self._still_leading,
         ).start()
@@ -268,7 +267,6 @@ class PartitionLeader(Worker):
                 topics=config.topics,
                 peers=self.peers,
                 submit=self._merges.put,
-                topic_replication_factor=rf,
             ).start()
         consumer = clients.consumer(
             config.kafka,

@@ -21,7 +21,7 @@ from monitor.config import MonitorConfig
 from monitor.topology import read_topology
 from shoal.kafka import clients
 from shoal.kafka.admin import create_topic
-from shoal.kafka.settings import KafkaSettings
+from shoal.kafka.settings import KafkaSettings, TopicPolicy
 from shoal.topics import TopicNames
 from shoal.wire.records import ManifestRecord, SegmentChunk, WalOffsetRange
 from shoal_app.schemas import validate
@@ -70,7 +70,7 @@ def make_env(bootstrap: str, zk_hosts: str, prefix: str, table: str = "events") 
     env = Env(client, election, TopicNames(prefix), bootstrap, table, entry.partition_id, leader, follower)
     a = clients.admin(KafkaSettings(bootstrap))
     for topic in (env.ingest, env.wal, env.segments):
-        create_topic(a, topic)
+        create_topic(a, topic, policy=TopicPolicy())
     return env
 
 

@@ -12,6 +12,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from monitor_it_support import ChannelWriter, StandInFollower, chunk, make_env, manifest
 
 from shoal.kafka.admin import create_topic
+from shoal.kafka.settings import TopicPolicy
 from shoal_app.cli.main import cli
 from shoal_app.schemas import validate
 
@@ -123,7 +124,7 @@ def test_offsets_json_shape_segments_and_spark_lag(cluster: Any, zk_hosts: str, 
         from shoal.kafka import clients
         from shoal.kafka.settings import KafkaSettings
 
-        create_topic(clients.admin(KafkaSettings(bs)), src)
+        create_topic(clients.admin(KafkaSettings(bs)), src, policy=TopicPolicy())
         p = Producer({"bootstrap.servers": bs})
         for i in range(5):
             p.produce(src, f"r{i}".encode())
@@ -134,7 +135,7 @@ def test_offsets_json_shape_segments_and_spark_lag(cluster: Any, zk_hosts: str, 
         c.close()
         # the leader's compaction intake group on the partition's compaction topic, caught up
         compaction = env.topics.compaction(env.pid)
-        create_topic(clients.admin(KafkaSettings(bs)), compaction)
+        create_topic(clients.admin(KafkaSettings(bs)), compaction, policy=TopicPolicy())
         for i in range(2):
             p.produce(compaction, f"m{i}".encode())
         p.flush(30)

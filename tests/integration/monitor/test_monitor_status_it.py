@@ -25,6 +25,7 @@ from monitor_it_support import (
 
 from monitor.kafka_offsets import KafkaOffsets
 from shoal.kafka.admin import create_topic, delete_topics
+from shoal.kafka.settings import TopicPolicy
 from shoal.wire.records import WalOffsetRange
 from shoal_app.testing.wait import wait_until
 
@@ -165,7 +166,7 @@ def test_recreated_topic_is_err(cluster: Any, zk_hosts: str, topic_prefix: str, 
         writer.close()
         delete_topics(kafka_admin, [env.wal])
         assert wait_until(lambda: env.wal not in kafka_admin.list_topics(timeout=10).topics, 60, 0.2)
-        create_topic(kafka_admin, env.wal)
+        create_topic(kafka_admin, env.wal, policy=TopicPolicy())
         writer = ChannelWriter(cluster.bootstrap_servers, env.wal)
         writer.write(1)
         snap = poll_json(col)
@@ -188,7 +189,7 @@ def test_old_leaders_channel_is_settled_once_segments_cover_it(
     current leader covers those records, then OK with the explanation."""
     env = make_env(cluster.bootstrap_servers, zk_hosts, topic_prefix)
     old_wal = env.topics.wal(env.pid, env.follower.placement_id)
-    create_topic(kafka_admin, old_wal)
+    create_topic(kafka_admin, old_wal, policy=TopicPolicy())
     old = ChannelWriter(cluster.bootstrap_servers, old_wal)
     seg = ChannelWriter(cluster.bootstrap_servers, env.segments)
     col = make_collector(env)

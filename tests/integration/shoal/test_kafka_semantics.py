@@ -8,7 +8,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from shoal.kafka.admin import create_topic, log_start_and_end
-from shoal.kafka.settings import KafkaSettings
+from shoal.kafka.settings import KafkaSettings, TopicPolicy
 from shoal_app.testing.cluster import TestCluster
 
 pytestmark = pytest.mark.integration
@@ -42,7 +42,7 @@ def _consume_all(bootstrap: str, topic: str, group: str, isolation: str, expect:
 def test_transaction_with_offsets_commit_and_abort(cluster: TestCluster, kafka_admin, topic_prefix, group_id) -> None:
     src, dst = f"{topic_prefix}.src", f"{topic_prefix}.dst"
     for t in (src, dst):
-        create_topic(kafka_admin, t)
+        create_topic(kafka_admin, t, policy=TopicPolicy())
     plain = Producer({"bootstrap.servers": cluster.bootstrap_servers, "acks": "all", "enable.idempotence": True})
     for i in range(10):
         plain.produce(src, value=f"in-{i}".encode())
@@ -109,7 +109,7 @@ def test_transaction_with_offsets_commit_and_abort(cluster: TestCluster, kafka_a
 
 def test_fenced_zombie_producer_commits_nothing(cluster: TestCluster, kafka_admin, topic_prefix, group_id) -> None:
     topic = f"{topic_prefix}.wal"
-    create_topic(kafka_admin, topic)
+    create_topic(kafka_admin, topic, policy=TopicPolicy())
     conf = {"bootstrap.servers": cluster.bootstrap_servers, "transactional.id": f"{group_id}-channel"}
     old = Producer(conf)
     old.init_transactions(30)
@@ -127,7 +127,7 @@ def test_fenced_zombie_producer_commits_nothing(cluster: TestCluster, kafka_admi
 
 def test_delete_records_moves_the_log_start_offset(cluster: TestCluster, kafka_admin, topic_prefix) -> None:
     topic = f"{topic_prefix}.trunc"
-    create_topic(kafka_admin, topic)
+    create_topic(kafka_admin, topic, policy=TopicPolicy())
     p = Producer({"bootstrap.servers": cluster.bootstrap_servers, "acks": "all"})
     for i in range(20):
         p.produce(topic, value=str(i).encode())
@@ -144,7 +144,7 @@ def test_committed_offsets_read_back_through_admin(cluster: TestCluster, kafka_a
     from confluent_kafka import ConsumerGroupTopicPartitions
 
     topic = f"{topic_prefix}.acks"
-    create_topic(kafka_admin, topic)
+    create_topic(kafka_admin, topic, policy=TopicPolicy())
     p = Producer({"bootstrap.servers": cluster.bootstrap_servers})
     for i in range(7):
         p.produce(topic, value=str(i).encode())

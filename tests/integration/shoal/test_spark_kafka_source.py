@@ -8,6 +8,7 @@ import pytest
 from confluent_kafka import Producer
 
 from shoal.kafka.admin import create_topic
+from shoal.kafka.settings import TopicPolicy
 from shoal_app.testing.cluster import TestCluster
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
@@ -38,7 +39,7 @@ def test_every_record_exactly_once_across_restart(
     spark, cluster: TestCluster, kafka_admin, topic_prefix: str, tmp_path: Path
 ) -> None:
     topic = f"{topic_prefix}.events"
-    create_topic(kafka_admin, topic, partitions=2)
+    create_topic(kafka_admin, topic, partitions=2, policy=TopicPolicy())
     producer = Producer({"bootstrap.servers": cluster.bootstrap_servers, "acks": "all"})
 
     def produce(start: int, end: int) -> None:

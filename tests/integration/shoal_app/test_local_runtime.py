@@ -15,7 +15,7 @@ from confluent_kafka import Producer
 from shoal import cluster_file
 from shoal.kafka import clients
 from shoal.kafka.admin import create_topic
-from shoal.kafka.settings import KafkaSettings
+from shoal.kafka.settings import KafkaSettings, TopicPolicy
 from shoal_app.runtime.process import is_running
 from shoal_app.schemas import validate
 from shoal_app.testing.wait import wait_until
@@ -78,7 +78,7 @@ def test_up_status_down_with_three_brokers(tmp_path: Path) -> None:
 
         # Production shape: RF 3 and min.insync.replicas 2 by default; acks=all writes succeed.
         admin = clients.admin(KafkaSettings(info.bootstrap_servers))
-        create_topic(admin, "rf3")
+        create_topic(admin, "rf3", policy=TopicPolicy())
         md = admin.list_topics("rf3", timeout=10).topics["rf3"]
         assert len(md.partitions[0].replicas) == 3
         from confluent_kafka.admin import ConfigResource

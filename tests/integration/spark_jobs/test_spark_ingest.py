@@ -19,7 +19,7 @@ from spark_it_support import SparkCluster, spark_cluster
 
 from shoal.kafka import clients
 from shoal.kafka.admin import create_topic
-from shoal.kafka.settings import KafkaSettings
+from shoal.kafka.settings import KafkaSettings, TopicPolicy
 from shoal.topics import TopicNames
 from shoal_app.cli.spark import spark_group
 from shoal_app.schemas import validate
@@ -87,7 +87,7 @@ def test_json_ingest_restart_and_malformed_records(
 ) -> None:
     bs = cluster.bootstrap_servers
     source = f"{topic_prefix}.src-json"
-    create_topic(clients.admin(KafkaSettings(bs)), source)
+    create_topic(clients.admin(KafkaSettings(bs)), source, policy=TopicPolicy())
     with spark_cluster(bs, zk_hosts, topic_prefix, tmp_path) as sc:
         good = [json.dumps({"k": k, "v": f"v{k}", "n": k}).encode() for k in [*range(1, 21), *range(1000, 1010)]]
         bad = [
@@ -155,7 +155,7 @@ def test_avro_ingest_with_garbage(spark: Any, cluster: Any, zk_hosts: str, topic
 
     bs = cluster.bootstrap_servers
     source = f"{topic_prefix}.src-avro"
-    create_topic(clients.admin(KafkaSettings(bs)), source)
+    create_topic(clients.admin(KafkaSettings(bs)), source, policy=TopicPolicy())
     with spark_cluster(bs, zk_hosts, topic_prefix, tmp_path) as sc:
         schema = {
             "type": "record",

@@ -125,8 +125,6 @@ def test_kafka_store_config_validation() -> None:
         KafkaStoreConfig("")
     with pytest.raises(ConfigError):
         KafkaStoreConfig("h:1", "bad..prefix")
-    with pytest.raises(ConfigError):
-        KafkaStoreConfig("h:1", replication_factor=1, min_insync_replicas=2)
 
 
 def test_cli_rejects_bad_definitions_before_connecting() -> None:

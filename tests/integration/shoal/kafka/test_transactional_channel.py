@@ -10,7 +10,7 @@ from confluent_kafka import TopicPartition
 from shoal.kafka import clients
 from shoal.kafka.admin import create_topic
 from shoal.kafka.errors import ProducerFencedError, WedgedCallError
-from shoal.kafka.settings import KafkaSettings
+from shoal.kafka.settings import KafkaSettings, TopicPolicy
 from shoal.kafka.transaction import ChannelState, TransactionalChannel
 from shoal_app.testing.cluster import TestCluster
 
@@ -37,7 +37,7 @@ class _Boom(Exception):
 def test_commit_visible_abort_invisible(cluster: TestCluster, kafka_admin, topic_prefix: str, group_id: str) -> None:
     settings = KafkaSettings(cluster.bootstrap_servers)
     topic = f"{topic_prefix}.chan"
-    create_topic(kafka_admin, topic)
+    create_topic(kafka_admin, topic, policy=TopicPolicy())
     with TransactionalChannel(settings, f"{group_id}-txn", call_timeout_s=30) as channel:
         with channel.transaction() as txn:
             for i in range(3):
@@ -56,7 +56,7 @@ def test_send_offsets_commits_the_group_offset(cluster: TestCluster, kafka_admin
     settings = KafkaSettings(cluster.bootstrap_servers)
     src, dst = f"{topic_prefix}.src", f"{topic_prefix}.dst"
     for t in (src, dst):
-        create_topic(kafka_admin, t)
+        create_topic(kafka_admin, t, policy=TopicPolicy())
     consumer = clients.consumer(settings, group_id=group_id)
     try:
         channel = TransactionalChannel(settings, f"{group_id}-txn", call_timeout_s=30)
@@ -72,7 +72,7 @@ def test_send_offsets_commits_the_group_offset(cluster: TestCluster, kafka_admin
 def test_second_channel_fences_the_first(cluster: TestCluster, kafka_admin, topic_prefix, group_id) -> None:
     settings = KafkaSettings(cluster.bootstrap_servers)
     topic = f"{topic_prefix}.fence"
-    create_topic(kafka_admin, topic)
+    create_topic(kafka_admin, topic, policy=TopicPolicy())
     old = TransactionalChannel(settings, f"{group_id}-txn", call_timeout_s=30).open()
     new = TransactionalChannel(settings, f"{group_id}-txn", call_timeout_s=30).open()
     try:

@@ -430,6 +430,22 @@ def test_cli_examples_match_their_schemas() -> None:
         "cli-demo-roundtrip": cli.Roundtrip(
             ok=True, seconds=3.0, steps=[cli.RoundtripStep(name="zookeeper", ok=True, seconds=0.1, version=3)]
         ),
+        "cli-started": cli.Started(started=["kafka-2", "node-1"]),
+        "cli-admin-fix-replication": cli.ReplicationFix(
+            replication_factor=3,
+            min_insync_replicas=2,
+            complete=True,
+            topics=[
+                cli.TopicFix(
+                    topic="shoal.metadata",
+                    replication_factor_before=1,
+                    replication_factor=3,
+                    min_insync_replicas_before=1,
+                    min_insync_replicas=2,
+                    status="raised",
+                )
+            ],
+        ),
     }
     assert sorted(examples) == sorted(n for n in schemas.SCHEMAS if n.startswith("cli-") and n not in _REAL)
     for name, model in examples.items():
