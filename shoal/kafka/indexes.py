@@ -27,6 +27,7 @@ from shoal.errors import KafkaOperationError
 from shoal.kafka import clients
 from shoal.kafka.errors import classify, error_code
 from shoal.kafka.settings import KafkaSettings
+from shoal.worker import Backoff, Deadline
 
 TP = tuple[str, int]
 """(topic, partition)."""
@@ -148,27 +149,48 @@ def committed_offsets(
     admin: AdminClient, requests: Mapping[str, Iterable[TP]], *, timeout_s: float = 10.0
 ) -> dict[str, dict[TP, int | None]]:
     """{group: {(topic, partition): committed offset or None}} (one request per group, all in flight)."""
-    pending = []
-    for group, tps in requests.items():
-        parts = [TopicPartition(t, p) for t, p in sorted(set(tps))]
-        if not parts:
-            continue
-        futures = admin.list_consumer_group_offsets(
-            [ConsumerGroupTopicPartitions(group, parts)], request_timeout=timeout_s
-        )
-        pending.append((group, futures[group]))
-    return {group: _offsets_result(group, fut, timeout_s) for group, fut in pending}
+    parts = {group: [TopicPartition(t, p) for t, p in sorted(set(tps))] for group, tps in requests.items() if set(tps)}
+    return _group_offsets(
+        admin, {group: ConsumerGroupTopicPartitions(group, tps) for group, tps in parts.items()}, timeout_s
+    )
 
 
 def all_committed_offsets(
     admin: AdminClient, groups: Iterable[str], *, timeout_s: float = 10.0
 ) -> dict[str, dict[TP, int | None]]:
     """Every committed offset of each group (for groups whose topics are not known in advance)."""
-    pending = []
-    for group in sorted(set(groups)):
-        futures = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)], request_timeout=timeout_s)
-        pending.append((group, futures[group]))
-    return {group: _offsets_result(group, fut, timeout_s) for group, fut in pending}
+    return _group_offsets(
+        admin, {group: ConsumerGroupTopicPartitions(group) for group in sorted(set(groups))}, timeout_s
+    )
+
+
+def _group_offsets(
+    admin: AdminClient, requests: Mapping[str, ConsumerGroupTopicPartitions], timeout_s: float
+) -> dict[str, dict[TP, int | None]]:
+    """The requests, all in flight; a group whose answer is a retriable error (its coordinator moving
+    or loading after a broker loss) is asked again with backoff until ``timeout_s`` has passed."""
+    deadline = Deadline(timeout_s)
+    backoff = Backoff(initial_s=0.2, maximum_s=2.0)
+    out: dict[str, dict[TP, int | None]] = {}
+    pending = dict(requests)
+    while pending:
+        wait = max(1.0, deadline.remaining())
+        futures = {
+            group: admin.list_consumer_group_offsets([request], request_timeout=wait)[group]
+            for group, request in pending.items()
+        }
+        retry: dict[str, ConsumerGroupTopicPartitions] = {}
+        for group, fut in futures.items():
+            try:
+                out[group] = _offsets_result(group, fut, wait)
+            except KafkaOperationError as exc:
+                if not exc.retriable or deadline.expired():
+                    raise
+                retry[group] = pending[group]
+        pending = retry
+        if pending:
+            deadline.sleep(backoff.next_delay())
+    return out
 
 
 def _offsets_result(group: str, fut: Any, timeout_s: float) -> dict[TP, int | None]:
@@ -183,6 +205,6 @@ def _offsets_result(group: str, fut: Any, timeout_s: float) -> dict[TP, int | No
     out: dict[TP, int | None] = {}
     for tp in res.topic_partitions or []:
         if tp.error is not None and tp.error.code() not in (KafkaError.UNKNOWN_TOPIC_OR_PART,):
-            raise KafkaOperationError(f"group {group} on {tp.topic}[{tp.partition}]: {tp.error}", tp.error)
+            raise classify(KafkaException(tp.error), f"group {group} on {tp.topic}[{tp.partition}]")
         out[(tp.topic, tp.partition)] = int(tp.offset) if tp.offset >= 0 else None
     return out

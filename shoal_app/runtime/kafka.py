@@ -164,9 +164,10 @@ def broker_count(bootstrap_servers: str, timeout_s: float = 5.0) -> int:
     from shoal.kafka import clients
     from shoal.kafka.settings import KafkaSettings
 
-    first = bootstrap_servers.split(",")[0].rsplit(":", 1)
-    if len(first) == 2 and first[1].isdigit() and not is_listening(int(first[1]), first[0]):
-        return 0
+    addresses = [a.strip().rsplit(":", 1) for a in bootstrap_servers.split(",") if a.strip()]
+    known = [(host, int(port)) for host, port in (a for a in addresses if len(a) == 2) if port.isdigit()]
+    if known and len(known) == len(addresses) and not any(is_listening(port, host) for host, port in known):
+        return 0  # nothing listens: do not wait for librdkafka's timeout (any live broker answers for all)
     quiet: dict[str, Any] = {"socket.timeout.ms": int(timeout_s * 1000), "log_level": 2}
     admin = clients.admin(KafkaSettings(bootstrap_servers), **quiet)
     try:
