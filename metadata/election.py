@@ -12,6 +12,24 @@ connection comes back it resumes only if its candidate znode and epoch are still
 (session expired) it has stepped down, and a later epoch belongs to somebody else. Anything
 committed on behalf of a leader carries an :class:`EpochFence` that the coordinator checks
 atomically with its CAS, so a fenced leader commits nothing more.
+
+Preferred leaders (DESIGN.md section 7, Kafka's preferred replica and auto leader rebalance): each
+partition has a preferred leader, the first placement of its ``servers``
+(:func:`metadata.placements.preferred_leader`). Two decisions here, both pure:
+
+- at election time, :func:`prefer_preferred` wraps a node's ``prefer`` hook: when the preferred
+  placement is in line and caught up, it is the one to lead (a first-in-line candidate yields to
+  it, :meth:`PartitionElection._should_yield`); otherwise the fallback (TokuMX's most advanced
+  replica) decides;
+- while leading, :func:`decide_yield`: a leader that is not the preferred one hands leadership
+  over once the preferred placement is a candidate and caught up (:func:`preferred_caught_up`: its
+  Ack on the leader's segments channel is at the channel's Append index, so it holds every segment
+  the leader published; the rows the leader still has in memory are in its WAL channel, which the
+  next leader adopts), and has stayed so for ``delay_s`` (like ``leader.imbalance.check.interval.seconds``),
+  or at once when an operator asked for it (``shoal table rebalance``, :mod:`metadata.rebalance`).
+  The node stops its leader role first and only then resigns its candidacy, so it writes nothing
+  after the preferred leader's epoch bump (the epoch CAS and the WAL channel's fencing would refuse
+  it anyway).
 """
 
 from __future__ import annotations
@@ -115,6 +133,76 @@ def candidates(zk: Any, layout: ZkLayout, partition_id: str) -> list[Candidate]:
             except (ValueError, KeyError, TypeError, UnicodeDecodeError, InvalidIdError):
                 log.warning("ignoring malformed election candidate %s/%s", path, node)
     return out
+
+
+# -- preferred leaders -------------------------------------------------------------------------------
+
+
+def preferred_caught_up(ack: int | None, append: int) -> bool:
+    """Whether a replica whose Ack on the leader's segments channel is ``ack`` holds every segment the
+    leader published there (``append``: the channel's Append index). A replica that never acked is
+    caught up only on a channel that never held a record."""
+    return (0 if ack is None else ack) >= append
+
+
+def prefer_preferred(
+    preferred: Callable[[], int | None],
+    caught_up: Callable[[int], bool],
+    fallback: Callable[[Sequence[Candidate]], int | None] | None = None,
+) -> Callable[[Sequence[Candidate]], int | None]:
+    """A ``prefer`` hook for :class:`PartitionElection`: the preferred placement (``preferred()``) when it
+    is in line and ``caught_up(placement)``, else what ``fallback`` prefers (None without one)."""
+
+    def prefer(line: Sequence[Candidate]) -> int | None:
+        p = preferred()
+        if p is not None and any(c.placement_id == p for c in line) and caught_up(p):
+            return p
+        return None if fallback is None else fallback(line)
+
+    return prefer
+
+
+@dataclass(frozen=True)
+class YieldDecision:
+    """What a leader does about its partition's preferred leader at one check."""
+
+    yield_now: bool
+    ready_since: float | None
+    """Since when the preferred leader has been ready (a candidate and caught up), for the next check;
+    None while it is not."""
+    reason: str
+
+
+def decide_yield(
+    own_placement_id: int,
+    preferred_placement_id: int | None,
+    *,
+    candidate: bool,
+    caught_up: bool,
+    ready_since: float | None,
+    now: float,
+    delay_s: float,
+    requested: bool = False,
+) -> YieldDecision:
+    """Should a leader hand leadership to the preferred placement now?
+
+    Only when it is not the preferred leader itself, the preferred placement is a ``candidate`` and
+    ``caught_up``, and it has been so since ``ready_since`` for at least ``delay_s`` seconds
+    (``requested``: an operator asked for a preferred-leader election: no delay).
+    """
+    if preferred_placement_id is None or preferred_placement_id == own_placement_id:
+        return YieldDecision(False, None, "leads as the preferred leader")
+    if not candidate:
+        return YieldDecision(False, None, f"preferred placement {preferred_placement_id} is not a candidate")
+    if not caught_up:
+        return YieldDecision(False, None, f"preferred placement {preferred_placement_id} is catching up")
+    since = now if ready_since is None else ready_since
+    waited = now - since
+    if requested or waited >= delay_s:
+        why = "a preferred-leader election was requested" if requested else f"ready for {waited:.1f}s"
+        return YieldDecision(True, since, f"preferred placement {preferred_placement_id} is caught up ({why})")
+    left = delay_s - waited
+    return YieldDecision(False, since, f"preferred placement {preferred_placement_id} ready, {left:.1f}s to go")
 
 
 def read_epoch(zk: Any, layout: ZkLayout, partition_id: str) -> EpochRecord:
@@ -323,7 +411,7 @@ class PartitionElection:
             with contextlib.suppress(NoNodeError):
                 self._zk.delete(f"{base}/{node}")
         log.info(
-            "%s#%d yields the leadership of %s to a more advanced replica",
+            "%s#%d yields the leadership of %s to a preferred or more advanced replica",
             self.server_id,
             self.placement_id,
             self.partition_id,

@@ -19,6 +19,7 @@ from typing import Protocol
 from metadata.errors import InvalidOperationError
 from metadata.keyspace import UNBOUNDED
 from metadata.metadata_file import ChangeType, MetadataFile, PartitionEntry, Placement, new_txnid
+from metadata.placements import spread_leaders
 from metadata.table import TableDefinition
 from shoal.ids import new_partition_id, validate_partition_id
 
@@ -43,7 +44,9 @@ def create_file(
     """Sequence 1 of a table: one partition over the whole keyspace, or K from K-1 split points.
 
     ``assignments[i]`` are the servers (with fresh placement ids) of partition ``i``; each list holds
-    ``table.replication_factor`` distinct servers.
+    ``table.replication_factor`` distinct servers. Each list is rotated by
+    :func:`~metadata.placements.spread_leaders` so that its first placement, the partition's
+    preferred leader, goes round robin over the servers across partitions.
     """
     points = list(split_points)
     if len(assignments) != len(points) + 1:
@@ -60,7 +63,7 @@ def create_file(
     if len(ids) != len(assignments):
         raise InvalidOperationError("one partition id per partition")
     entries = []
-    for begin, pid, servers in zip([UNBOUNDED, *points], ids, assignments, strict=True):
+    for begin, pid, servers in zip([UNBOUNDED, *points], ids, spread_leaders(assignments), strict=True):
         _check_server_list(
             servers, table.replication_factor, f"partition beginning at {table.keyspace.format_key(begin)}"
         )

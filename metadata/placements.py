@@ -3,18 +3,31 @@ assignment, forever, allocated from a counter znode that is bumped by compare-an
 
 A server removed from a partition and added again gets a new id, so consumer groups and acked
 lists derived from placement ids never mistake the new replica for the old one (the ABA case).
+
+Preferred leaders (DESIGN.md section 7, Kafka's preferred replica): the preferred leader of a
+partition is the FIRST placement of its ``servers`` list (:func:`preferred_leader`), so it is
+derived from the METADATA file and needs no field of its own; every node and the CLI compute the
+same answer from the same file version, and it stays put when other partitions change (a leave
+moves it to the next server of the list). At create time :func:`spread_leaders` orders each
+partition's list so that the first placements go round robin over the servers across partitions
+(the coordinator's round-robin placement already is in that order; any other assignment is
+rotated). The nodes then hand leadership to a caught-up preferred leader
+(:mod:`metadata.election`, "Preferred leaders").
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+from collections import Counter
+from collections.abc import Sequence
 from typing import Any
 
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 from kazoo.retry import KazooRetry
 
 from metadata.errors import MetadataConflictError, MetadataDecodeError
+from metadata.metadata_file import PartitionEntry, Placement
 from metadata.security import OPEN, ZkSecurity
 from metadata.zk_client import cas_retry, ensure_path, retrying, zk_errors
 from metadata.zk_layout import ZkLayout
@@ -79,3 +92,32 @@ class PlacementAllocator:
 
     def allocate_one(self) -> int:
         return self.allocate(1)[0]
+
+
+# -- preferred leaders ------------------------------------------------------------------------------
+
+
+def preferred_leader(entry: PartitionEntry) -> Placement:
+    """The partition's preferred leader: the first placement of its ``servers`` (Kafka's preferred replica)."""
+    return entry.servers[0]
+
+
+def spread_leaders(assignments: Sequence[Sequence[Placement]]) -> list[tuple[Placement, ...]]:
+    """Each partition's server list rotated so that the preferred leaders (first placements) are spread.
+
+    Partitions in order; each one's first placement is, of its servers, the one that is preferred for
+    the fewest partitions so far (ties: the earliest in its own list). The rest of the list keeps its
+    cyclic order. A list that already starts with such a server is unchanged, so the coordinator's
+    round robin (partition ``i`` on servers ``i, i+1, ...``) comes back as it was given.
+    """
+    counts: Counter[str] = Counter()
+    out = []
+    for servers in assignments:
+        servers = tuple(servers)
+        if not servers:
+            out.append(servers)
+            continue
+        first = min(range(len(servers)), key=lambda i: (counts[servers[i].server_id], i))
+        counts[servers[first].server_id] += 1
+        out.append(servers[first:] + servers[:first])
+    return out

@@ -109,9 +109,14 @@ class NodeConfig(ConnectionFields):
     metrics_host: str = "127.0.0.1"
     max_minors_before_stall: int = 64
     minor_stall_s: float = 0.2
+    leader_rebalance_delay_s: float = 30.0
+    """How long a partition's preferred leader must have been caught up before this node, leading it
+    instead, hands leadership back (Kafka's ``leader.imbalance.check.interval.seconds``)."""
 
     def __post_init__(self) -> None:
         validate_server_id(self.server_id)
+        if not 0 <= self.leader_rebalance_delay_s <= 86_400:
+            raise ConfigError(f"leader_rebalance_delay_s must be in [0, 86400], got {self.leader_rebalance_delay_s!r}")
         object.__setattr__(self, "data_dir", Path(self.data_dir))
         if not isinstance(self.connection, ConnectionSettings):
             raise ConfigError(f"connection must be ConnectionSettings, got {type(self.connection).__name__}")

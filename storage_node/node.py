@@ -69,6 +69,7 @@ from metadata.keyspace import KeyRange
 from metadata.metadata_file import MetadataFile
 from metadata.node_registry import node_path, register_node
 from metadata.notify import TableWatcher
+from metadata.placements import preferred_leader
 from metadata.table import TableDefinition
 from shoal.errors import PartitionUnavailableError
 from shoal.kafka.indexes import channel_indexes
@@ -81,6 +82,7 @@ from storage_node.replication.receive import InFlightBudget
 from storage_node.roles.compaction_intake import CompactionIntake
 from storage_node.roles.follower import FollowerConfig, PartitionFollower
 from storage_node.roles.leader import PartitionLeader
+from storage_node.roles.rebalance import LeaderRebalancer
 from storage_node.serve import FlightServing, ScanServer
 
 log = logging.getLogger(__name__)
@@ -105,6 +107,8 @@ class HeldPartition:
     leader_changes: int = 0
     leader_epoch: int | None = None
     """The election epoch the current leader role was started for (its term even if it never wrote)."""
+    preferred: int | None = None
+    """The partition's preferred leader placement in the current METADATA (:mod:`metadata.rebalance`)."""
 
 
 def leader_counters(leader: PartitionLeader) -> dict[str, float]:
@@ -171,6 +175,7 @@ class StorageNode:
         self._held: dict[str, HeldPartition] = {}
         self._watchers: dict[str, TableWatcher] = {}
         self._client: MetadataClient | None = None
+        self._rebalancer: LeaderRebalancer | None = None
         self.location: str | None = None
         self.metrics_url: str | None = None
         """``http://host:port/metrics`` when the node's Prometheus exporter runs."""
@@ -214,6 +219,13 @@ class StorageNode:
         with contextlib.ExitStack() as stack:
             client = stack.enter_context(MetadataClient(self.metadata_config))
             self._client = client
+            self._rebalancer = LeaderRebalancer(
+                client.zk,
+                client.layout,
+                self.config.kafka,
+                self.config.topics,
+                delay_s=self.config.leader_rebalance_delay_s,
+            )
             server = ScanServer(
                 f"grpc://{self.config.flight_host}:{self.config.flight_port}", self.replicas, describe=self.describe
             )
@@ -259,6 +271,7 @@ class StorageNode:
         if self._stop.is_set():
             return
         servers = {p.partition_id: tuple(s.placement_id for s in p.servers) for p in file.partitions}
+        preferred = {p.partition_id: preferred_leader(p).placement_id for p in file.partitions}
         for d in discover(file, self.config.server_id):
             if d.state is not ReplicaState.LIVE or d.placement_id is None:
                 continue  # LOAD / UNLOAD replicas are not held (only LIVE ones)
@@ -266,9 +279,11 @@ class StorageNode:
             with self._lock:
                 if d.partition_id in self._held:
                     self._held[d.partition_id].peers = peers
+                    self._held[d.partition_id].preferred = preferred.get(d.partition_id)
                     continue
                 replica = PartitionReplica(file.table, d.partition_id, d.placement_id, self.config.data_dir)
                 held = HeldPartition(file.table, d.partition_id, d.placement_id, d.key_range, replica, peers=peers)
+                held.preferred = preferred.get(d.partition_id)
                 self._held[d.partition_id] = held
             self._start_follower(held)
             self._campaign(held)
@@ -295,10 +310,33 @@ class StorageNode:
             layout=self._client.layout,
             security=self.metadata_config.security,
             on_change=on_change,
-            prefer=self._preference(held.partition_id),
+            prefer=self._balanced_preference(held),
         )
         held.election = election
         election.start()
+
+    def _balanced_preference(self, held: HeldPartition) -> Callable[[Sequence[Candidate]], int | None]:
+        """The caught-up preferred leader first (:mod:`storage_node.roles.rebalance`), else :meth:`_preference`."""
+        assert self._rebalancer is not None
+        fallback = self._preference(held.partition_id)
+        return self._rebalancer.election_preference(held.partition_id, lambda: held.preferred, fallback)
+
+    def _rebalance(self, held: HeldPartition) -> None:
+        """Hand leadership to the preferred leader when :class:`LeaderRebalancer` says so: the leader role
+        stops writing first, then the candidacy is resigned (the handover follows and campaigns again)."""
+        election, leader = held.election, held.leader
+        if self._rebalancer is None or election is None or leader is None or not leader.ready.is_set():
+            return
+        if election.state is not LeaderState.LEADER:
+            return
+        try:
+            decision = self._rebalancer.check(held.table.name, held.partition_id, held.placement_id, held.preferred)
+        except Exception as exc:  # ZooKeeper or Kafka unavailable for a moment: the next tick checks again
+            log.warning("%s: cannot check the preferred leader: %s", held.replica.name, exc)
+            return
+        if decision.yield_now:
+            leader.stop(30)
+            election.resign()
 
     def _preference(self, partition_id: str) -> Callable[[Sequence[Candidate]], int | None]:
         """TokuMX failover: prefer the candidate with the highest Ack on the old leader's segments channel."""
@@ -432,6 +470,8 @@ class StorageNode:
             if not leading:
                 self._start_follower(held)
                 self._recampaign(held)
+            else:
+                self._rebalance(held)
 
     def stats(self) -> dict[str, dict[str, float]]:
         """Per partition: counters (monotonic across leader terms) and gauges, for ``/metrics``.

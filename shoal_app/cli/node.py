@@ -55,6 +55,14 @@ log = logging.getLogger(__name__)
     show_default=True,
     help="Seconds the leader sleeps per batch while stalled (0 = never stall).",
 )
+@click.option(
+    "--leader-rebalance-delay",
+    "leader_rebalance_delay_s",
+    type=click.FloatRange(0, 86_400),
+    default=30.0,
+    show_default=True,
+    help="Seconds a partition's preferred leader must be caught up before leadership moves back to it.",
+)
 @connection_options
 @click.pass_context
 def node_command(
@@ -69,6 +77,7 @@ def node_command(
     metrics_host: str,
     max_minors_before_stall: int,
     minor_stall_s: float,
+    leader_rebalance_delay_s: float,
     **conn: Any,
 ) -> None:
     """Run one storage node until SIGTERM: it leads the partitions discovery gives it."""
@@ -96,6 +105,7 @@ def node_command(
             metrics_host=metrics_host,
             max_minors_before_stall=max_minors_before_stall,
             minor_stall_s=minor_stall_s,
+            leader_rebalance_delay_s=leader_rebalance_delay_s,
         )
         StorageNode(config, metadata=meta).run()
     except ShoalError as exc:
