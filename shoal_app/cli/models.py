@@ -157,10 +157,24 @@ class PartitionJson(Shape):
     servers_joining: list[PlacementJson]
     servers_leaving: list[PlacementJson]
     leader: PartitionLeader | None
+    preferred_leader: PlacementJson
+    """The first of ``servers``: the leader the nodes hand leadership back to once it is caught up."""
     epoch: int
     splitting: bool
     split: SplitJson | None = omitted()
     """Only while the partition is splitting."""
+
+
+class LeaderBalanceJson(Shape):
+    """How leadership is spread (:func:`metadata.rebalance.leader_balance`)."""
+
+    leaders_per_node: dict[str, int]
+    preferred_per_node: dict[str, int]
+    on_preferred: int
+    """Partitions led by their preferred leader."""
+    partitions: int
+    balanced: bool
+    """Every partition is led by its preferred leader."""
 
 
 class TableDescription(Shape):
@@ -171,6 +185,33 @@ class TableDescription(Shape):
     metadata_sequence: int
     metadata_servers: list[str]
     partitions: list[PartitionJson]
+    balance: LeaderBalanceJson
+
+
+class PartitionRebalance(Shape):
+    partition_id: str
+    preferred_leader: str
+    leader_before: str | None
+    leader_after: str | None
+    epoch_before: int
+    epoch_after: int
+    on_preferred: bool
+
+
+class TableRebalance(Shape):
+    """``shoal table rebalance``: a preferred-leader election, each partition's leader before and after.
+
+    ``after`` is read when the command returns: with ``--wait``, once every partition is on its
+    preferred leader or the timeout passed (``balanced`` says which)."""
+
+    table: str
+    request_id: str
+    waited: bool
+    seconds: float
+    balanced: bool
+    partitions: list[PartitionRebalance]
+    before: LeaderBalanceJson
+    after: LeaderBalanceJson
 
 
 class TableHead(Shape):

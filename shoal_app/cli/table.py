@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
-from collections.abc import Iterator
+import sys
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -13,14 +15,20 @@ import click
 from metadata.client import MetadataClient
 from metadata.coordinator import MetadataCoordinator
 from metadata.metadata_file import MetadataFile, Placement
+from metadata.placements import preferred_leader
+from metadata.rebalance import leader_balance, preferred_leaders, request_rebalance
 from metadata.table import Column, TableDefinition
 from shoal.errors import ShoalError
+from shoal.worker import Deadline
 from shoal_app.cli.connection import connection_options, metadata_config
 from shoal_app.cli.context import emit, new_table, output_option, show
+from shoal_app.cli.context import progress as show_progress
 from shoal_app.cli.models import (
     HistoryEntry,
+    LeaderBalanceJson,
     PartitionJson,
     PartitionLeader,
+    PartitionRebalance,
     PlacementJson,
     SplitJson,
     TableDescription,
@@ -28,6 +36,7 @@ from shoal_app.cli.models import (
     TableHistory,
     TableJson,
     TableList,
+    TableRebalance,
 )
 
 
@@ -143,6 +152,7 @@ def describe_table(coord: MetadataCoordinator, name: str) -> TableDescription:
                     placement_id=status.leader_placement_id,
                     alive=status.leader_alive,
                 ),
+                preferred_leader=_placements((preferred_leader(entry),))[0],
                 epoch=status.epoch,
                 splitting=entry.splitting,
                 split=SplitJson(
@@ -162,6 +172,7 @@ def describe_table(coord: MetadataCoordinator, name: str) -> TableDescription:
         metadata_sequence=head.metadata_sequence,
         metadata_servers=list(head.metadata_servers),
         partitions=parts,
+        balance=_balance_json(file, {p.partition_id: p.leader.server_id if p.leader else None for p in parts}),
     )
 
 
@@ -201,7 +212,7 @@ def describe(name: str, output: str, **conn: Any) -> None:
         f"  metadata txnid {info.metadata_txnid} sequence {info.metadata_sequence}",
         f"  metadata servers {', '.join(info.metadata_servers) or '-'}",
     )
-    parts = new_table("partition", "range", "leader", "epoch", "servers", "changes", right=("epoch",))
+    parts = new_table("partition", "range", "leader", "preferred", "epoch", "servers", "changes", right=("epoch",))
     for p in info.partitions:
         lead = "none" if p.leader is None else f"{p.leader.server_id}#{p.leader.placement_id}"
         if p.leader is not None and not p.leader.alive:
@@ -222,11 +233,12 @@ def describe(name: str, output: str, **conn: Any) -> None:
             p.partition_id,
             f"[{_bound(p.begin, '-inf')}, {_bound(p.end, '+inf')})",
             lead,
+            _fmt_placements([p.preferred_leader]),
             str(p.epoch),
             _fmt_placements(p.servers),
             "; ".join(changes) or "-",
         )
-    show(parts)
+    show(parts, _balance_line(info.balance))
 
 
 @table_group.command("list")
@@ -284,4 +296,128 @@ def history(name: str, output: str, **conn: Any) -> None:
     show(t)
 
 
-__all__ = ["describe_json", "describe_table", "table_group"]
+# -- shoal table rebalance (preferred-leader election; DESIGN.md section 7) ------------------------
+
+
+def _balance_json(file: MetadataFile, leaders: dict[str, str | None]) -> LeaderBalanceJson:
+    b = leader_balance(file, leaders)
+    return LeaderBalanceJson(
+        leaders_per_node=b.leaders_per_node,
+        preferred_per_node=b.preferred_per_node,
+        on_preferred=b.on_preferred,
+        partitions=len(file.partitions),
+        balanced=b.balanced,
+    )
+
+
+def _balance_line(b: LeaderBalanceJson) -> str:
+    per_node = ", ".join(f"{n} {c}" for n, c in sorted(b.leaders_per_node.items())) or "-"
+    verdict = "balanced" if b.balanced else "not balanced (`shoal table rebalance` moves leaders back)"
+    return (
+        f"leaders per node: {per_node}; {b.on_preferred}/{b.partitions} partitions on their preferred leader, {verdict}"
+    )
+
+
+def _leaders(coord: MetadataCoordinator, file: MetadataFile) -> dict[str, tuple[str | None, int]]:
+    """{partition_id: (live leader's server id or None, epoch)}."""
+    out: dict[str, tuple[str | None, int]] = {}
+    for entry in file.partitions:
+        st = coord.partition_status(entry.partition_id)
+        out[entry.partition_id] = (st.leader_server_id if st.leader_alive else None, st.epoch)
+    return out
+
+
+def rebalance_table(
+    coord: MetadataCoordinator,
+    name: str,
+    *,
+    wait: bool,
+    timeout_s: float,
+    progress: Callable[[str], None] = lambda _m: None,
+) -> TableRebalance:
+    """Ask the leaders of table ``name`` to hand leadership to their caught-up preferred leaders now
+    (:func:`metadata.rebalance.request_rebalance`); with ``wait``, until every partition is on its
+    preferred leader or ``timeout_s`` passed."""
+    t0 = time.monotonic()
+    file = coord.current(name)
+    before = _leaders(coord, file)
+    req = request_rebalance(coord.zk, coord.layout, name, ttl_s=max(timeout_s, 30.0), security=coord.security)
+    want = preferred_leaders(file)
+    progress(f"requested a preferred-leader election for {name} (request {req.request_id})")
+    after = before
+    if wait:
+        deadline = Deadline(timeout_s)
+        while True:
+            after = _leaders(coord, file)
+            done = sum(1 for pid, (lead, _) in after.items() if lead == want[pid])
+            progress(f"{done}/{len(want)} partitions on their preferred leader")
+            if done == len(want) or not deadline.sleep(1.0):
+                break
+        after = _leaders(coord, file)
+    parts = [
+        PartitionRebalance(
+            partition_id=pid,
+            preferred_leader=want[pid],
+            leader_before=before[pid][0],
+            leader_after=after[pid][0],
+            epoch_before=before[pid][1],
+            epoch_after=after[pid][1],
+            on_preferred=after[pid][0] == want[pid],
+        )
+        for pid in want
+    ]
+    after_balance = _balance_json(file, {pid: lead for pid, (lead, _) in after.items()})
+    return TableRebalance(
+        table=name,
+        request_id=req.request_id,
+        waited=wait,
+        seconds=round(time.monotonic() - t0, 1),
+        balanced=after_balance.balanced,
+        partitions=parts,
+        before=_balance_json(file, {pid: lead for pid, (lead, _) in before.items()}),
+        after=after_balance,
+    )
+
+
+@table_group.command("rebalance")
+@click.argument("name")
+@click.option("--wait", is_flag=True, help="Wait until every partition is led by its preferred leader.")
+@click.option(
+    "--timeout",
+    "timeout_s",
+    type=click.FloatRange(1, 3600),
+    default=120.0,
+    show_default=True,
+    help="How long --wait waits (and how long the request stays in force).",
+)
+@output_option
+@connection_options
+def rebalance(name: str, wait: bool, timeout_s: float, output: str, **conn: Any) -> None:
+    """Move the leadership of each partition of NAME back to its preferred leader (once it is caught up).
+
+    Progress goes to stderr. With --wait the exit code is 1 if some partition is still not on its
+    preferred leader at the timeout (e.g. that node is down or still catching up)."""
+    with _coordinator(**conn) as coord:
+        try:
+            result = rebalance_table(coord, name, wait=wait, timeout_s=timeout_s, progress=show_progress)
+        except ShoalError as exc:
+            raise click.ClickException(f"{type(exc).__name__}: {exc}") from exc
+    if output == "json":
+        emit(result, sort_keys=False)
+    else:
+        t = new_table("partition", "preferred", "leader before", "leader after", "epoch", right=("epoch",))
+        for p in result.partitions:
+            mark = "" if p.on_preferred else " (not preferred)"
+            t.add_row(
+                p.partition_id,
+                p.preferred_leader,
+                p.leader_before or "none",
+                f"{p.leader_after or 'none'}{mark}",
+                f"{p.epoch_before} -> {p.epoch_after}",
+            )
+        show(t, _balance_line(result.after))
+    if wait and not result.balanced:
+        sys.exit(1)
+
+
+__all__ = ["describe_json", "describe_table", "rebalance_table", "table_group"]

@@ -326,8 +326,16 @@ def test_cli_examples_match_their_schemas() -> None:
         "servers": _placements(),
         "servers_joining": [],
         "servers_leaving": _placements(),
+        "preferred_leader": cli.PlacementJson(server_id="node-1", placement_id=1),
         "epoch": 2,
     }
+    balance = cli.LeaderBalanceJson(
+        leaders_per_node={"node-1": 1, "node-2": 0},
+        preferred_per_node={"node-1": 1, "node-2": 1},
+        on_preferred=1,
+        partitions=2,
+        balanced=False,
+    )
     describe = cli.TableDescription(
         table=cli.TableJson(
             name="t",
@@ -349,12 +357,33 @@ def test_cli_examples_match_their_schemas() -> None:
                 split=split,
             ),
         ],
+        balance=balance,
     )
     described = describe.to_json()
     assert "split" not in described["partitions"][0] and "split" in described["partitions"][1]
     replica = {"server_id": "node-1", "placement_id": 1}
     examples: dict[str, Any] = {
         "cli-table-describe": describe,
+        "cli-table-rebalance": cli.TableRebalance(
+            table="t",
+            request_id="ab" * 8,
+            waited=True,
+            seconds=3.5,
+            balanced=False,
+            partitions=[
+                cli.PartitionRebalance(
+                    partition_id=PID,
+                    preferred_leader="node-2",
+                    leader_before="node-1",
+                    leader_after=None,
+                    epoch_before=2,
+                    epoch_after=3,
+                    on_preferred=False,
+                )
+            ],
+            before=balance,
+            after=balance,
+        ),
         "cli-table-list": cli.TableList([cli.TableHead(table="t", metadata_txnid=TXNID, metadata_sequence=1)]),
         "cli-table-history": cli.TableHistory(
             [
