@@ -212,7 +212,12 @@ class Collector:
             intake = [self._group(ctx, g, spark_committed[g], "compaction intake") for g in intake_groups]
             hist.prune(now)
         table_list = [
-            TableReport(table=t, status=worst([p.status for p in ps]), partitions=ps)
+            TableReport(
+                table=t,
+                status=worst([p.status for p in ps]),
+                partitions=ps,
+                **leader_spread([p for p in parts if p.table == t]),
+            )
             for t, ps in sorted(tables.items())
         ]
         return Snapshot(
@@ -349,6 +354,7 @@ class Collector:
             leader=None
             if p.leader_server_id is None
             else Leader(server_id=p.leader_server_id, placement_id=p.leader_placement_id, alive=p.leader_alive),
+            preferred_leader=p.preferred_server_id,
             epoch=p.epoch,
             leader_changes=changes,
             ingest=ingest,
@@ -602,3 +608,15 @@ class _PollContext:
 
 def _fmt_offset(offset: int | None) -> str:
     return "none" if offset is None else str(offset)
+
+
+def leader_spread(parts: list[PartitionTopology]) -> dict[str, Any]:
+    """``leaders_per_node`` and ``on_preferred_leader`` of one table's partitions (alive leaders only)."""
+    per_node = {r.server_id: 0 for p in parts for r in p.replicas if r.role == "servers"}
+    on_preferred = 0
+    for p in parts:
+        lead = p.leader_server_id if p.leader_alive else None
+        if lead is not None:
+            per_node[lead] = per_node.get(lead, 0) + 1
+            on_preferred += lead == p.preferred_server_id
+    return {"leaders_per_node": dict(sorted(per_node.items())), "on_preferred_leader": on_preferred}

@@ -166,6 +166,8 @@ AnySegmentsChannel = Annotated[SegmentsChannel | AbsentSegmentsChannel, Field(di
 class PartitionReport(Shape):
     partition_id: str
     leader: Leader | None
+    preferred_leader: str | None = None
+    """The server the nodes hand leadership back to once it is caught up (DESIGN.md section 7)."""
     epoch: int
     leader_changes: int
     ingest: AnyIngest
@@ -178,6 +180,10 @@ class TableReport(Shape):
     table: str
     status: Status
     partitions: list[PartitionReport]
+    leaders_per_node: dict[str, int] = Field(default_factory=dict)
+    """Partitions each server leads (a leader that is alive), every server of the table listed."""
+    on_preferred_leader: int = 0
+    """Partitions led by their preferred leader (all of them: the leaders are balanced)."""
 
 
 class SparkPartition(ReaderLag):

@@ -1,8 +1,9 @@
 """Which channels exist and who reads them (DESIGN.md section 3), from the METADATA files and ZooKeeper.
 
 For every partition of every table (or one table): its placements (servers, joining, leaving),
-its leader and epoch (``PartitionStatus`` from the election znodes), and from those the channels
-the monitor watches:
+its preferred leader (the first of ``servers``, :func:`metadata.placements.preferred_leader`), its
+leader and epoch (``PartitionStatus`` from the election znodes), and from those the channels the
+monitor watches:
 
 - ``ingest.<pid>``, read by the leader group (committed = accepted-by-leader index);
 - ``wal.<pid>.<placement>`` for every placement (it exists once that placement has led); each
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from metadata.metadata_file import MetadataFile, PartitionEntry
+from metadata.placements import preferred_leader
 from shoal.topics import TopicNames
 
 
@@ -62,6 +64,8 @@ class PartitionTopology:
     ingest: Channel
     wal: tuple[Channel, ...]
     segments: tuple[Channel, ...]
+    preferred_server_id: str | None = None
+    """The partition's preferred leader (DESIGN.md section 7)."""
 
     def channels(self) -> tuple[Channel, ...]:
         return (self.ingest, *self.wal, *self.segments)
@@ -126,6 +130,7 @@ def partition_topology(
         ingest,
         tuple(wal),
         tuple(segments),
+        preferred_leader(entry).server_id if entry.servers else None,
     )
 
 

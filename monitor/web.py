@@ -136,6 +136,9 @@ th{background:#f0f0f0} td.num{text-align:right;font-variant-numeric:tabular-nums
 <table id="partitions"><thead><tr><th>table</th><th>partition</th><th>leader</th><th>epoch</th>
 <th>channel</th><th>replica</th><th>ack / consume</th><th>append / tail</th><th>lag (records)</th>
 <th>lag (s)</th><th>status</th><th>reason</th></tr></thead><tbody></tbody></table>
+<h2>Leaders per node</h2>
+<table id="leaders"><thead><tr><th>table</th><th>leaders per node</th><th>on their preferred leader</th></tr></thead>
+<tbody></tbody></table>
 <h2>Problems</h2><ul id="problems"></ul>
 <h2>Lag over time</h2><div id="charts"></div>
 <script id="initial" type="application/json">__INITIAL__</script>
@@ -158,6 +161,8 @@ function renderTable(snap){
   var tbody=document.querySelector("#partitions tbody");tbody.innerHTML="";
   (snap.tables||[]).forEach(function(t){(t.partitions||[]).forEach(function(p){
     var pid=p.partition_id.slice(0,12), lead=p.leader?p.leader.server_id+"#"+p.leader.placement_id:"none";
+    var pref=p.preferred_leader;
+    if(pref&&(!p.leader||p.leader.server_id!==pref))lead+=" (preferred "+pref+")";
     var ing=p.ingest;
     row(tbody,[t.table,pid,lead,p.epoch,"ingest","leader",fmt(ing.accepted_index),
       fmt(ing.log_end),ing.lag_records===undefined?"-":ing.lag_records,fmt(ing.lag_seconds)],
@@ -180,6 +185,11 @@ function renderTable(snap){
   (snap.spark_queries||[]).forEach(function(q){q.partitions.forEach(function(pp){
     row(tbody,["spark",q.query,"-","-",pp.topic+"["+pp.partition+"]","query",fmt(pp.committed),
       fmt(pp.log_end),pp.lag_records,fmt(pp.lag_seconds)],pp.status,pp.reason,"spark-row");});});
+  var lb=document.querySelector("#leaders tbody");lb.innerHTML="";
+  (snap.tables||[]).forEach(function(t){var per=t.leaders_per_node||{};
+    var txt=Object.keys(per).sort().map(function(n){return n+" "+per[n];}).join(", ")||"-";
+    var tr=el("tr",{"class":"leaders-row"});[t.table,txt,t.on_preferred_leader+" / "+(t.partitions||[]).length]
+      .forEach(function(c){tr.appendChild(el("td",{},c));});lb.appendChild(tr);});
   var ul=document.getElementById("problems");ul.innerHTML="";
   (snap.problems||[]).forEach(function(pr){var li=el("li");li.appendChild(badge(pr.status));
     li.appendChild(document.createTextNode(" "+pr.where+": "+pr.reason));ul.appendChild(li);});
