@@ -4,6 +4,8 @@
   ``servers`` (:func:`metadata.placements.preferred_leader`, spread at create time);
 - :func:`leader_balance`: the leaders per node and which partitions are not led by their preferred
   leader (``shoal table describe``, the monitor, the demo);
+- :func:`current_leaders` / :func:`await_preferred_leaders`: each partition's live leader now, and
+  waiting until every partition is on its preferred leader (``shoal table rebalance --wait``, the demo);
 - :class:`RebalanceRequest`: ``shoal table rebalance`` writes ``<root>/rebalance/<table>``
   (``{"request_id", "requested_at_ms", "expires_at_ms"}``); until it expires, a node leading a
   partition of that table hands leadership to a caught-up preferred leader at once, without the
@@ -17,7 +19,7 @@ import contextlib
 import json
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +32,7 @@ from metadata.security import OPEN, ZkSecurity
 from metadata.zk_client import ensure_path, zk_errors
 from metadata.zk_layout import ZkLayout
 from shoal.ids import validate_table_name
+from shoal.worker import Deadline
 
 
 def preferred_leaders(file: MetadataFile) -> dict[str, str]:
@@ -71,6 +74,35 @@ def leader_balance(file: MetadataFile, leaders: Mapping[str, str | None]) -> Lea
         if have != want:
             off.append(pid)
     return LeaderBalance(per_node, per_preferred, len(preferred) - len(off), tuple(off))
+
+
+def current_leaders(coordinator: Any, file: MetadataFile) -> dict[str, tuple[str | None, int]]:
+    """{partition_id: (server id of its live leader or None, epoch)} (``coordinator``: a
+    :class:`metadata.coordinator.MetadataCoordinator`)."""
+    out: dict[str, tuple[str | None, int]] = {}
+    for entry in file.partitions:
+        st = coordinator.partition_status(entry.partition_id)
+        out[entry.partition_id] = (st.leader_server_id if st.leader_alive else None, st.epoch)
+    return out
+
+
+def await_preferred_leaders(
+    coordinator: Any,
+    file: MetadataFile,
+    timeout_s: float,
+    *,
+    progress: Callable[[str], None] = lambda _m: None,
+    interval_s: float = 1.0,
+) -> dict[str, tuple[str | None, int]]:
+    """:func:`current_leaders` once every partition is led by its preferred leader or ``timeout_s`` passed."""
+    want = preferred_leaders(file)
+    deadline = Deadline(timeout_s)
+    while True:
+        now = current_leaders(coordinator, file)
+        done = sum(1 for pid, (lead, _) in now.items() if lead == want[pid])
+        progress(f"{done}/{len(want)} partitions on their preferred leader")
+        if done == len(want) or not deadline.sleep(interval_s):
+            return now if done == len(want) else current_leaders(coordinator, file)
 
 
 # -- operator requests ---------------------------------------------------------------------------

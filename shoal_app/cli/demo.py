@@ -241,6 +241,11 @@ def summary_lines(s: DemoSummary) -> list[str]:
         f"  compaction    {comp.committed} major(s) committed of {len(comp.majors)} computed"
         + (f" ({comp.error})" if comp.error else "")
     )
+    per_node = ", ".join(f"{n} {c}" for n, c in s.leaders.per_node.items()) or "none"
+    out.append(
+        f"  leaders       per node: {per_node} ({s.leaders.on_preferred}/{s.leaders.partitions} partitions on "
+        f"their preferred leader)"
+    )
     out.append(
         f"  verify        {'every replica agrees' if ver.ok else 'MISMATCH or error'} "
         f"(shoal verify exit {ver.exit_code}, {ver.attempts or 0} attempt(s))"

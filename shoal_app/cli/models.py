@@ -399,6 +399,21 @@ class RestartSection(Shape):
     error: str | None = omitted()
 
 
+class LeadersSection(Shape):
+    """The leaders at the end of the demo, after a preferred-leader election (``shoal table rebalance``)."""
+
+    per_node: dict[str, int]
+    """Partitions each storage node leads."""
+    on_preferred: int
+    partitions: int
+    balanced: bool
+    """Every partition is led by its preferred leader."""
+    per_node_before: dict[str, int] | None = omitted()
+    """Before the preferred-leader election."""
+    seconds: float | None = omitted()
+    error: str | None = omitted()
+
+
 class CompactionSection(Shape):
     majors: list[CompactionOutcome]
     committed: int
@@ -475,6 +490,7 @@ class DemoSummary(Shape):
     failover: FailoverSection
     restart: RestartSection
     compaction: CompactionSection
+    leaders: LeadersSection
     verify: VerifySection
     content: ContentSection
     monitor: MonitorSection

@@ -16,10 +16,15 @@ from metadata.client import MetadataClient
 from metadata.coordinator import MetadataCoordinator
 from metadata.metadata_file import MetadataFile, Placement
 from metadata.placements import preferred_leader
-from metadata.rebalance import leader_balance, preferred_leaders, request_rebalance
+from metadata.rebalance import (
+    await_preferred_leaders,
+    current_leaders,
+    leader_balance,
+    preferred_leaders,
+    request_rebalance,
+)
 from metadata.table import Column, TableDefinition
 from shoal.errors import ShoalError
-from shoal.worker import Deadline
 from shoal_app.cli.connection import connection_options, metadata_config
 from shoal_app.cli.context import emit, new_table, output_option, show
 from shoal_app.cli.context import progress as show_progress
@@ -318,15 +323,6 @@ def _balance_line(b: LeaderBalanceJson) -> str:
     )
 
 
-def _leaders(coord: MetadataCoordinator, file: MetadataFile) -> dict[str, tuple[str | None, int]]:
-    """{partition_id: (live leader's server id or None, epoch)}."""
-    out: dict[str, tuple[str | None, int]] = {}
-    for entry in file.partitions:
-        st = coord.partition_status(entry.partition_id)
-        out[entry.partition_id] = (st.leader_server_id if st.leader_alive else None, st.epoch)
-    return out
-
-
 def rebalance_table(
     coord: MetadataCoordinator,
     name: str,
@@ -340,20 +336,11 @@ def rebalance_table(
     preferred leader or ``timeout_s`` passed."""
     t0 = time.monotonic()
     file = coord.current(name)
-    before = _leaders(coord, file)
+    before = current_leaders(coord, file)
     req = request_rebalance(coord.zk, coord.layout, name, ttl_s=max(timeout_s, 30.0), security=coord.security)
     want = preferred_leaders(file)
     progress(f"requested a preferred-leader election for {name} (request {req.request_id})")
-    after = before
-    if wait:
-        deadline = Deadline(timeout_s)
-        while True:
-            after = _leaders(coord, file)
-            done = sum(1 for pid, (lead, _) in after.items() if lead == want[pid])
-            progress(f"{done}/{len(want)} partitions on their preferred leader")
-            if done == len(want) or not deadline.sleep(1.0):
-                break
-        after = _leaders(coord, file)
+    after = await_preferred_leaders(coord, file, timeout_s, progress=progress) if wait else before
     parts = [
         PartitionRebalance(
             partition_id=pid,

@@ -17,7 +17,9 @@ Orchestration only; each step calls the public piece that does the work:
 8. the node is restarted as the launcher started it (:func:`shoal_app.runtime.restart.restart_process`);
 9. the generator finishes; wait until everything acknowledged is in shoal;
 10. a compaction (``shoal spark compact --once``: majors computed by Spark, committed by the leaders);
-11. ``shoal verify`` (every replica holds the same rows, WAL hash chains intact) and the content
+11. leaders spread again: a preferred-leader election (what ``shoal table rebalance --wait`` does;
+    the nodes also do it by themselves once the restarted node is caught up), then the leaders per node;
+12. ``shoal verify`` (every replica holds the same rows, WAL hash chains intact) and the content
     check (every acknowledged event present exactly once, with its own content).
 
 Everything started is stopped by pid through one ExitStack, also on failure, Ctrl-C or SIGTERM;
@@ -39,7 +41,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from metadata import rebalance
 from metadata.client import MetadataClient, MetadataConfig
+from metadata.metadata_file import MetadataFile
 from shoal import cluster_file
 from shoal.cluster_file import ProcessRecord
 from shoal.errors import ConfigError, ShoalError
@@ -70,7 +74,7 @@ from shoal_app.runtime.restart import restart_process
 
 log = logging.getLogger(__name__)
 
-STEPS = 11
+STEPS = 12
 QUERY_NAME = "demo_ingest"
 VERIFY_PATIENCE_S = 120.0
 """How long replicas may take to agree once everything is ingested (followers fast-forwarding the last segments)."""
@@ -357,7 +361,11 @@ def _steps(run: _Run, stack: contextlib.ExitStack) -> None:
     con.step("running a compaction (majors computed by Spark, committed by the leaders)")
     _compact(run)
 
-    # 11. verification
+    # 11. leaders spread over the nodes again
+    con.step("moving leadership back to the preferred leaders (`shoal table rebalance --wait`)")
+    _rebalance(run)
+
+    # 12. verification
     con.step("verifying: `shoal verify` on every replica, and every acknowledged event present exactly once")
     _verify(run)
     from shoal.topics import TopicNames
@@ -533,6 +541,44 @@ def _compact(run: _Run) -> None:
         con.warn("no partition needed compaction (no minor segment after a major yet)")
 
 
+def _rebalance(run: _Run) -> None:
+    """A preferred-leader election, waited for; the leaders per node before and after."""
+    cfg, con = run.config, run.console
+    coord = run.md.coordinator
+    t0 = time.monotonic()
+    file = coord.current(cfg.table)
+    before = rebalance.current_leaders(coord, file)
+    rebalance.request_rebalance(coord.zk, coord.layout, cfg.table, ttl_s=cfg.step_timeout_s, security=coord.security)
+    after = rebalance.await_preferred_leaders(coord, file, cfg.step_timeout_s, progress=con.info, interval_s=2.0)
+    section = _leaders_section(file, after)
+    section.update(
+        per_node_before=rebalance.leader_balance(file, {p: lead for p, (lead, _) in before.items()}).leaders_per_node,
+        seconds=round(time.monotonic() - t0, 1),
+    )
+    run.summary["leaders"] = section
+    per_node = ", ".join(f"{n} {c}" for n, c in section["per_node"].items())
+    con.info(
+        f"leaders per node: {per_node} ({section['on_preferred']}/{section['partitions']} partitions on their "
+        f"preferred leader)"
+    )
+    led = [n for n, c in section["per_node"].items() if c]
+    if len(led) == 1 and cfg.nodes >= 2 and len(file.partitions) >= 2:
+        section["error"] = f"{led[0]} leads every partition"
+        run.errors.append(f"leaders: {section['error']}")
+    elif not section["balanced"]:
+        con.warn("some partitions are not on their preferred leader yet (still catching up)")
+
+
+def _leaders_section(file: MetadataFile, leaders: dict[str, tuple[str | None, int]]) -> dict[str, Any]:
+    b = rebalance.leader_balance(file, {pid: lead for pid, (lead, _) in leaders.items()})
+    return {
+        "per_node": b.leaders_per_node,
+        "on_preferred": b.on_preferred,
+        "partitions": len(file.partitions),
+        "balanced": b.balanced,
+    }
+
+
 def _shoal_verify(run: _Run) -> tuple[int, dict[str, Any] | None, str]:
     """``shoal verify TABLE --output json`` as a user runs it: (exit code, its report, its last error line)."""
     argv = shoal_argv(run.config.cluster_path, "verify", run.config.table, "--output", "json")
@@ -644,6 +690,7 @@ def _summary(run: _Run, kept: bool) -> dict[str, Any]:
         "failover": s.get("failover", {"happened": False, "partitions": []}),
         "restart": s.get("restart", {}),
         "compaction": {**s.get("compaction", {"majors": [], "committed": 0}), "ok": compaction_ok},
+        "leaders": s.get("leaders", {"per_node": {}, "on_preferred": 0, "partitions": 0, "balanced": False}),
         "verify": s.get("verify", {"ok": False}),
         "content": s.get("content", {"ok": False}),
         "monitor": _monitor_summary(run),

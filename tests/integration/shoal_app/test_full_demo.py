@@ -2,9 +2,10 @@
 
 A fresh 3-broker, 3-node cluster in a tmp data dir; a table with RF 3 and 4 partitions; a generator
 writing JSON events to an external topic; `shoal spark ingest`; the leader of a partition killed
-with -9 and the failover; the node restarted; `shoal spark compact --once`; `shoal verify`. The JSON
-summary must show every replica agreeing, every acknowledged event in shoal exactly once, a
-failover to a new leader with a higher epoch, a committed compaction, and nothing left running.
+with -9 and the failover; the node restarted; `shoal spark compact --once`; leaders moved back to
+their preferred leaders; `shoal verify`. The JSON summary must show every replica agreeing, every
+acknowledged event in shoal exactly once, a failover to a new leader with a higher epoch, a
+committed compaction, leaders spread over the nodes, and nothing left running.
 """
 
 from __future__ import annotations
@@ -64,7 +65,7 @@ def test_full_demo_end_to_end(tmp_path: Path) -> None:
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=1100, check=False)
     summary = json.loads(proc.stdout)
     validate("cli-demo", summary)
-    brief = {k: summary.get(k) for k in ("errors", "failover", "restart", "compaction", "verify", "content")}
+    brief = {k: summary.get(k) for k in ("errors", "failover", "restart", "compaction", "leaders", "verify", "content")}
     detail = f"exit {proc.returncode}\n{json.dumps(brief, indent=1)[:6000]}\n--- stderr (tail)\n{proc.stderr[-4000:]}"
 
     # nothing the demo started is left: not the cluster, the monitor, the ingest job, nor Spark's JVM
@@ -113,5 +114,10 @@ def test_full_demo_end_to_end(tmp_path: Path) -> None:
     assert compaction["ok"] is True and compaction["committed"] >= 1
     for major in compaction["majors"]:
         assert major["partition_id"] in summary["partition_ids"] and major["rows"] > 0 and major["folded"] >= 2
+
+    # the demo ends with leaders spread: no node leads every partition (each is back on its preferred leader)
+    leaders = summary["leaders"]
+    assert leaders["partitions"] == 4 and sum(leaders["per_node"].values()) == 4, leaders
+    assert max(leaders["per_node"].values()) < leaders["partitions"], leaders
 
     assert summary["monitor"]["url"].startswith("http://127.0.0.1:") and summary["kept_running"] is False
