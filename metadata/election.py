@@ -234,7 +234,8 @@ class PartitionElection:
         """``prefer``: given the line of candidates, the placement id that should lead (e.g. the replica
         with the highest acked position on the old leader's channel, TokuMX), or None for no preference.
         A first-in-line candidate that is not preferred, while the preferred one is in line, yields:
-        it re-enters at the back (at most ``max_yields`` times per start, so the election always ends)."""
+        it re-enters at the back (at most ``max_yields`` times per election round, i.e. until a leader takes
+        a new epoch, so the election always ends)."""
         self.partition_id = validate_partition_id(partition_id)
         self.server_id = validate_server_id(server_id)
         self.placement_id = validate_placement_id(placement_id)
@@ -252,6 +253,7 @@ class PartitionElection:
         self._prefer = prefer
         self._max_yields = max_yields
         self._yields = 0
+        self._yields_epoch: int | None = None
 
     @classmethod
     def for_file(
@@ -386,7 +388,15 @@ class PartitionElection:
                     return
 
     def _should_yield(self, line: Sequence[Candidate]) -> bool:
-        if self._prefer is None or self._yields >= self._max_yields:
+        if self._prefer is None:
+            return False
+        # the yield budget is per election round: a leader elected since the last yield starts a new one
+        # (a candidate stays in line across many handovers of a preferred leader)
+        with contextlib.suppress(MetadataError):  # unreadable now: the budget of the last round stands
+            epoch = read_epoch(self._zk, self._layout, self.partition_id).epoch
+            if epoch != self._yields_epoch:
+                self._yields, self._yields_epoch = 0, epoch
+        if self._yields >= self._max_yields:
             return False
         try:
             preferred = self._prefer(line)

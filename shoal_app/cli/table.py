@@ -337,7 +337,7 @@ def rebalance_table(
     t0 = time.monotonic()
     file = coord.current(name)
     before = current_leaders(coord, file)
-    req = request_rebalance(coord.zk, coord.layout, name, ttl_s=max(timeout_s, 30.0), security=coord.security)
+    req = request_rebalance(coord.zk, coord.layout, name, ttl_s=timeout_s, security=coord.security)
     want = preferred_leaders(file)
     progress(f"requested a preferred-leader election for {name} (request {req.request_id})")
     after = await_preferred_leaders(coord, file, timeout_s, progress=progress) if wait else before
