@@ -335,6 +335,7 @@ class StorageNode:
             log.warning("%s: cannot check the preferred leader: %s", held.replica.name, exc)
             return
         if decision.yield_now:
+            held.leader_changes += 1  # this replica stops being leader (the role is stopped before the LOST)
             leader.stop(30)
             election.resign()
 
