@@ -11,7 +11,8 @@ thread the node starts (``<pid8>`` = the first 8 characters of the partition id)
 
 - the caller's thread (the process's main thread in ``shoal node``): :meth:`StorageNode.run` looks
   for new tables every ``table_poll_s`` and supervises every held partition (re-registers the
-  node, resigns a leadership whose role ended, follows, campaigns again);
+  node, resigns a leadership whose role ended, follows, campaigns again, hands a leadership to the
+  partition's caught-up preferred leader: :mod:`storage_node.roles.rebalance`);
 - ``flight`` (:class:`~storage_node.serve.FlightServing`): the Arrow Flight scan server's
   ``serve()``; gRPC's own pool answers the calls;
 - ``leader-<pid8>`` (:class:`~storage_node.roles.leader.PartitionLeader`), one per partition this
@@ -440,7 +441,8 @@ class StorageNode:
 
         - re-register this node's Flight location if a new ZooKeeper session dropped it;
         - a leader role that ended (fenced, failed) while the election still says LEADER -> resign;
-        - not leading -> a running follower; election LOST -> campaign again.
+        - not leading -> a running follower; election LOST -> campaign again;
+        - leading -> hand the leadership to a caught-up preferred leader (:meth:`_rebalance`).
         """
         try:
             if client.zk.exists(node_path(client.layout, self.config.server_id)) is None and self.location:
