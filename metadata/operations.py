@@ -411,6 +411,6 @@ __all__ = [
     "SplitNotAckedError",
     "SplitPartition",
     "apply_change",
-    "split_acks_missing",
     "create_file",
+    "split_acks_missing",
 ]

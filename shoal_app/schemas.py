@@ -39,6 +39,7 @@ SCHEMAS: dict[str, Callable[[], dict[str, Any]]] = {
     "cli-table-describe": _model(cli.TableDescription),
     "cli-table-list": _model(cli.TableList),
     "cli-table-history": _model(cli.TableHistory),
+    "cli-table-split": _model(cli.SplitResult),
     "cli-write": _model(cli.WriteResult),
     "cli-verify": _model(cli.Verification),
     "cli-spark-ingest": _model(cli.IngestSummary),
