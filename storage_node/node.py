@@ -193,6 +193,11 @@ class StorageNode:
         with self._lock:
             return dict(self._held)
 
+    def splitters(self) -> dict[str, PartitionSplitter]:
+        """Parent partition id -> the splitter this node runs (or ran) for it."""
+        with self._lock:
+            return dict(self._splitters)
+
     def replicas(self, table: str, partition_id: str | None) -> list[PartitionReplica]:
         """The replicas a scan reads. A replica whose leader role is still starting (replaying its WAL,
         adopting the other placements' channels) holds only part of the rows: scanning it is refused

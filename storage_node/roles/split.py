@@ -183,7 +183,12 @@ class PartitionSplitter(Worker):
             else:
                 return
             self.phase = SplitPhase.FORWARDING
-            self._forward()
+            while not self.stopping.is_set():
+                try:
+                    self._forward()
+                except (KafkaOperationError, KafkaException) as exc:  # a broker hiccup: forward again
+                    log.warning("%s: forwarding stopped (%s); starting again", self.parent.name, exc)
+                    self.stopping.wait(1.0)
         except BaseException:
             if self.phase is not SplitPhase.FORWARDING:
                 self.phase = SplitPhase.FAILED
@@ -226,7 +231,7 @@ class PartitionSplitter(Worker):
             groups = [self.topics.replica_group(c.partition_id, p.placement_id) for p in c.placements]
             idx = channel_indexes(self.kafka, topic, groups, timeout_s=10)
             for p, (_g, ack) in zip(c.placements, idx.acks, strict=True):
-                acked = -1 if ack is None else ack
+                acked = idx.tail if ack is None else ack  # nothing committed: at the channel's start
                 got = self._acked_gtid(c.partition_id, acked)
                 self.stats.acked[p.placement_id] = got
                 if acked < idx.append:

@@ -133,6 +133,10 @@ def test_split_under_writes_and_scans(cluster: Any, zk_hosts: str, topic_prefix:
             pid: [r.scan().num_rows for r in replicas_of(pid)] for pid in (low, high)
         } | {"want": (len(want_low), len(want_high))}
         assert all(parent not in n.partitions() for n in nodes.values())
+        (splitter,) = [s for n in nodes.values() for s in n.splitters().values()]
+        stats = splitter.stats
+        assert stats.pieces >= 2 and stats.through is not None and set(stats.acked.values()) == {stats.through}
+        print(f"split: {stats}")  # pieces, rows, bytes, freeze seconds, straggler messages forwarded
 
         # scans never short: the count only grows
         assert counts and all(b >= a for a, b in itertools.pairwise(counts)), counts
