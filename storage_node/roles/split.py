@@ -8,8 +8,9 @@ next to the leader role (thread ``split-<pid8>``). Step by step:
    segment ids, bases and included ids (:mod:`storage_node.replication.split`), into a staging
    replica ``(child, parent placement)``; the ordinary
    :class:`~storage_node.replication.publish.SegmentPublisher` publishes it on
-   ``<p>.segments.<child>.<parent placement>``. Rounds repeat until every child placement acked
-   the channel's end (so the next step has little left to move).
+   ``<p>.segments.<child>.<parent placement>``. Copying goes on until every child placement acked
+   the channel's end, or for ``precopy_s`` when writes outpace it (so the next step has little
+   left to move); a child that does not follow its channel yet never leads to a freeze.
 2. **Freeze**: the leader stops consuming ingest and flushes its memtable
    (:attr:`PartitionLeader.ingest_paused`), so every accepted row is in a segment; the last
    accepted GTID ``through`` is fixed. Producers keep writing: their rows wait in the parent's
@@ -136,6 +137,7 @@ class PartitionSplitter(Worker):
         topics: TopicNames,
         data_dir: Path,
         fence: Callable[[], EpochFence],
+        precopy_s: float = 10.0,
         freeze_timeout_s: float = 30.0,
         poll_s: float = 0.3,
     ) -> None:
@@ -150,6 +152,8 @@ class PartitionSplitter(Worker):
         self.kafka = kafka
         self.topics = topics
         self.fence = fence
+        self.precopy_s = precopy_s
+        """Copy rounds while writes go on; then, if every child follows, the rest is copied frozen."""
         self.freeze_timeout_s = freeze_timeout_s
         self.poll_s = poll_s
         self.phase = SplitPhase.COPYING
@@ -160,6 +164,8 @@ class PartitionSplitter(Worker):
         }
         self._publishers: dict[str, SegmentPublisher] = {}
         self._piece_gtids: dict[str, Gtid | None] = {}
+        self._following: dict[int, bool] = {}
+        """Child placement id -> it has acked something on its staging channel (it follows it)."""
 
     @property
     def partition_id(self) -> str:
@@ -231,6 +237,7 @@ class PartitionSplitter(Worker):
             groups = [self.topics.replica_group(c.partition_id, p.placement_id) for p in c.placements]
             idx = channel_indexes(self.kafka, topic, groups, timeout_s=10)
             for p, (_g, ack) in zip(c.placements, idx.acks, strict=True):
+                self._following[p.placement_id] = ack is not None or idx.append == 0
                 acked = idx.tail if ack is None else ack  # nothing committed: at the channel's start
                 got = self._acked_gtid(c.partition_id, acked)
                 self.stats.acked[p.placement_id] = got
@@ -250,10 +257,14 @@ class PartitionSplitter(Worker):
     def _round(self) -> bool:
         """One copy round; when everything is acked, freeze, finish and finalize. True once finalized."""
         self.stats.rounds += 1
-        copying = Deadline(self.freeze_timeout_s)
+        copying = Deadline(self.precopy_s)
         while not self._copy():
-            if self.stopping.wait(self.poll_s) or self.leader.stopped.is_set() or copying.expired():
+            if self.stopping.wait(self.poll_s) or self.leader.stopped.is_set():
                 return False
+            if copying.expired():
+                if all(self._following.values()):
+                    break  # every child follows but writes outpace the copy: the rest is copied frozen
+                return False  # a child is not following yet (down, starting): do not stall ingest for it
         self.phase = SplitPhase.FROZEN
         self.leader.ingest_paused.set()
         began, frozen = time.monotonic(), Deadline(self.freeze_timeout_s)
