@@ -85,11 +85,14 @@ def split_side(parent: Any, point: bytes, directory: Path) -> dict[str, Any]:
 
     moved = 0
     started = time.perf_counter()
-    for key_range in (KeyRange(UNBOUNDED, point), KeyRange(point, UNBOUNDED)):
-        child = new_partition_id()
-        staging = staging_replica(parent.table, child, parent.placement_id, directory)
-        pieces = stage_pieces(parent, staging, key_range)
-        receiver = PartitionReplica(parent.table, child, 2, directory / "children")
+    targets = [
+        (staging_replica(parent.table, new_partition_id(), parent.placement_id, directory), key_range)
+        for key_range in (KeyRange(UNBOUNDED, point), KeyRange(point, UNBOUNDED))
+    ]
+    staged = stage_pieces(parent, targets)
+    for staging, _range in targets:
+        pieces = [p for st, p in staged if st is staging]
+        receiver = PartitionReplica(parent.table, staging.partition_id, 2, directory / "children")
         for piece in pieces:
             record = staging.record(piece.segment_id)
             data = segment_path(staging.directory, piece.segment_id).read_bytes()

@@ -23,6 +23,7 @@ parent between the children by the split point, for forwarding stragglers (DESIG
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -102,36 +103,42 @@ def staging_replica(table: TableDefinition, child_id: str, parent_placement: int
     return PartitionReplica(table, child_id, parent_placement, Path(data_dir) / STAGING_DIR)
 
 
-def stage_pieces(parent: PartitionReplica, staging: PartitionReplica, key_range: KeyRange) -> list[StagedPiece]:
-    """Write a piece of every parent chain entry (latest major -> root) the staging list lacks.
+def stage_pieces(
+    parent: PartitionReplica, targets: Sequence[tuple[PartitionReplica, KeyRange]]
+) -> list[tuple[PartitionReplica, StagedPiece]]:
+    """Write a piece of every parent chain entry (latest major -> root) that a staging list lacks.
 
-    Oldest first, so each minor piece lands on its base (fast-forward) and a major whose base is
-    not the staging root is fast-forward-added (source 3.5). Returns the pieces written now.
+    ``targets`` are (staging replica, child key range). Each parent segment is read once for all
+    targets. Oldest first, so each minor piece lands on its base (fast-forward) and a major whose
+    base is not the staging root is fast-forward-added (source 3.5). Returns the pieces written now.
     """
-    staged: list[StagedPiece] = []
+    staged: list[tuple[PartitionReplica, StagedPiece]] = []
     for entry in parent.chain.since_latest_major():
-        if staging.record(entry.segment_id) is not None:
-            continue
-        record = parent.record(entry.segment_id)
+        missing = [(st, kr) for st, kr in targets if st.record(entry.segment_id) is None]
+        record = parent.record(entry.segment_id) if missing else None
         if record is None:
-            continue  # compacted away meanwhile: the next round sees the new major
-        piece = _write_piece(parent, staging, record, key_range)
-        staged.append(piece)
+            continue  # staged everywhere, or compacted away meanwhile (the next round sees the new major)
+        with parent.reading([entry.segment_id]):
+            rows = read_segment(parent.directory, entry.segment_id).replace_schema_metadata(None)
+        top = max_gtid(rows)
+        for staging, key_range in missing:
+            staged.append((staging, _write_piece(parent, staging, record, rows, key_range, top)))
     return staged
 
 
 def _write_piece(
-    parent: PartitionReplica, staging: PartitionReplica, record: SegmentRecord, key_range: KeyRange
+    parent: PartitionReplica,
+    staging: PartitionReplica,
+    record: SegmentRecord,
+    rows: pa.Table,
+    key_range: KeyRange,
+    top: Gtid | None,
 ) -> StagedPiece:
     sid = record.segment_id
-    with parent.reading([sid]):
-        rows = read_segment(parent.directory, sid).replace_schema_metadata(None)
     piece = piece_rows(rows, parent.table, key_range)
     written = write_segment(staging.directory, sid, piece, key_columns=list(parent.table.primary_key))
     new = piece_record(record, sha256=written.sha256, size_bytes=written.size_bytes, row_count=written.row_count)
-    root = staging.chain.root
-    add = _needs_add(new.entry, root)
-    staging.apply_received(new, add=add)
+    staging.apply_received(new, add=_needs_add(new.entry, staging.chain.root))
     log.info(
         "%s: staged piece %s (%d of %d rows, %d bytes)",
         staging.name,
@@ -140,7 +147,7 @@ def _write_piece(
         rows.num_rows,
         written.size_bytes,
     )
-    return StagedPiece(sid, written.row_count, written.size_bytes, max_gtid(rows))
+    return StagedPiece(sid, written.row_count, written.size_bytes, top)
 
 
 def _needs_add(entry: SegmentEntry, root: str | None) -> bool:

@@ -219,13 +219,13 @@ class PartitionSplitter(Worker):
 
     def _copy(self) -> bool:
         """Stage and publish every piece not yet published; True if every child placement acked all."""
+        targets = [(self._staging[c.partition_id], c.key_range) for c in self.children]
+        for _staging, piece in stage_pieces(self.parent, targets):
+            self._piece_gtids[piece.segment_id] = piece.max_gtid
+            self.stats.pieces += 1
+            self.stats.piece_rows += piece.rows
+            self.stats.piece_bytes += piece.bytes
         for c in self.children:
-            staging = self._staging[c.partition_id]
-            for piece in stage_pieces(self.parent, staging, c.key_range):
-                self._piece_gtids[piece.segment_id] = piece.max_gtid
-                self.stats.pieces += 1
-                self.stats.piece_rows += piece.rows
-                self.stats.piece_bytes += piece.bytes
             self._publishers[c.partition_id].publish_pending()
         return not self._behind()
 

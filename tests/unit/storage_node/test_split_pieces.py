@@ -53,8 +53,9 @@ def test_pieces_keep_ids_bases_and_gtids(tmp_path: Path) -> None:
     low_id, high_id = new_partition_id(), new_partition_id()
     low = staging_replica(TABLE, low_id, parent.placement_id, tmp_path)
     high = staging_replica(TABLE, high_id, parent.placement_id, tmp_path)
-    pieces = stage_pieces(parent, low, KeyRange(UNBOUNDED, U(100)))
-    stage_pieces(parent, high, KeyRange(U(100), UNBOUNDED))
+    staged = stage_pieces(parent, [(low, KeyRange(UNBOUNDED, U(100))), (high, KeyRange(U(100), UNBOUNDED))])
+    pieces = [p for st, p in staged if st is low]
+    assert [p.rows for st, p in staged if st is high] == [2, 1]
     parent_chain = [(e.segment_id, e.base_segment_id, e.is_major, e.epoch) for e in parent.chain.walk()]
     for staged in (low, high):
         assert [(e.segment_id, e.base_segment_id, e.is_major, e.epoch) for e in staged.chain.walk()] == parent_chain
@@ -64,7 +65,7 @@ def test_pieces_keep_ids_bases_and_gtids(tmp_path: Path) -> None:
     assert sorted(high.scan().column("k").to_pylist()) == [100, 200, 300]
     both = low.scan(include_system=True).to_pylist() + high.scan(include_system=True).to_pylist()
     assert sorted(both, key=lambda r: r["k"]) == parent.scan(include_system=True).to_pylist()
-    assert stage_pieces(parent, low, KeyRange(UNBOUNDED, U(100))) == []  # already staged: nothing again
+    assert stage_pieces(parent, [(low, KeyRange(UNBOUNDED, U(100)))]) == []  # already staged: nothing again
     assert chain_max_gtid(parent) == (2, 5)
 
 
