@@ -213,7 +213,7 @@ def test_watcher_and_discovery_catch_up_after_downtime(cluster: Any, zk: Any, to
         assert w.wait_for_sequence(1, 30)
         w.stop()  # the node goes down
 
-        coord.join("catch", pid, "node-2")  # 2
+        coord.force_join("catch", pid, "node-2")  # 2 (a join still in LOAD would refuse the split)
         f3 = coord.split("catch", pid, U(500), ["node-1"], ["node-2"])  # 3
         f4 = coord.finalize_split("catch", pid, acked=_no_rows_acked(f3.partition(pid)))  # 4
         assert f4.sequence == 4
