@@ -357,13 +357,13 @@ def _steps(run: _Run, stack: contextlib.ExitStack) -> None:
     con.step("running a compaction (majors computed by Spark, committed by the leaders)")
     _compact(run)
 
-    # 10b. a split of a live partition (storage_node.roles.split)
-    con.step("splitting the first partition at its middle key (`shoal table split --wait`)")
-    _split(run)
-
     # 11. verification
     con.step("verifying: `shoal verify` on every replica, and every acknowledged event present exactly once")
     _verify(run)
+
+    # 12. a split of a serving partition (storage_node.roles.split), after the checks above
+    con.step("splitting the first partition at its middle key (`shoal table split --wait`)")
+    _split(run)
     from shoal.topics import TopicNames
 
     run.summary["ingest"]["deadletter_records"] = topic_records(
@@ -540,6 +540,7 @@ def _compact(run: _Run) -> None:
 def _split(run: _Run) -> None:
     """``shoal table split TABLE --at MID --wait`` as a user runs it; show the children and their rows."""
     cfg, con = run.config, run.console
+    before = observe.count_rows(run.md, cfg.table)
     first = ev.split_points(cfg.events, cfg.partitions)[0]
     argv = shoal_argv(cfg.cluster_path, "table", "split", cfg.table, "--at", str(first // 2), "--wait")
     proc = subprocess.run([*argv, "--output", "json"], capture_output=True, text=True, timeout=300, check=False)
@@ -563,7 +564,12 @@ def _split(run: _Run) -> None:
             f"child {c['partition_id'][:12]} [{c['begin']}, {c['end']}) on "
             f"{', '.join(p['server_id'] for p in c['servers'])}"
         )
-    con.info(f"rows in shoal after the split: {observe.count_rows(run.md, cfg.table)}")
+    after = observe.count_rows(run.md, cfg.table)
+    if after != before:
+        run.errors.append(f"split: {before} rows before, {after} after")
+        con.warn(f"rows in shoal: {before} before the split, {after} after")
+        return
+    con.info(f"rows in shoal: {before} before the split, {after} after, now in {len(observe.leaders(run.md, cfg.table))} partitions")
 
 
 def _shoal_verify(run: _Run) -> tuple[int, dict[str, Any] | None, str]:
