@@ -569,7 +569,8 @@ def _split(run: _Run) -> None:
         run.errors.append(f"split: {before} rows before, {after} after")
         con.warn(f"rows in shoal: {before} before the split, {after} after")
         return
-    con.info(f"rows in shoal: {before} before the split, {after} after, now in {len(observe.leaders(run.md, cfg.table))} partitions")
+    parts = len(observe.leaders(run.md, cfg.table))
+    con.info(f"rows in shoal: {before} before the split, {after} after, now in {parts} partitions")
 
 
 def _shoal_verify(run: _Run) -> tuple[int, dict[str, Any] | None, str]:
