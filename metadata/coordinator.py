@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -360,8 +360,18 @@ class MetadataCoordinator:
         change = SplitPartition(partition_id, split_point, low, high)
         return self.update(table, lambda _base: change, fence=fence)
 
-    def finalize_split(self, table: str, partition_id: str, *, fence: EpochFence | None = None) -> MetadataFile:
-        return self.update(table, lambda _base: FinalizeSplit(partition_id), fence=fence)
+    def finalize_split(
+        self,
+        table: str,
+        partition_id: str,
+        *,
+        through: tuple[int, int] | None = None,
+        acked: Mapping[int, tuple[int, int] | None] | None = None,
+        fence: EpochFence | None = None,
+    ) -> MetadataFile:
+        """SPLIT_FINALIZE with its evidence (see :class:`~metadata.operations.FinalizeSplit`)."""
+        change = FinalizeSplit(partition_id, through, dict(acked or {}))
+        return self.update(table, lambda _base: change, fence=fence)
 
     def join(self, table: str, partition_id: str, server_id: str) -> MetadataFile:
         placement = Placement(validate_server_id(server_id), self.placements.allocate_one())

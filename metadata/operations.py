@@ -12,8 +12,8 @@ New placements carry placement ids that the caller allocated from ZooKeeper
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from metadata.errors import InvalidOperationError
@@ -129,12 +129,29 @@ class SplitPartition:
         entry = base.partitions[i]
         ks = base.table.keyspace
         if entry.splitting:
-            raise InvalidOperationError(f"partition {self.partition_id} is already splitting")
+            raise SplitConflictError(
+                f"partition {self.partition_id} is already splitting at {ks.format_key(entry.split_point)}",
+                partition_id=self.partition_id,
+                operation="split",
+            )
+        if entry.servers_joining or entry.servers_leaving:
+            busy = [str(p) for p in entry.servers_joining + entry.servers_leaving]
+            raise SplitConflictError(
+                f"partition {self.partition_id} has a join or leave in progress ({', '.join(busy)}); "
+                "finish it before splitting",
+                partition_id=self.partition_id,
+                operation="join/leave",
+            )
         ks.validate_boundary(self.split_point, "split point")
         krange = base.range_of(i)
+        if self.split_point in (krange.begin, krange.end):
+            raise InvalidOperationError(
+                f"split point {ks.format_key(self.split_point)} equals a boundary of partition {self.partition_id} "
+                f"{krange.describe(ks)}: a split point must lie strictly inside it"
+            )
         if not krange.strictly_inside(self.split_point):
             raise InvalidOperationError(
-                f"split point {ks.format_key(self.split_point)} is not strictly inside partition {self.partition_id} "
+                f"split point {ks.format_key(self.split_point)} is outside partition {self.partition_id} "
                 f"{krange.describe(ks)}"
             )
         rf = base.table.replication_factor
@@ -158,11 +175,52 @@ class SplitPartition:
         )
 
 
+GtidPair = tuple[int, int]
+"""A GTID as ``(epoch, seq)`` (DESIGN.md section 2); compared as a tuple."""
+
+
+class SplitConflictError(InvalidOperationError):
+    """A split of a partition that is already splitting, or that has another lifecycle operation open."""
+
+    def __init__(self, message: str, *, partition_id: str, operation: str) -> None:
+        super().__init__(message)
+        self.partition_id = partition_id
+        self.operation = operation
+        """The operation in progress: ``split`` or ``join/leave``."""
+
+
+class SplitNotAckedError(InvalidOperationError):
+    """SPLIT_FINALIZE refused: some child placement has not acknowledged the parent's data.
+
+    ``through`` is the parent's last accepted GTID; ``missing`` maps each child placement id that
+    is behind to the GTID it acknowledged (None: nothing, or not reported).
+    """
+
+    def __init__(self, partition_id: str, through: GtidPair | None, missing: dict[int, GtidPair | None]) -> None:
+        behind = ", ".join(f"placement {p} acked {a}" for p, a in sorted(missing.items()))
+        super().__init__(
+            f"cannot finalize the split of {partition_id}: the parent's last accepted GTID is {through}, "
+            f"but not every child placement acknowledged it ({behind})"
+        )
+        self.partition_id = partition_id
+        self.through = through
+        self.missing = missing
+
+
 @dataclass(frozen=True)
 class FinalizeSplit:
-    """Replace a splitting partition by its two children (after the children acknowledged the data)."""
+    """Replace a splitting partition by its two children (SPLIT_FINALIZE, seed 000 section 3.8).
+
+    Committed only with the evidence that every child placement acknowledged everything up to the
+    parent's last accepted GTID: ``through`` is that GTID (None when the parent accepted no row),
+    ``acked`` maps every placement id of ``split_servers_low`` and ``split_servers_high`` to the
+    GTID up to which it acknowledged the parent's data. A placement missing from ``acked`` or behind
+    ``through`` refuses the change with :class:`SplitNotAckedError`.
+    """
 
     partition_id: str
+    through: GtidPair | None = None
+    acked: Mapping[int, GtidPair | None] = field(default_factory=dict)
     change_type = ChangeType.FINALIZE_SPLIT
 
     def apply(self, base: MetadataFile) -> MetadataFile:
@@ -170,6 +228,9 @@ class FinalizeSplit:
         entry = base.partitions[i]
         if not entry.splitting or entry.split_partition_id_low is None or entry.split_partition_id_high is None:
             raise InvalidOperationError(f"partition {self.partition_id} is not splitting")
+        missing = split_acks_missing(entry, self.through, self.acked)
+        if missing:
+            raise SplitNotAckedError(self.partition_id, self.through, missing)
         low = PartitionEntry(
             begin=entry.begin, partition_id=entry.split_partition_id_low, servers=entry.split_servers_low
         )
@@ -179,8 +240,24 @@ class FinalizeSplit:
         return base.derive(
             _replace_entry(base, i, low, high),
             self.change_type,
-            f"finalize split of {self.partition_id} into {low.partition_id} and {high.partition_id}",
+            f"finalize split of {self.partition_id} into {low.partition_id} and {high.partition_id} "
+            f"(children acked through GTID {self.through})",
         )
+
+
+def split_acks_missing(
+    entry: PartitionEntry, through: GtidPair | None, acked: Mapping[int, GtidPair | None]
+) -> dict[int, GtidPair | None]:
+    """The child placements of a splitting ``entry`` that have not acked ``through`` (-> what they acked)."""
+    missing: dict[int, GtidPair | None] = {}
+    for p in entry.split_servers_low + entry.split_servers_high:
+        if p.placement_id not in acked:
+            missing[p.placement_id] = None
+            continue
+        got = acked[p.placement_id]
+        if through is not None and (got is None or tuple(got) < tuple(through)):
+            missing[p.placement_id] = got
+    return missing
 
 
 def _check_not_listed(entry: PartitionEntry, server_id: str) -> None:
@@ -333,7 +410,10 @@ __all__ = [
     "ForceJoin",
     "JoinServer",
     "LeaveServer",
+    "SplitConflictError",
+    "SplitNotAckedError",
     "SplitPartition",
     "apply_change",
     "create_file",
+    "split_acks_missing",
 ]

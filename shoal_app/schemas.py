@@ -40,6 +40,7 @@ SCHEMAS: dict[str, Callable[[], dict[str, Any]]] = {
     "cli-table-list": _model(cli.TableList),
     "cli-table-history": _model(cli.TableHistory),
     "cli-table-rebalance": _model(cli.TableRebalance),
+    "cli-table-split": _model(cli.SplitResult),
     "cli-write": _model(cli.WriteResult),
     "cli-verify": _model(cli.Verification),
     "cli-spark-ingest": _model(cli.IngestSummary),

@@ -65,7 +65,7 @@ from types import FrameType
 
 from metadata.client import MetadataClient, MetadataConfig
 from metadata.discovery import ReplicaState, discover
-from metadata.election import Candidate, Leadership, LeaderState, PartitionElection, read_epoch
+from metadata.election import Candidate, EpochFence, Leadership, LeaderState, PartitionElection, read_epoch
 from metadata.keyspace import KeyRange
 from metadata.metadata_file import MetadataFile
 from metadata.node_registry import node_path, register_node
@@ -84,6 +84,7 @@ from storage_node.roles.compaction_intake import CompactionIntake
 from storage_node.roles.follower import FollowerConfig, PartitionFollower
 from storage_node.roles.leader import PartitionLeader
 from storage_node.roles.rebalance import LeaderRebalancer
+from storage_node.roles.split import PartitionSplitter
 from storage_node.serve import FlightServing, ScanServer
 
 log = logging.getLogger(__name__)
@@ -110,6 +111,8 @@ class HeldPartition:
     """The election epoch the current leader role was started for (its term even if it never wrote)."""
     preferred: int | None = None
     """The partition's preferred leader placement in the current METADATA (:mod:`metadata.rebalance`)."""
+    split_parent: str | None = None
+    """Set while this replica is a LOAD target of a split: the parent partition whose leader it follows."""
 
 
 def leader_counters(leader: PartitionLeader) -> dict[str, float]:
@@ -183,6 +186,9 @@ class StorageNode:
         self.ready = threading.Event()
         self.budget = InFlightBudget()
         """Bytes being received by all followers of this node (OVERLOADED backpressure)."""
+        self._files: dict[str, MetadataFile] = {}
+        self._splitters: dict[str, PartitionSplitter] = {}
+        """parent partition id -> the splitter this node runs for it (storage_node.roles.split)."""
 
     # -- public --------------------------------------------------------------------------------
 
@@ -192,6 +198,11 @@ class StorageNode:
     def partitions(self) -> dict[str, HeldPartition]:
         with self._lock:
             return dict(self._held)
+
+    def splitters(self) -> dict[str, PartitionSplitter]:
+        """Parent partition id -> the splitter this node runs (or ran) for it."""
+        with self._lock:
+            return dict(self._splitters)
 
     def replicas(self, table: str, partition_id: str | None) -> list[PartitionReplica]:
         """The replicas a scan reads. A replica whose leader role is still starting (replaying its WAL,
@@ -271,23 +282,129 @@ class StorageNode:
     def _on_file(self, file: MetadataFile) -> None:
         if self._stop.is_set():
             return
+        with self._lock:
+            known = self._files.get(file.table.name)
+            if known is None or file.sequence >= known.sequence:
+                self._files[file.table.name] = file
         servers = {p.partition_id: tuple(s.placement_id for s in p.servers) for p in file.partitions}
         preferred = {p.partition_id: preferred_leader(p).placement_id for p in file.partitions}
+        split_targets = {
+            child: e.partition_id
+            for e in file.partitions
+            if e.splitting
+            for child in (e.split_partition_id_low, e.split_partition_id_high)
+            if child is not None
+        }
         for d in discover(file, self.config.server_id):
-            if d.state is not ReplicaState.LIVE or d.placement_id is None:
-                continue  # LOAD / UNLOAD replicas are not held (only LIVE ones)
+            if d.placement_id is None:
+                continue
+            if d.state is ReplicaState.LOAD and d.partition_id in split_targets:
+                self._hold_split_target(file, d.partition_id, d.placement_id, d.key_range, split_targets)
+                continue
+            if d.state is not ReplicaState.LIVE:
+                continue  # other LOAD / UNLOAD replicas are not held (only LIVE ones)
             peers = tuple(p for p in servers.get(d.partition_id, ()) if p != d.placement_id)
             with self._lock:
                 if d.partition_id in self._held:
-                    self._held[d.partition_id].peers = peers
-                    self._held[d.partition_id].preferred = preferred.get(d.partition_id)
-                    continue
-                replica = PartitionReplica(file.table, d.partition_id, d.placement_id, self.config.data_dir)
-                held = HeldPartition(file.table, d.partition_id, d.placement_id, d.key_range, replica, peers=peers)
-                held.preferred = preferred.get(d.partition_id)
-                self._held[d.partition_id] = held
+                    held = self._held[d.partition_id]
+                    held.peers = peers
+                    held.preferred = preferred.get(d.partition_id)
+                    if held.split_parent is None:
+                        continue
+                    held.split_parent = None  # the split was finalized: this child is LIVE now
+                    promoted = held.follower
+                    held.follower = None
+                else:
+                    promoted = None
+                    replica = PartitionReplica(file.table, d.partition_id, d.placement_id, self.config.data_dir)
+                    held = HeldPartition(file.table, d.partition_id, d.placement_id, d.key_range, replica, peers=peers)
+                    held.preferred = preferred.get(d.partition_id)
+                    self._held[d.partition_id] = held
+            if promoted is not None:
+                promoted.stop()
+                _add(held.retired, follower_counters(promoted))
             self._start_follower(held)
             self._campaign(held)
+        self._retire_split_parents(file)
+        self._start_splitters()
+
+    # -- splits (storage_node.roles.split) -------------------------------------------------------
+
+    def _hold_split_target(
+        self, file: MetadataFile, child: str, placement_id: int, key_range: KeyRange, targets: dict[str, str]
+    ) -> None:
+        """Hold a LOAD child of a split: it follows the parent leader's staging channel, never campaigns."""
+        with self._lock:
+            if child in self._held:
+                return
+            replica = PartitionReplica(file.table, child, placement_id, self.config.data_dir)
+            held = HeldPartition(file.table, child, placement_id, key_range, replica, split_parent=targets[child])
+            self._held[child] = held
+        self._start_split_follower(held)
+
+    def _start_split_follower(self, held: HeldPartition) -> None:
+        assert self._client is not None
+        client, parent = self._client, held.split_parent
+        if parent is None or self._stop.is_set():
+            return
+        with held.lock:
+            if held.follower is not None and not held.follower.stopped.is_set():
+                return
+
+            def leader() -> int | None:
+                return read_epoch(client.zk, client.layout, parent).placement_id
+
+            config = FollowerConfig(self.config.kafka, self.config.topics, tail_wal=False)
+            held.follower = PartitionFollower(held.replica, config, leader, budget=self.budget).start()
+
+    def _retire_split_parents(self, file: MetadataFile) -> None:
+        """A held partition that a finalized split removed from METADATA: end its roles, stop serving it.
+
+        Its data stays on disk (UNLOAD); the splitter that finalized keeps forwarding its stragglers.
+        """
+        present = {e.partition_id for e in file.partitions}
+        present |= {c for e in file.partitions for c in (e.split_partition_id_low, e.split_partition_id_high) if c}
+        with self._lock:
+            gone = [h for h in self._held.values() if h.table.name == file.table.name and h.partition_id not in present]
+            for h in gone:
+                del self._held[h.partition_id]
+        for h in gone:
+            log.info("node %s: %s was split; it serves nothing more", self.config.server_id, h.replica.name)
+            for role in (h.follower, h.intake, h.leader):
+                if role is not None:
+                    role.stop()
+            if h.election is not None:
+                with contextlib.suppress(Exception):
+                    h.election.close()
+
+    def _start_splitters(self) -> None:
+        """Start a splitter next to every ready leader whose partition is SPLITTING in METADATA."""
+        if self._stop.is_set() or self._client is None:
+            return
+        for held in self.partitions().values():
+            leader, election = held.leader, held.election
+            file = self._files.get(held.table.name)
+            if leader is None or election is None or file is None or not leader.ready.is_set():
+                continue
+            if leader.stopped.is_set() or held.partition_id not in {e.partition_id for e in file.partitions}:
+                continue
+            if not file.partition(held.partition_id).splitting:
+                continue
+            with self._lock:
+                running = self._splitters.get(held.partition_id)
+                if running is not None and not running.stopped.is_set():
+                    continue
+                self._splitters[held.partition_id] = PartitionSplitter(
+                    leader=leader,
+                    file=file,
+                    key_range=held.key_range,
+                    client=self._client,
+                    kafka=self.config.kafka,
+                    topics=self.config.topics,
+                    data_dir=self.config.data_dir,
+                    fence=_fence_of(election),
+                ).start()
+            log.info("node %s: splitting %s", self.config.server_id, held.replica.name)
 
     def _campaign(self, held: HeldPartition) -> None:
         assert self._client is not None
@@ -452,7 +569,11 @@ class StorageNode:
                 log.info("node %s registered again at %s", self.config.server_id, self.location)
         except Exception as exc:
             log.warning("cannot re-register node %s: %s", self.config.server_id, exc)
+        self._start_splitters()
         for held in self.partitions().values():
+            if held.split_parent is not None:  # a LOAD split target: follows the parent, never campaigns
+                self._start_split_follower(held)
+                continue
             election = held.election
             leading = held.leader is not None and not held.leader.stopped.is_set()
             ended = held.leader is not None and held.leader.stopped.is_set()
@@ -528,6 +649,8 @@ class StorageNode:
     def _release_all(self) -> None:
         for w in list(self._watchers.values()):
             w.stop()
+        for splitter in list(self._splitters.values()):
+            splitter.stop()
         for held in self.partitions().values():
             if held.follower is not None:
                 held.follower.stop()
@@ -538,6 +661,11 @@ class StorageNode:
             if held.election is not None:
                 held.election.close()
             held.replica.close()
+
+
+def _fence_of(election: PartitionElection) -> Callable[[], EpochFence]:
+    """The election's current epoch fence (raises when it no longer leads)."""
+    return lambda: election.check_writable().fence()
 
 
 class _Handover(Worker):

@@ -149,6 +149,26 @@ class SplitJson(Shape):
     split_servers_high: list[PlacementJson]
 
 
+class SplitChildJson(Shape):
+    partition_id: str
+    begin: KeyValue
+    end: KeyValue
+    servers: list[PlacementJson]
+
+
+class SplitResult(Shape):
+    """``shoal table split``: the SPLIT_PARTITION committed and, with ``--wait``, its SPLIT_FINALIZE."""
+
+    table: str
+    partition_id: str
+    split_point: KeyValue
+    low: SplitChildJson
+    high: SplitChildJson
+    state: Literal["SPLITTING", "FINALIZED"]
+    metadata_sequence: int
+    seconds: float
+
+
 class PartitionJson(Shape):
     partition_id: str
     begin: KeyValue

@@ -35,7 +35,9 @@ from shoal_app.cli.models import (
     PartitionLeader,
     PartitionRebalance,
     PlacementJson,
+    SplitChildJson,
     SplitJson,
+    SplitResult,
     TableDescription,
     TableHead,
     TableHistory,
@@ -407,4 +409,151 @@ def rebalance(name: str, wait: bool, timeout_s: float, output: str, **conn: Any)
         sys.exit(1)
 
 
-__all__ = ["describe_json", "describe_table", "rebalance_table", "table_group"]
+# -- split (seed 002 section 4.1, seed 000 section 3.8; storage_node.roles.split does the work) ------
+
+
+def _split_child(file: MetadataFile, partition_id: str) -> SplitChildJson:
+    ks = file.table.keyspace
+    i = file.index_of(partition_id)
+    r = file.range_of(i)
+    return SplitChildJson(
+        partition_id=partition_id,
+        begin=ks.to_json(r.begin),
+        end=ks.to_json(r.end),
+        servers=_placements(file.partitions[i].servers),
+    )
+
+
+def _split_progress(client: MetadataClient, file: MetadataFile, partition_id: str) -> str:
+    """One progress line: which child placements acked the parent leader's staging channels."""
+    from metadata.election import read_epoch
+    from shoal.kafka.indexes import channel_indexes
+    from shoal.topics import TopicNames
+
+    entry = file.partition(partition_id)
+    leader = read_epoch(client.zk, client.layout, partition_id).placement_id
+    if leader is None:
+        return "waiting for the parent's leader"
+    topics = TopicNames(client.config.topic_prefix)
+    acked, total = 0, 0
+    for child, servers in (
+        (entry.split_partition_id_low, entry.split_servers_low),
+        (entry.split_partition_id_high, entry.split_servers_high),
+    ):
+        assert child is not None
+        groups = [topics.replica_group(child, p.placement_id) for p in servers]
+        total += len(groups)
+        try:
+            idx = channel_indexes(client.config.kafka, topics.segments(child, leader), groups, timeout_s=5)
+        except ShoalError:
+            continue  # the staging channel does not exist yet
+        acked += sum(1 for _g, a in idx.acks if a is not None and a >= idx.append and idx.append > 0)
+    return f"copying pieces: {acked}/{total} child placement(s) caught up"
+
+
+@table_group.command("split")
+@click.argument("name")
+@click.option("--at", "at", required=True, help="The split point: a partition key value (the high child's first key).")
+@click.option(
+    "--partition", "partition_id", default=None, help="The partition to split (default: the one holding --at)."
+)
+@click.option("--wait", is_flag=True, help="Wait until the split is finalized (progress on stderr).")
+@click.option("--timeout", type=float, default=300.0, show_default=True, help="Seconds --wait waits at most.")
+@output_option
+@connection_options
+def split_command(
+    name: str, at: str, partition_id: str | None, wait: bool, timeout: float, output: str, **conn: Any
+) -> None:
+    """Split the partition of table NAME that holds key --at into two at that key.
+
+    The partition's leader copies its segments to the children (keeping segment ids), then commits
+    SPLIT_FINALIZE once every child replica acknowledged them; writes and scans go on meanwhile.
+    """
+    import time
+
+    from metadata.keyspace import UNBOUNDED
+    from metadata.partition_map import PartitionMap
+
+    started = time.monotonic()
+    try:
+        with MetadataClient(metadata_config(conn)) as client:
+            coord = client.coordinator
+            base = coord.current(name)
+            ks = base.table.keyspace
+            try:
+                point = ks.parse_text(at)
+            except ShoalError as exc:
+                raise click.BadParameter(f"{exc}", param_hint="--at") from exc
+            if point == UNBOUNDED:
+                raise click.BadParameter("the lowest key cannot be a split point", param_hint="--at")
+            pid = partition_id or PartitionMap(base).lookup_encoded(point).partition_id
+            entry = base.partition(pid)
+            servers = [p.server_id for p in entry.servers]
+            high_servers = servers[1:] + servers[:1]  # another preferred leader for the high child
+            file = coord.split(name, pid, point, servers, high_servers)
+            entry = file.partition(pid)
+            assert entry.split_partition_id_low is not None and entry.split_partition_id_high is not None
+            low_id, high_id = entry.split_partition_id_low, entry.split_partition_id_high
+            click.echo(
+                f"split of {pid} at {ks.format_key(point)} committed (sequence {file.sequence}): "
+                f"children {low_id} and {high_id}",
+                err=True,
+            )
+            state: str = "SPLITTING"
+            if wait:
+                deadline = time.monotonic() + timeout
+                last = ""
+                while True:
+                    file = coord.current(name)
+                    if all(e.partition_id != pid for e in file.partitions):
+                        state = "FINALIZED"
+                        click.echo(f"split of {pid} finalized (sequence {file.sequence})", err=True)
+                        break
+                    if time.monotonic() > deadline:
+                        raise click.ClickException(f"split of {pid} not finalized after {timeout:.0f}s")
+                    line = _split_progress(client, file, pid)
+                    if line != last:
+                        click.echo(line, err=True)
+                        last = line
+                    time.sleep(0.5)
+            if state == "FINALIZED":
+                low, high = _split_child(file, low_id), _split_child(file, high_id)
+            else:
+                r = file.range_of(file.index_of(pid))
+                low = SplitChildJson(
+                    partition_id=low_id,
+                    begin=ks.to_json(r.begin),
+                    end=ks.to_json(point),
+                    servers=_placements(entry.split_servers_low),
+                )
+                high = SplitChildJson(
+                    partition_id=high_id,
+                    begin=ks.to_json(point),
+                    end=ks.to_json(r.end),
+                    servers=_placements(entry.split_servers_high),
+                )
+    except ShoalError as exc:
+        raise click.ClickException(f"{type(exc).__name__}: {exc}") from exc
+    result = SplitResult(
+        table=name,
+        partition_id=pid,
+        split_point=ks.to_json(point),
+        low=low,
+        high=high,
+        state="FINALIZED" if state == "FINALIZED" else "SPLITTING",
+        metadata_sequence=file.sequence,
+        seconds=round(time.monotonic() - started, 3),
+    )
+    if output == "json":
+        emit(result)
+        return
+    show(
+        f"{name}: partition {pid} {'split' if state == 'FINALIZED' else 'splitting'} at {ks.format_key(point)}",
+        f"  low  {low.partition_id} [{_bound(low.begin, '-inf')}, {_bound(low.end, '+inf')}) "
+        f"on {_fmt_placements(low.servers)}",
+        f"  high {high.partition_id} [{_bound(high.begin, '-inf')}, {_bound(high.end, '+inf')}) "
+        f"on {_fmt_placements(high.servers)}",
+    )
+
+
+__all__ = ["describe_json", "describe_table", "rebalance_table", "split_command", "table_group"]

@@ -368,6 +368,10 @@ def _steps(run: _Run, stack: contextlib.ExitStack) -> None:
     # 12. verification
     con.step("verifying: `shoal verify` on every replica, and every acknowledged event present exactly once")
     _verify(run)
+
+    # 13. a split of a serving partition (storage_node.roles.split), after the checks above
+    con.step("splitting the first partition at its middle key (`shoal table split --wait`)")
+    _split(run)
     from shoal.topics import TopicNames
 
     run.summary["ingest"]["deadletter_records"] = topic_records(
@@ -577,6 +581,42 @@ def _leaders_section(file: MetadataFile, leaders: dict[str, tuple[str | None, in
         "partitions": len(file.partitions),
         "balanced": b.balanced,
     }
+
+
+def _split(run: _Run) -> None:
+    """``shoal table split TABLE --at MID --wait`` as a user runs it; show the children and their rows."""
+    cfg, con = run.config, run.console
+    before = observe.count_rows(run.md, cfg.table)
+    first = ev.split_points(cfg.events, cfg.partitions)[0]
+    argv = shoal_argv(cfg.cluster_path, "table", "split", cfg.table, "--at", str(first // 2), "--wait")
+    proc = subprocess.run([*argv, "--output", "json"], capture_output=True, text=True, timeout=300, check=False)
+    try:
+        report = json.loads(proc.stdout) if proc.returncode == 0 else None
+    except json.JSONDecodeError:
+        report = None
+    if not isinstance(report, dict):
+        run.errors.append(f"split: {last_line(proc.stderr)}")
+        con.warn(f"the split failed: {last_line(proc.stderr)}")
+        return
+    con.info(
+        f"partition {report['partition_id'][:12]} split at event_id {report['split_point']} "
+        f"in {report['seconds']}s (copied by its leader, keeping segment ids)"
+    )
+    if not run.wait("the children's leaders to serve", lambda: _all_led(run), timeout_s=90):
+        return
+    for child in ("low", "high"):
+        c = report[child]
+        con.info(
+            f"child {c['partition_id'][:12]} [{c['begin']}, {c['end']}) on "
+            f"{', '.join(p['server_id'] for p in c['servers'])}"
+        )
+    after = observe.count_rows(run.md, cfg.table)
+    if after != before:
+        run.errors.append(f"split: {before} rows before, {after} after")
+        con.warn(f"rows in shoal: {before} before the split, {after} after")
+        return
+    parts = len(observe.leaders(run.md, cfg.table))
+    con.info(f"rows in shoal: {before} before the split, {after} after, now in {parts} partitions")
 
 
 def _shoal_verify(run: _Run) -> tuple[int, dict[str, Any] | None, str]:

@@ -140,6 +140,10 @@ class PartitionLeader(Worker):
         self._stalled = False
         self._next_gc = 0.0
         self._crash = False
+        self.ingest_paused = threading.Event()
+        """Set by a split (:mod:`storage_node.roles.split`): consume no ingest, flush the memtable."""
+        self.ingest_quiesced = threading.Event()
+        """Set by this thread while paused with an empty memtable: every accepted row is in a segment."""
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -300,6 +304,10 @@ class PartitionLeader(Worker):
 
     def step(self) -> None:
         assert self._consumer is not None
+        if self.ingest_paused.is_set():
+            self._quiesce()
+            return
+        self.ingest_quiesced.clear()
         self.stall()
         self.collect_unreferenced()
         msgs = self._consumer.consume(self.config.max_messages_per_transaction, self.config.poll_timeout_s)
@@ -319,6 +327,21 @@ class PartitionLeader(Worker):
             self.stats.segments += 1
             if self.publisher is not None:
                 self.publisher.wake()
+
+    def _quiesce(self) -> None:
+        """Paused by a split: flush what the memtable holds, then report quiesced (nothing consumed)."""
+        if not self.replica.memtable.empty and self.replica.flush(self._current_epoch()):
+            self.stats.segments += 1
+            if self.publisher is not None:
+                self.publisher.wake()
+        if self.replica.memtable.empty:
+            self.ingest_quiesced.set()
+        self.stopping.wait(self.config.poll_timeout_s)
+
+    @property
+    def accepted_through(self) -> Gtid | None:
+        """The last GTID this role (or the WAL it replayed) stamped: the partition's last accepted GTID."""
+        return self._chain.last_gtid
 
     # -- writer stall and garbage collection (run between batches, on this thread) -----------------
 

@@ -12,10 +12,17 @@ from metadata.coordinator import MetadataCoordinator
 from metadata.discovery import ReplicaState
 from metadata.election import LeaderState, PartitionElection, read_epoch
 from metadata.errors import LeadershipLostError, NotEligibleError
+from metadata.metadata_file import PartitionEntry
 from metadata.zk_layout import ZkLayout
 from shoal.errors import StaleEpochError
 from shoal.ids import new_partition_id
 from shoal_app.testing.wait import wait_until
+
+
+def _no_rows_acked(entry: PartitionEntry) -> dict[int, tuple[int, int] | None]:
+    """SPLIT_FINALIZE evidence for a parent that accepted no row: every child placement, nothing to ack."""
+    return {p.placement_id: None for p in entry.split_servers_low + entry.split_servers_high}
+
 
 pytestmark = pytest.mark.integration
 
@@ -132,7 +139,7 @@ def test_joining_replica_is_not_eligible_and_fenced_commits(cluster: Any, zk: An
         assert again.wait_for(LeaderState.LEADER, timeout=30)
         before = coord.head("elect")
         with pytest.raises(StaleEpochError):
-            coord.finalize_split("elect", pid, fence=fence)
+            coord.finalize_split("elect", pid, acked=_no_rows_acked(coord.current("elect").partition(pid)), fence=fence)
         assert coord.head("elect").metadata_txnid == before.metadata_txnid
         again.close()
         desc = coord.partition_status(pid)

@@ -22,7 +22,7 @@ from metadata.errors import (
     UnknownTableError,
 )
 from metadata.keyspace import UNBOUNDED, KeyRange, Keyspace
-from metadata.metadata_file import MetadataFile, new_txnid, store_key
+from metadata.metadata_file import MetadataFile, PartitionEntry, new_txnid, store_key
 from metadata.metadata_servers import MetadataServer
 from metadata.notify import TableWatcher, discovery_listener
 from metadata.partition_map import CachedPartitionMap
@@ -33,6 +33,12 @@ from shoal.errors import InvalidIdError, SchemaError
 from shoal_app.cli.table import table_group
 from shoal_app.schemas import validate
 from shoal_app.testing.wait import wait_until
+
+
+def _no_rows_acked(entry: PartitionEntry) -> dict[int, tuple[int, int] | None]:
+    """SPLIT_FINALIZE evidence for a parent that accepted no row: every child placement, nothing to ack."""
+    return {p.placement_id: None for p in entry.split_servers_low + entry.split_servers_high}
+
 
 pytestmark = pytest.mark.integration
 U = Keyspace.UINT64.encode
@@ -58,7 +64,7 @@ def test_create_describe_list_history_and_bad_input(cluster: Any, zk: Any, zk_ho
             coord.head("../etc")
         pid = f.partitions[1].partition_id
         coord.split("orders", pid, U(150), ["node-1", "node-2"], ["node-2", "node-3"])
-        coord.finalize_split("orders", pid)
+        coord.finalize_split("orders", pid, acked=_no_rows_acked(coord.current("orders").partition(pid)))
         assert [f.change.value for f in coord.history("orders")] == [
             "CREATE_TABLE",
             "SPLIT_PARTITION",
@@ -207,9 +213,9 @@ def test_watcher_and_discovery_catch_up_after_downtime(cluster: Any, zk: Any, to
         assert w.wait_for_sequence(1, 30)
         w.stop()  # the node goes down
 
-        coord.join("catch", pid, "node-2")  # 2
+        coord.force_join("catch", pid, "node-2")  # 2 (a join still in LOAD would refuse the split)
         f3 = coord.split("catch", pid, U(500), ["node-1"], ["node-2"])  # 3
-        f4 = coord.finalize_split("catch", pid)  # 4
+        f4 = coord.finalize_split("catch", pid, acked=_no_rows_acked(f3.partition(pid)))  # 4
         assert f4.sequence == 4
 
         # node-1 comes back: it learns of every missed commit, in order, and discovers its states

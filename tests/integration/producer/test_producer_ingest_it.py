@@ -14,12 +14,19 @@ from producer_it_support import commit_as_leader, create, events_table, make_sto
 
 from metadata.coordinator import MetadataCoordinator
 from metadata.keyspace import Keyspace
+from metadata.metadata_file import PartitionEntry
 from producer import Producer, ProducerConfig, RowValidationError, SyncPolicy, SyncTimeoutError
 from shoal.kafka.settings import ConnectionSettings
 from shoal.topics import TopicNames
 from shoal.wire.ingest import DELETED_COLUMN
 from shoal_app.cli.write import write_command
 from shoal_app.schemas import validate
+
+
+def _no_rows_acked(entry: PartitionEntry) -> dict[int, tuple[int, int] | None]:
+    """SPLIT_FINALIZE evidence for a parent that accepted no row: every child placement, nothing to ack."""
+    return {p.placement_id: None for p in entry.split_servers_low + entry.split_servers_high}
+
 
 pytestmark = pytest.mark.integration
 U = Keyspace.UINT64.encode
@@ -109,7 +116,7 @@ def test_split_routes_new_writes_to_children_and_sync(
         p.sync(timeout=30)
 
         coord.split("events", high, U(2000), ["node-1"], ["node-1"])
-        final = coord.finalize_split("events", high)
+        final = coord.finalize_split("events", high, acked=_no_rows_acked(coord.current("events").partition(high)))
         deadline = time.monotonic() + 20
         while p.partition_map("events").sequence < final.sequence and time.monotonic() < deadline:
             time.sleep(0.05)

@@ -42,3 +42,9 @@ def new_file(
     t = table(keyspace, rf)
     servers = [f"node-{i}" for i in range(1, rf + 1)]
     return create_file(t, [ids.place(*servers) for _ in range(len(split_points) + 1)], split_points)
+
+
+def no_rows_acked(file: MetadataFile, partition_id: str) -> dict[int, tuple[int, int] | None]:
+    """SPLIT_FINALIZE evidence for a parent that accepted no row: every child placement, nothing to ack."""
+    e = file.partition(partition_id)
+    return {p.placement_id: None for p in e.split_servers_low + e.split_servers_high}

@@ -92,7 +92,7 @@ def test_split_targets_children_load_then_parent_unload() -> None:
     # node-3 should build both children, in LOAD
     n3 = {r.partition_id: r.state for r in discover(f, "node-3")}
     assert n3 == {s.split_partition_id_low: ReplicaState.LOAD, s.split_partition_id_high: ReplicaState.LOAD}
-    f = FinalizeSplit(parent.partition_id).apply(f)
+    f = FinalizeSplit(parent.partition_id, None, {p.placement_id: None for p in low + high}).apply(f)
     d = discover_one(f, "node-1", held_parent)
     assert d.state is ReplicaState.UNLOAD
     assert {(t.partition_id, t.key_range) for t in d.targets} == {

@@ -54,12 +54,13 @@ def test_split_then_finalize() -> None:
     assert f1.partitions[0].splitting and f1.partitions[0].split_point == U(100)
     with pytest.raises(InvalidOperationError, match="already splitting"):
         SplitPartition(pid, U(50), ids.place("node-1", "node-2"), ids.place("node-1", "node-2")).apply(f1)
-    f2 = FinalizeSplit(pid).apply(f1)
+    children = [p.placement_id for p in s.split_servers_low + s.split_servers_high]
+    f2 = FinalizeSplit(pid, (1, 9), dict.fromkeys(children, (1, 9))).apply(f1)
     assert [e.partition_id for e in f2.partitions] == [s.split_partition_id_low, s.split_partition_id_high]
     assert f2.partitions[1].begin == U(100)
     assert f2.partitions[0].servers == s.split_servers_low
     with pytest.raises(UnknownPartitionError):
-        FinalizeSplit(pid).apply(f2)
+        FinalizeSplit(pid, None, dict.fromkeys(children)).apply(f2)
     with pytest.raises(InvalidOperationError, match="not splitting"):
         FinalizeSplit(f2.partitions[0].partition_id).apply(f2)
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 import itertools
 
 import pytest
-from helpers_metadata import Ids, new_file
+from helpers_metadata import Ids, new_file, no_rows_acked
 
 from metadata.keyspace import UINT64_MAX, UNBOUNDED, Keyspace
 from metadata.metadata_file import MetadataFile
@@ -36,7 +36,7 @@ def _apply_splits(file: MetadataFile, ids: Ids, choices: list[tuple[int, object]
         file = SplitPartition(entry.partition_id, point, ids.place("node-1"), ids.place("node-2")).apply(file)
         _check_cover(file)
         if fin:
-            file = FinalizeSplit(entry.partition_id).apply(file)
+            file = FinalizeSplit(entry.partition_id, None, no_rows_acked(file, entry.partition_id)).apply(file)
             _check_cover(file)
     return file
 
@@ -102,7 +102,7 @@ def test_cached_map_refreshes_and_never_goes_back() -> None:
     assert cache.lookup(5).partition_id == f1.partitions[0].partition_id
     pid = f1.partitions[0].partition_id
     f2 = SplitPartition(pid, U(100), ids.place("node-1"), ids.place("node-2")).apply(f1)
-    f3 = FinalizeSplit(pid).apply(f2)
+    f3 = FinalizeSplit(pid, None, no_rows_acked(f2, pid)).apply(f2)
     cache.update(f3)
     assert cache.lookup(5).partition_id == f3.partitions[0].partition_id
     assert cache.lookup(500).partition_id == f3.partitions[1].partition_id

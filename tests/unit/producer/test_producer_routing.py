@@ -83,7 +83,7 @@ def test_splitting_partition_keeps_writes_until_finalized() -> None:
     splitting = SplitPartition(parent, U(150), (Placement("node-1", 90),), (Placement("node-1", 91),)).apply(file)
     rows = pa.table({"k": pa.array([120, 170], pa.uint64())})
     assert [s.partition_id for s in route(PartitionMap(splitting), rows, "k")] == [parent]
-    final = FinalizeSplit(parent).apply(splitting)
+    final = FinalizeSplit(parent, None, {90: None, 91: None}).apply(splitting)
     routed = route(PartitionMap(final), rows, "k")
     entry = splitting.partitions[1]
     assert [s.partition_id for s in routed] == [entry.split_partition_id_low, entry.split_partition_id_high]

@@ -398,6 +398,16 @@ def test_cli_examples_match_their_schemas() -> None:
                 )
             ]
         ),
+        "cli-table-split": cli.SplitResult(
+            table="t",
+            partition_id=PID,
+            split_point=100,
+            low=cli.SplitChildJson(partition_id="d" * 32, begin=None, end=100, servers=[cli.PlacementJson(**replica)]),
+            high=cli.SplitChildJson(partition_id="e" * 32, begin=100, end=None, servers=[cli.PlacementJson(**replica)]),
+            state="FINALIZED",
+            metadata_sequence=3,
+            seconds=1.5,
+        ),
         "cli-write": cli.WriteResult(
             table="t",
             rows=2,

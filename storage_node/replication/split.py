@@ -1,0 +1,201 @@
+"""Split pieces: a parent's chain rewritten by a child's key range, keeping segment ids (seed 000 section 3.8).
+
+"[The leader] will rewrite each segment file to exclude all records that do not match the target
+keyrange, but otherwise leave the segment unchanged, i.e. not change its id or base_segment_id."
+A *piece* is exactly that: the rows of one parent segment whose partition key lies in the child's
+``[begin, end)`` (a pyarrow filter of the Parquet file, rows keep their GTIDs), written as a new file
+under the same segment id, with the same ``base_segment_id``, ``included_segment_ids``,
+``is_major``, creating placement, epoch and covered WAL ranges. Only the file fields (sha256, size,
+row count) differ.
+
+Pieces are staged in a *staging replica*: a :class:`~storage_node.replica.PartitionReplica` of
+``(child partition, parent placement)`` under ``<data_dir>/split-staging``, whose segment list is
+the parent's chain since its latest major, piece for piece. The parent's placement publishes that
+list with the ordinary :class:`~storage_node.replication.publish.SegmentPublisher` on
+``<p>.segments.<child>.<parent placement>``, and a child replica follows that channel as it would
+follow its leader's: base == root -> fast-forward, a major -> fast-forward-add, acks = committed
+offsets of ``replica_group(child, child placement)``. No new wire format, no new receive path.
+
+Also here: :func:`route_ingest_message`, which splits one ingest message (an Arrow IPC batch) of the
+parent between the children by the split point, for forwarding stragglers (DESIGN.md section 8).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from metadata.keyspace import UNBOUNDED, KeyRange, Keyspace
+from metadata.table import TableDefinition
+from shoal.errors import ShoalError
+from shoal.segments import SegmentEntry, SegmentRecord, read_segment, write_segment
+from shoal.segments.versioned import EPOCH_COLUMN, SEQ_COLUMN
+from shoal.wire.arrow_ipc import decode_batch, encode_batch
+from storage_node.replica import PartitionReplica
+
+log = logging.getLogger(__name__)
+
+STAGING_DIR = "split-staging"
+"""Staging replicas live under ``<data_dir>/split-staging``, apart from the node's own replicas."""
+
+Gtid = tuple[int, int]
+
+
+def key_range_mask(column: pa.ChunkedArray | pa.Array, key_range: KeyRange, keyspace: Keyspace) -> pa.ChunkedArray:
+    """True for the rows whose partition key lies in ``key_range`` (columnar; the keyspace's order).
+
+    STRING keys are compared as UTF-8 bytes (the keyspace order, as routing does); UINT64 keys as
+    unsigned integers.
+    """
+    if keyspace is Keyspace.STRING:
+        col = pc.cast(column, pa.binary())
+
+        def bound(b: bytes) -> pa.Scalar:
+            return pa.scalar(b, pa.binary())
+    else:
+        col = column if pa.types.is_uint64(column.type) else pc.cast(column, pa.uint64())
+
+        def bound(b: bytes) -> pa.Scalar:
+            return pa.scalar(keyspace.decode(b), pa.uint64())
+
+    mask = pc.is_valid(col)
+    if key_range.begin != UNBOUNDED:
+        mask = pc.and_(mask, pc.greater_equal(col, bound(key_range.begin)))
+    if key_range.end != UNBOUNDED:
+        mask = pc.and_(mask, pc.less(col, bound(key_range.end)))
+    return mask
+
+
+def piece_rows(rows: pa.Table, table: TableDefinition, key_range: KeyRange) -> pa.Table:
+    """The rows of one segment (or batch) that belong to ``key_range`` (GTIDs and tombstones kept)."""
+    return rows.filter(key_range_mask(rows.column(table.partition_key), key_range, table.keyspace))
+
+
+def max_gtid(rows: pa.Table) -> Gtid | None:
+    """The highest ``(epoch, seq)`` among versioned rows (None for no rows)."""
+    if rows.num_rows == 0:
+        return None
+    top = pc.max(rows.column(EPOCH_COLUMN)).as_py()
+    seq = pc.max(rows.filter(pc.equal(rows.column(EPOCH_COLUMN), top)).column(SEQ_COLUMN)).as_py()
+    return int(top), int(seq)
+
+
+def piece_record(parent: SegmentRecord, *, sha256: str, size_bytes: int, row_count: int) -> SegmentRecord:
+    """The staging list's record of a piece: the parent's entry unchanged, the piece's file fields."""
+    return replace(parent, sha256=sha256, size_bytes=size_bytes, row_count=row_count)
+
+
+@dataclass(frozen=True)
+class StagedPiece:
+    segment_id: str
+    rows: int
+    bytes: int
+    max_gtid: Gtid | None
+
+
+def staging_replica(table: TableDefinition, child_id: str, parent_placement: int, data_dir: Path) -> PartitionReplica:
+    """The staging replica of ``child_id`` on the parent placement (its pieces, its segments channel)."""
+    return PartitionReplica(table, child_id, parent_placement, Path(data_dir) / STAGING_DIR)
+
+
+def stage_pieces(
+    parent: PartitionReplica, targets: Sequence[tuple[PartitionReplica, KeyRange]]
+) -> list[tuple[PartitionReplica, StagedPiece]]:
+    """Write a piece of every parent chain entry (latest major -> root) that a staging list lacks.
+
+    ``targets`` are (staging replica, child key range). Each parent segment is read once for all
+    targets. Oldest first, so each minor piece lands on its base (fast-forward) and a major whose
+    base is not the staging root is fast-forward-added (source 3.5). Returns the pieces written now.
+    """
+    staged: list[tuple[PartitionReplica, StagedPiece]] = []
+    for entry in parent.chain.since_latest_major():
+        missing = [(st, kr) for st, kr in targets if st.record(entry.segment_id) is None]
+        record = parent.record(entry.segment_id) if missing else None
+        if record is None:
+            continue  # staged everywhere, or compacted away meanwhile (the next round sees the new major)
+        with parent.reading([entry.segment_id]):
+            rows = read_segment(parent.directory, entry.segment_id).replace_schema_metadata(None)
+        top = max_gtid(rows)
+        for staging, key_range in missing:
+            staged.append((staging, _write_piece(parent, staging, record, rows, key_range, top)))
+    return staged
+
+
+def _write_piece(
+    parent: PartitionReplica,
+    staging: PartitionReplica,
+    record: SegmentRecord,
+    rows: pa.Table,
+    key_range: KeyRange,
+    top: Gtid | None,
+) -> StagedPiece:
+    sid = record.segment_id
+    piece = piece_rows(rows, parent.table, key_range)
+    written = write_segment(staging.directory, sid, piece, key_columns=list(parent.table.primary_key))
+    new = piece_record(record, sha256=written.sha256, size_bytes=written.size_bytes, row_count=written.row_count)
+    staging.apply_received(new, add=_needs_add(new.entry, staging.chain.root))
+    log.info(
+        "%s: staged piece %s (%d of %d rows, %d bytes)",
+        staging.name,
+        sid,
+        written.row_count,
+        rows.num_rows,
+        written.size_bytes,
+    )
+    return StagedPiece(sid, written.row_count, written.size_bytes, top)
+
+
+def _needs_add(entry: SegmentEntry, root: str | None) -> bool:
+    if entry.base_segment_id == root:
+        return False
+    if entry.is_major or root is None:
+        return True
+    raise SplitStagingError(
+        f"piece {entry.segment_id} is based on {entry.base_segment_id}, not on the staging root {root}, "
+        "and is not a major: the parent's chain changed under the split"
+    )
+
+
+class SplitStagingError(ShoalError):
+    """The parent's chain cannot be staged piece by piece (it diverged from what was staged)."""
+
+
+def chain_max_gtid(replica: PartitionReplica) -> Gtid | None:
+    """The highest GTID of any row on the replica's chain since its latest major (its files only)."""
+    best: Gtid | None = None
+    for entry in replica.chain.since_latest_major():
+        with replica.reading([entry.segment_id]):
+            rows = read_segment(replica.directory, entry.segment_id, columns=[EPOCH_COLUMN, SEQ_COLUMN])
+        top = max_gtid(rows)
+        if top is not None and (best is None or top > best):
+            best = top
+    return best
+
+
+def route_ingest_message(
+    data: bytes | None, table: TableDefinition, split_point: bytes, low: str, high: str
+) -> list[tuple[str, bytes]]:
+    """Split one parent ingest message between the children: ``[(child partition id, payload)]``.
+
+    Rows with a partition key below ``split_point`` go to ``low``, the others to ``high``, each as
+    one Arrow IPC batch with the rows in their order. A message that does not decode is forwarded
+    unchanged to ``low``, whose leader refuses it to deadletter with the reason (nothing is lost,
+    and nothing invalid is accepted).
+    """
+    try:
+        rows = decode_batch(data)
+        column = rows.column(table.partition_key)
+    except (ShoalError, KeyError, pa.ArrowException):
+        return [(low, bytes(data or b""))]
+    below = key_range_mask(column, KeyRange(UNBOUNDED, split_point), table.keyspace)
+    out = []
+    for child, mask in ((low, below), (high, pc.invert(below))):
+        part = rows.filter(mask)
+        if part.num_rows:
+            out.append((child, encode_batch(part)))
+    return out

@@ -1,0 +1,396 @@
+"""The split of a partition, run by its leader (EventQL partitioning 4.1; segment replication seed 000 3.8).
+
+On seeing its partition SPLITTING in METADATA, the leader's node starts a :class:`PartitionSplitter`
+next to the leader role (thread ``split-<pid8>``). Step by step:
+
+1. **Copy** (the table stays writable: the leader keeps accepting). For each child, the parent's
+   chain since its latest major is rewritten by the child's key range, piece by piece, keeping
+   segment ids, bases and included ids (:mod:`storage_node.replication.split`), into a staging
+   replica ``(child, parent placement)``; the ordinary
+   :class:`~storage_node.replication.publish.SegmentPublisher` publishes it on
+   ``<p>.segments.<child>.<parent placement>``. Copying goes on until every child placement acked
+   the channel's end, or for ``precopy_s`` when writes outpace it (so the next step has little
+   left to move); a child that does not follow its channel yet never leads to a freeze.
+2. **Freeze**: the leader stops consuming ingest and flushes its memtable
+   (:attr:`PartitionLeader.ingest_paused`), so every accepted row is in a segment; the last
+   accepted GTID ``through`` is fixed. Producers keep writing: their rows wait in the parent's
+   ingest topic (acknowledged by Kafka, not yet accepted). Scans keep reading the parent.
+3. The last pieces are staged and published; the splitter waits until every child placement's
+   committed offset on its staging channel covers them (the seed's "all new leaders confirmed").
+   A child that does not ack within ``freeze_timeout_s`` ends the freeze and the round is retried
+   later (ingest resumes): a dead child node never stalls the table.
+4. Each child's epoch znode is raised to the parent's epoch, so the child's first leader stamps
+   GTIDs above every parent row it holds (DESIGN.md section 7: GTIDs strictly increase).
+5. **SPLIT_FINALIZE** is committed, fenced by the parent's leader epoch, with its evidence
+   (``through`` and each child placement's acked GTID), which :class:`metadata.operations.FinalizeSplit`
+   checks. From here scans read the children and producers route to them (their partition maps
+   follow METADATA).
+6. **Forward stragglers**: rows still in, or still reaching, the parent's ingest topic are
+   consumed from the parent leader group's committed offset, split by the split point and
+   produced to the children's ingest topics in ONE transaction with the parent group's offsets
+   (``send_offsets_to_transaction``): exactly once, so no loss and no duplicate.
+
+Choices where the seeds are silent:
+
+- Least new machinery: the child replicas receive pieces exactly as followers receive segments
+  (same channel format, same receive procedure, acks = committed offsets). A child replica is
+  held in LOAD by its node and follows the parent leader's staging channel (``storage_node.node``).
+- A leader failover during the split restarts the copy on the new leader's own staging channels;
+  pieces keep segment ids, so children answer SEGMENT_EXISTS for what they already hold.
+- Forwarding runs on the node that committed SPLIT_FINALIZE, for as long as that node runs. A row
+  forwarded after a producer already wrote the same key to a child is applied after it (like two
+  concurrent writers); writes of distinct keys are unaffected.
+- The staging replicas stay on disk after the split (under ``split-staging``); removing them, and
+  the parent's replicas, is the UNLOAD_FINAL clean-up.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, TopicPartition
+from kazoo.exceptions import BadVersionError, NodeExistsError
+
+from metadata.client import MetadataClient
+from metadata.election import EpochFence, read_epoch
+from metadata.keyspace import KeyRange
+from metadata.metadata_file import MetadataFile, PartitionEntry, Placement
+from metadata.zk_client import ensure_path
+from metadata.zk_layout import EpochRecord
+from shoal.errors import KafkaOperationError, ShoalError
+from shoal.kafka import clients
+from shoal.kafka.admin import create_topic
+from shoal.kafka.indexes import channel_indexes
+from shoal.kafka.settings import KafkaSettings
+from shoal.kafka.transaction import TransactionalChannel
+from shoal.topics import TopicNames
+from shoal.worker import Deadline, Worker
+from storage_node.config import consumer_overrides
+from storage_node.replica import PartitionReplica
+from storage_node.replication.publish import SegmentPublisher
+from storage_node.replication.split import (
+    Gtid,
+    chain_max_gtid,
+    route_ingest_message,
+    stage_pieces,
+    staging_replica,
+)
+from storage_node.roles.leader import PartitionLeader
+from storage_node.roles.leader.recovery import committed_offset
+
+log = logging.getLogger(__name__)
+
+
+class SplitPhase(enum.Enum):
+    COPYING = "COPYING"
+    FROZEN = "FROZEN"
+    FINALIZING = "FINALIZING"
+    FORWARDING = "FORWARDING"
+    FAILED = "FAILED"
+
+
+@dataclass(frozen=True)
+class SplitChild:
+    partition_id: str
+    key_range: KeyRange
+    placements: tuple[Placement, ...]
+
+
+def split_children(entry: PartitionEntry, key_range: KeyRange) -> tuple[SplitChild, SplitChild]:
+    """The two children of a SPLITTING entry whose range is ``key_range``."""
+    assert entry.splitting and entry.split_partition_id_low and entry.split_partition_id_high
+    return (
+        SplitChild(entry.split_partition_id_low, KeyRange(key_range.begin, entry.split_point), entry.split_servers_low),
+        SplitChild(entry.split_partition_id_high, KeyRange(entry.split_point, key_range.end), entry.split_servers_high),
+    )
+
+
+@dataclass
+class SplitStats:
+    pieces: int = 0
+    piece_rows: int = 0
+    piece_bytes: int = 0
+    rounds: int = 0
+    freeze_s: float = 0.0
+    forwarded_messages: int = 0
+    through: Gtid | None = None
+    acked: dict[int, Gtid | None] = field(default_factory=dict)
+
+
+class PartitionSplitter(Worker):
+    """Splits one partition this node leads, then forwards its stragglers (see the module doc)."""
+
+    def __init__(
+        self,
+        *,
+        leader: PartitionLeader,
+        file: MetadataFile,
+        key_range: KeyRange,
+        client: MetadataClient,
+        kafka: KafkaSettings,
+        topics: TopicNames,
+        data_dir: Path,
+        fence: Callable[[], EpochFence],
+        precopy_s: float = 10.0,
+        freeze_timeout_s: float = 30.0,
+        poll_s: float = 0.3,
+    ) -> None:
+        parent = leader.replica
+        super().__init__(f"split-{parent.partition_id[:8]}")
+        self.leader = leader
+        self.parent: PartitionReplica = parent
+        self.table = file.table
+        self.entry = file.partition(parent.partition_id)
+        self.children = split_children(self.entry, key_range)
+        self.client = client
+        self.kafka = kafka
+        self.topics = topics
+        self.fence = fence
+        self.precopy_s = precopy_s
+        """Copy rounds while writes go on; then, if every child follows, the rest is copied frozen."""
+        self.freeze_timeout_s = freeze_timeout_s
+        self.poll_s = poll_s
+        self.phase = SplitPhase.COPYING
+        self.stats = SplitStats()
+        self._staging = {
+            c.partition_id: staging_replica(self.table, c.partition_id, parent.placement_id, data_dir)
+            for c in self.children
+        }
+        self._publishers: dict[str, SegmentPublisher] = {}
+        self._piece_gtids: dict[str, Gtid | None] = {}
+        self._following: dict[int, bool] = {}
+        """Child placement id -> it has acked something on its staging channel (it follows it)."""
+
+    @property
+    def partition_id(self) -> str:
+        return self.parent.partition_id
+
+    def start(self) -> PartitionSplitter:
+        super().start()
+        return self
+
+    # -- the procedure -------------------------------------------------------------------------
+
+    def run(self) -> None:
+        try:
+            self._prepare()
+            while not self.stopping.is_set():
+                if self.leader.stopped.is_set():
+                    log.info("%s: the leader role ended; the next leader continues the split", self.parent.name)
+                    return
+                if self._round():
+                    break
+            else:
+                return
+            self.phase = SplitPhase.FORWARDING
+            while not self.stopping.is_set():
+                try:
+                    self._forward()
+                except (KafkaOperationError, KafkaException) as exc:  # a broker hiccup: forward again
+                    log.warning("%s: forwarding stopped (%s); starting again", self.parent.name, exc)
+                    self.stopping.wait(1.0)
+        except BaseException:
+            if self.phase is not SplitPhase.FORWARDING:
+                self.phase = SplitPhase.FAILED
+                self.leader.ingest_paused.clear()
+            log.exception("%s: split failed", self.parent.name)
+            raise
+
+    def on_exit(self) -> None:
+        for pub in self._publishers.values():
+            with contextlib.suppress(Exception):
+                pub._close(flush_s=5)
+        for staging in self._staging.values():
+            staging.close()
+
+    def _prepare(self) -> None:
+        admin = clients.admin(self.kafka)
+        for c in self.children:  # producers re-routed by the new map find the topic in place
+            create_topic(admin, self.topics.ingest(c.partition_id), policy=self.kafka.topics)
+            pub = SegmentPublisher(self._staging[c.partition_id], self.kafka, topics=self.topics)
+            pub._open()
+            self._publishers[c.partition_id] = pub
+
+    def _copy(self) -> bool:
+        """Stage and publish every piece not yet published; True if every child placement acked all."""
+        targets = [(self._staging[c.partition_id], c.key_range) for c in self.children]
+        for _staging, piece in stage_pieces(self.parent, targets):
+            self._piece_gtids[piece.segment_id] = piece.max_gtid
+            self.stats.pieces += 1
+            self.stats.piece_rows += piece.rows
+            self.stats.piece_bytes += piece.bytes
+        for c in self.children:
+            self._publishers[c.partition_id].publish_pending()
+        return not self._behind()
+
+    def _behind(self) -> dict[int, Gtid | None]:
+        """Child placements whose Ack on their staging channel is below its end (-> GTID they acked)."""
+        behind: dict[int, Gtid | None] = {}
+        for c in self.children:
+            topic = self._publishers[c.partition_id].topic
+            groups = [self.topics.replica_group(c.partition_id, p.placement_id) for p in c.placements]
+            idx = channel_indexes(self.kafka, topic, groups, timeout_s=10)
+            for p, (_g, ack) in zip(c.placements, idx.acks, strict=True):
+                self._following[p.placement_id] = ack is not None or idx.append == 0
+                acked = idx.tail if ack is None else ack  # nothing committed: at the channel's start
+                got = self._acked_gtid(c.partition_id, acked)
+                self.stats.acked[p.placement_id] = got
+                if acked < idx.append:
+                    behind[p.placement_id] = got
+        return behind
+
+    def _acked_gtid(self, child: str, acked_offset: int) -> Gtid | None:
+        """The highest GTID among the pieces whose manifest lies below ``acked_offset`` on the channel."""
+        best: Gtid | None = None
+        for sid, offset in self._publishers[child].manifest_offsets.items():
+            g = self._piece_gtids.get(sid)
+            if offset < acked_offset and g is not None and (best is None or g > best):
+                best = g
+        return best
+
+    def _round(self) -> bool:
+        """One copy round; when everything is acked, freeze, finish and finalize. True once finalized."""
+        self.stats.rounds += 1
+        copying = Deadline(self.precopy_s)
+        while not self._copy():
+            if self.stopping.wait(self.poll_s) or self.leader.stopped.is_set():
+                return False
+            if copying.expired():
+                if all(self._following.values()):
+                    break  # every child follows but writes outpace the copy: the rest is copied frozen
+                return False  # a child is not following yet (down, starting): do not stall ingest for it
+        self.phase = SplitPhase.FROZEN
+        self.leader.ingest_paused.set()
+        began, frozen = time.monotonic(), Deadline(self.freeze_timeout_s)
+        try:
+            while not self.leader.ingest_quiesced.wait(self.poll_s):
+                if self.stopping.is_set() or self.leader.stopped.is_set() or frozen.expired():
+                    return False
+            while not self._copy():
+                if self.stopping.wait(self.poll_s) or self.leader.stopped.is_set() or frozen.expired():
+                    log.warning("%s: children did not ack within the freeze; retrying", self.parent.name)
+                    return False
+            accepted = self.leader.accepted_through
+            through = _max(None if accepted is None else (accepted.epoch, accepted.seq), chain_max_gtid(self.parent))
+            behind = self._behind()
+            acked = {p.placement_id: behind.get(p.placement_id, through) for c in self.children for p in c.placements}
+            self.stats.through, self.stats.acked = through, dict(acked)
+            self.phase = SplitPhase.FINALIZING
+            self._seed_child_epochs()
+            self.client.coordinator.finalize_split(
+                self.table.name, self.partition_id, through=through, acked=acked, fence=self.fence()
+            )
+            self.phase = SplitPhase.FORWARDING
+            log.info("%s: split finalized (children acked through GTID %s)", self.parent.name, through)
+            return True
+        finally:
+            self.stats.freeze_s += time.monotonic() - began
+            if self.phase is not SplitPhase.FORWARDING and not self._finalized():
+                self.phase = SplitPhase.COPYING
+                self.leader.ingest_paused.clear()
+
+    def _finalized(self) -> bool:
+        try:
+            current = self.client.coordinator.current(self.table.name)
+        except ShoalError:
+            return False
+        return all(e.partition_id != self.partition_id for e in current.partitions)
+
+    def _seed_child_epochs(self) -> None:
+        """Raise each child's epoch znode to the parent's epoch (never lowers one)."""
+        zk, layout = self.client.zk, self.client.layout
+        parent_epoch = read_epoch(zk, layout, self.partition_id).epoch
+        security = self.client.config.security
+        for c in self.children:
+            path = layout.epoch(c.partition_id)
+            while True:
+                rec = read_epoch(zk, layout, c.partition_id)
+                if rec.epoch >= parent_epoch:
+                    break
+                new = EpochRecord(c.partition_id, parent_epoch, None, None).encode()
+                try:
+                    if rec.version < 0:
+                        ensure_path(zk, layout.partition(c.partition_id), security)
+                        zk.create(path, new, acl=security.acls())
+                    else:
+                        zk.set(path, new, version=rec.version)
+                    break
+                except (NodeExistsError, BadVersionError):
+                    continue
+
+    # -- forwarding ------------------------------------------------------------------------------
+
+    def _forward(self) -> None:
+        """Forward what reaches the parent's ingest topic to the children, exactly once."""
+        parent_topic = self.topics.ingest(self.partition_id)
+        low, high = self.children
+        channel = TransactionalChannel(self.kafka, f"{parent_topic}.forward", call_timeout_s=60)
+        channel.open()
+        consumer = clients.consumer(
+            self.kafka, group_id=self.topics.leader_group(self.partition_id), **consumer_overrides(64 * 1024 * 1024)
+        )
+        try:
+            tp = TopicPartition(parent_topic, 0)
+            committed = committed_offset(consumer, tp)
+            consumer.assign([TopicPartition(parent_topic, 0, committed if committed >= 0 else OFFSET_BEGINNING)])
+            log.info("%s: forwarding stragglers from ingest offset %s", self.parent.name, committed)
+            while not self.stopping.is_set():
+                msgs = consumer.consume(200, self.poll_s)
+                data = [m for m in msgs if m.error() is None]
+                for m in msgs:
+                    err = m.error()
+                    if err is not None and err.code() != KafkaError._PARTITION_EOF:
+                        log.warning("%s: forwarder consumer: %s", self.parent.name, err)
+                if not data:
+                    continue
+                try:
+                    with channel.transaction() as txn:
+                        for m in data:
+                            routed = route_ingest_message(
+                                m.value(), self.table, self.entry.split_point, low.partition_id, high.partition_id
+                            )
+                            for child, payload in routed:
+                                txn.produce(
+                                    self.topics.ingest(child), payload, partition=0, headers=_headers(m.headers())
+                                )
+                        if txn.flush(30):
+                            raise KafkaOperationError("forwarded records not delivered")
+                        last = int(data[-1].offset() or 0)
+                        txn.send_offsets(
+                            [TopicPartition(parent_topic, 0, last + 1)], consumer.consumer_group_metadata()
+                        )
+                except KafkaOperationError as exc:
+                    if exc.fatal:
+                        raise
+                    log.warning("%s: forwarding failed, retrying: %s", self.parent.name, exc)
+                    consumer.seek(TopicPartition(parent_topic, 0, int(data[0].offset() or 0)))
+                    self.stopping.wait(1.0)
+                    continue
+                self.stats.forwarded_messages += len(data)
+                log.info("%s: forwarded %d straggler message(s) to the children", self.parent.name, len(data))
+        finally:
+            with contextlib.suppress(KafkaException, RuntimeError):
+                consumer.close()
+            channel.close()
+
+
+def _max(a: Gtid | None, b: Gtid | None) -> Gtid | None:
+    if a is None:
+        return b
+    if b is None:
+        return a
+    return max(a, b)
+
+
+def _headers(
+    raw: dict[str, str | bytes | None] | list[tuple[str, str | bytes | None]] | None,
+) -> list[tuple[str, str | bytes | None]] | None:
+    if raw is None:
+        return None
+    return list(raw.items()) if isinstance(raw, dict) else list(raw)

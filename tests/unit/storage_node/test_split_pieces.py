@@ -1,0 +1,78 @@
+"""Split pieces (seed 000 section 3.8): the parent's chain rewritten by key range keeping segment ids."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+
+from metadata.keyspace import UNBOUNDED, KeyRange, Keyspace
+from metadata.table import Column, ColumnType, TableDefinition
+from shoal.ids import new_partition_id
+from shoal.wire.arrow_ipc import decode_batch, encode_batch
+from shoal.wire.ingest import ingest_schema
+from shoal.wire.records import Gtid
+from storage_node.replica import PartitionReplica, versioned_rows
+from storage_node.replication.split import (
+    chain_max_gtid,
+    key_range_mask,
+    route_ingest_message,
+    stage_pieces,
+    staging_replica,
+)
+
+TABLE = TableDefinition(
+    "events", (Column("k", ColumnType.UINT64, False), Column("v", ColumnType.STRING)), ("k",), "k", 1
+)
+U = Keyspace.UINT64.encode
+
+
+def ingest(keys: list[int], value: str = "x") -> pa.Table:
+    return pa.table(
+        {"k": pa.array(keys, pa.uint64()), "v": [value] * len(keys), "_shoal_deleted": [False] * len(keys)},
+        schema=ingest_schema(TABLE.arrow_schema()),
+    )
+
+
+def test_key_range_mask_uint64_and_string() -> None:
+    col = pa.array([0, 99, 100, 150, 2**64 - 1], pa.uint64())
+    assert key_range_mask(col, KeyRange(UNBOUNDED, U(100)), Keyspace.UINT64).to_pylist() == [1, 1, 0, 0, 0]
+    assert key_range_mask(col, KeyRange(U(100), UNBOUNDED), Keyspace.UINT64).to_pylist() == [0, 0, 1, 1, 1]
+    s = pa.array(["", "a", "m", "mz", "zz", "é"])
+    ks = Keyspace.STRING
+    assert key_range_mask(s, KeyRange(ks.encode("m"), ks.encode("z")), ks).to_pylist() == [0, 0, 1, 1, 0, 0]
+    assert key_range_mask(s, KeyRange(ks.encode("z"), UNBOUNDED), ks).to_pylist() == [0, 0, 0, 0, 1, 1]
+
+
+def test_pieces_keep_ids_bases_and_gtids(tmp_path: Path) -> None:
+    parent = PartitionReplica(TABLE, new_partition_id(), 7, tmp_path)
+    parent.append(versioned_rows(ingest([1, 50, 100, 200]), Gtid(2, 0)), 0)
+    parent.flush(2)
+    parent.append(versioned_rows(ingest([60, 300], "y"), Gtid(2, 4)), 1)
+    parent.flush(2)
+    low_id, high_id = new_partition_id(), new_partition_id()
+    low = staging_replica(TABLE, low_id, parent.placement_id, tmp_path)
+    high = staging_replica(TABLE, high_id, parent.placement_id, tmp_path)
+    staged = stage_pieces(parent, [(low, KeyRange(UNBOUNDED, U(100))), (high, KeyRange(U(100), UNBOUNDED))])
+    pieces = [p for st, p in staged if st is low]
+    assert [p.rows for st, p in staged if st is high] == [2, 1]
+    parent_chain = [(e.segment_id, e.base_segment_id, e.is_major, e.epoch) for e in parent.chain.walk()]
+    for staged in (low, high):
+        assert [(e.segment_id, e.base_segment_id, e.is_major, e.epoch) for e in staged.chain.walk()] == parent_chain
+        assert staged.chain.root == parent.chain.root
+    assert [p.max_gtid for p in pieces] == [(2, 3), (2, 5)]
+    assert sorted(low.scan().column("k").to_pylist()) == [1, 50, 60]
+    assert sorted(high.scan().column("k").to_pylist()) == [100, 200, 300]
+    both = low.scan(include_system=True).to_pylist() + high.scan(include_system=True).to_pylist()
+    assert sorted(both, key=lambda r: r["k"]) == parent.scan(include_system=True).to_pylist()
+    assert stage_pieces(parent, [(low, KeyRange(UNBOUNDED, U(100)))]) == []  # already staged: nothing again
+    assert chain_max_gtid(parent) == (2, 5)
+
+
+def test_route_ingest_message_splits_by_the_point() -> None:
+    low, high = new_partition_id(), new_partition_id()
+    routed = route_ingest_message(encode_batch(ingest([5, 150, 99, 100])), TABLE, U(100), low, high)
+    assert [(pid, decode_batch(b).column("k").to_pylist()) for pid, b in routed] == [(low, [5, 99]), (high, [150, 100])]
+    only_high = route_ingest_message(encode_batch(ingest([100])), TABLE, U(100), low, high)
+    assert [pid for pid, _ in only_high] == [high]
+    assert route_ingest_message(b"not arrow", TABLE, U(100), low, high) == [(low, b"not arrow")]
