@@ -39,6 +39,8 @@ SCHEMAS: dict[str, Callable[[], dict[str, Any]]] = {
     "cli-table-describe": _model(cli.TableDescription),
     "cli-table-list": _model(cli.TableList),
     "cli-table-history": _model(cli.TableHistory),
+    "cli-table-replica-change": _model(cli.ReplicaChange),
+    "cli-node-drain": _model(cli.DrainResult),
     "cli-write": _model(cli.WriteResult),
     "cli-verify": _model(cli.Verification),
     "cli-spark-ingest": _model(cli.IngestSummary),
