@@ -407,6 +407,9 @@ class StorageNode:
                 if self._held.get(pid) is held:
                     del self._held[pid]
             log.info("node %s no longer holds %s", self.config.server_id, held.replica.name)
+            file = self._files.get(table)
+            if file is not None:  # a new placement of this node in the partition waited for this one
+                self._on_file(file)
 
         view = LifecycleView(
             replica=lambda: held.replica,
