@@ -95,10 +95,11 @@ def _all_have(nodes: dict[str, StorageNode], client: MetadataClient, acked: dict
         return False
 
 
-def _setup(zk_hosts: str, bs: str, prefix: str) -> tuple[MetadataConfig, dict[str, str]]:
+def _setup(zk_hosts: str, bs: str, prefix: str) -> tuple[MetadataConfig, dict[str, str], Any, TopicNames]:
+    """Metadata config, CLI environment, the test table (replication factor 2) and topic names."""
     meta = MetadataConfig(zk_hosts=zk_hosts, bootstrap_servers=bs, topic_prefix=prefix)
     env = {"SHOAL_ZK_CONNECT": zk_hosts, "SHOAL_BOOTSTRAP_SERVERS": bs, "SHOAL_TOPIC_PREFIX": prefix}
-    return meta, env
+    return meta, env, make_table(replication_factor=2), TopicNames(prefix)
 
 
 def _short_grace(nodes: dict[str, StorageNode]) -> None:
@@ -110,9 +111,7 @@ def test_join_while_writing_then_leave_of_the_leader(
     cluster: Any, zk_hosts: str, topic_prefix: str, tmp_path: Path
 ) -> None:
     bs = cluster.bootstrap_servers
-    meta, env = _setup(zk_hosts, bs, topic_prefix)
-    table = make_table(replication_factor=2)
-    topics = TopicNames(topic_prefix)
+    meta, env, table, topics = _setup(zk_hosts, bs, topic_prefix)
     with MetadataClient(meta) as client, in_process_nodes(meta, tmp_path, ("node-1", "node-2", "node-3")) as nodes:
         _short_grace(nodes)
         file = client.coordinator.create_table(table, ["node-1", "node-2"])
@@ -159,9 +158,7 @@ def test_drain_of_the_node_leading_most_partitions(
     cluster: Any, zk_hosts: str, topic_prefix: str, tmp_path: Path
 ) -> None:
     bs = cluster.bootstrap_servers
-    meta, env = _setup(zk_hosts, bs, topic_prefix)
-    table = make_table(replication_factor=2)
-    topics = TopicNames(topic_prefix)
+    meta, env, table, topics = _setup(zk_hosts, bs, topic_prefix)
     names = ("node-1", "node-2", "node-3", "node-4")
     with MetadataClient(meta) as client, in_process_nodes(meta, tmp_path, names) as nodes:
         _short_grace(nodes)

@@ -22,35 +22,25 @@ from shoal_app.cli.table import (
 )
 
 
-class Ids:
-    """A stand-in for the ZooKeeper placement counter."""
-
-    def __init__(self) -> None:
-        self._next = itertools.count(1)
-
-    def place(self, *servers: str) -> tuple[Placement, ...]:
-        return tuple(Placement(s, next(self._next)) for s in servers)
-
-
-def new_file(rf: int = 2, split_points: tuple[bytes, ...] = (), ids: Ids | None = None) -> MetadataFile:
-    ids = ids or Ids()
+def new_file(rf: int = 2, split_points: tuple[bytes, ...] = ()) -> MetadataFile:
     table = TableDefinition("events", (Column("k", ColumnType.UINT64, False),), ("k",), "k", rf)
-    servers = [f"node-{i}" for i in range(1, rf + 1)]
-    return create_file(table, [ids.place(*servers) for _ in range(len(split_points) + 1)], split_points)
+    ids = itertools.count(1)
+    servers = [[Placement(f"node-{i}", next(ids)) for i in range(1, rf + 1)] for _ in range(len(split_points) + 1)]
+    return create_file(table, servers, split_points)
 
 
 class FakeCoordinator:
     """Applies changes like the real one (apply before any store), recording what was committed."""
 
-    def __init__(self, file: MetadataFile, ids: Ids) -> None:
-        self.file, self.ids = file, ids
+    def __init__(self, file: MetadataFile) -> None:
+        self.file = file
         self.committed: list[str] = []
 
     def current(self, _table: str) -> MetadataFile:
         return self.file
 
     def join(self, _table: str, pid: str, server: str) -> MetadataFile:
-        (placement,) = self.ids.place(server)
+        placement = Placement(server, max(self.file.placement_ids()) + 1)  # the ZooKeeper counter's part
         self.file = JoinServer(pid, placement).apply(self.file)
         self.committed.append("join")
         return self.file
@@ -70,16 +60,15 @@ class FakeZk:
 
 
 class FakeClient:
-    def __init__(self, file: MetadataFile, ids: Ids, nodes: list[str]) -> None:
-        self.coordinator = FakeCoordinator(file, ids)
+    def __init__(self, file: MetadataFile, nodes: list[str]) -> None:
+        self.coordinator = FakeCoordinator(file)
         self.zk = FakeZk(nodes)
         self.layout = type("L", (), {"root": "/shoal"})()
 
 
 def _client(rf: int = 2, nodes: tuple[str, ...] = ("node-1", "node-2", "node-3")) -> tuple[Any, str]:
-    ids = Ids()
-    file = new_file(rf=rf, ids=ids)
-    return FakeClient(file, ids, list(nodes)), file.partitions[0].partition_id
+    file = new_file(rf=rf)
+    return FakeClient(file, list(nodes)), file.partitions[0].partition_id
 
 
 def test_add_and_remove_a_replica() -> None:
@@ -141,8 +130,7 @@ def test_a_second_leave_of_the_same_server_conflicts() -> None:
 
 
 def test_drain_plan_moves_leaders_last_and_refuses_when_no_server_is_free() -> None:
-    ids = Ids()
-    f = new_file(rf=2, split_points=((100).to_bytes(8, "big"),), ids=ids)
+    f = new_file(rf=2, split_points=((100).to_bytes(8, "big"),))
     leaders = {e.partition_id: e.servers[0].placement_id for e in f.partitions}
     moves = plan_drain([f], "node-1", ["node-1", "node-2", "node-3"], leaders)
     assert [m.was_leader for m in moves] == sorted(m.was_leader for m in moves)
