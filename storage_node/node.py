@@ -393,6 +393,11 @@ class StorageNode:
             lead = election.leadership
             return None if lead is None or election.state is not LeaderState.LEADER else lead.epoch
 
+        def manifest_offset(segment_id: str) -> int | None:
+            leader = held.leader
+            publisher = None if leader is None else leader.publisher
+            return None if publisher is None else publisher.manifest_offsets.get(segment_id)
+
         def leader_placement() -> int | None:
             return read_epoch(client.zk, client.layout, pid).placement_id
 
@@ -419,6 +424,7 @@ class StorageNode:
             file=lambda: self._files.get(table),
             leader_placement=leader_placement,
             leading_epoch=leading_epoch,
+            manifest_offset=manifest_offset,
             finalize_join=finalize_join,
             finalize_leave=finalize_leave,
             removed=removed,

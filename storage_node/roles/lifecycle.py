@@ -235,6 +235,9 @@ class LifecycleView:
     leader_placement: Callable[[], int | None]
     """The partition's current leader (from its epoch znode), or None."""
     leading_epoch: Callable[[], int | None]
+    manifest_offset: Callable[[str], int | None]
+    """While leading: the offset of a segment's manifest on this placement's segments channel (its
+    publisher's record), or None if it is not published yet."""
     """This node's leader epoch for the partition when it leads (and its role is ready), else None."""
     finalize_join: Callable[[int, int], None]
     """(placement id, epoch): commit FinalizeJoin fenced by the epoch."""
@@ -273,6 +276,8 @@ class LifecycleWorker(Worker):
         self._resolved: dict[str, int] = {}
         self._pushed: set[str] = set()
         self._merge_marks: dict[str, int] = {}
+        self._manifests: dict[str, list[ChannelManifest]] = {}
+        """Manifests read so far per segments channel (read on from the last one, not from 0 each round)."""
 
     def start(self) -> LifecycleWorker:
         super().start()
@@ -307,14 +312,9 @@ class LifecycleWorker(Worker):
         group = self.topics.replica_group(self.partition_id, joiner)
         seg = channel_indexes(self.kafka, self.topics.segments(self.partition_id, own), (group,), timeout_s=10)
         wal = channel_indexes(self.kafka, self.topics.wal(self.partition_id, own), (group,), timeout_s=10)
-        root_offset = None
-        if chain.root is not None:
-            for m in read_manifests(self.kafka, self.topics.segments(self.partition_id, own)):
-                if m.manifest.segment_id == chain.root:
-                    root_offset = m.offset
         return joiner_caught_up(
             chain_empty=chain.root is None,
-            root_manifest_offset=root_offset,
+            root_manifest_offset=None if chain.root is None else self.view.manifest_offset(chain.root),
             segments_ack=seg.ack(group),
             covered_end=replica.covered_end(),
             wal_ack=wal.ack(group),
@@ -362,7 +362,7 @@ class LifecycleWorker(Worker):
         groups = tuple(self.topics.replica_group(self.partition_id, p) for p in remaining)
         idx = channel_indexes(self.kafka, seg_topic, groups, timeout_s=10)
         acks = {p: idx.ack(g) for p, g in zip(remaining, groups, strict=True)}
-        manifests = read_manifests(self.kafka, seg_topic)
+        manifests = self._read_manifests(seg_topic)
         progress = unload_check(
             own_segments=[e.segment_id for e in replica.chain.since_latest_major()],
             own_wal_topic=self.topics.wal(self.partition_id, replica.placement_id),
@@ -384,6 +384,13 @@ class LifecycleWorker(Worker):
             replica.name,
             self.config.grace_s,
         )
+
+    def _read_manifests(self, topic: str) -> list[ChannelManifest]:
+        """The manifests on ``topic``, reading only what was appended since the last round."""
+        seen = self._manifests.setdefault(topic, [])
+        start = seen[-1].offset + 1 if seen else 0
+        seen.extend(read_manifests(self.kafka, topic, start_offset=start, timeout_s=15))
+        return seen
 
     def _listed_as_leaving(self, file: MetadataFile, placement_id: int) -> bool:
         return any(
