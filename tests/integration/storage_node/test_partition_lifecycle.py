@@ -127,6 +127,10 @@ def test_join_while_writing_then_leave_of_the_leader(
                 "cli-table-replica-change",
             )
             assert joined["state"] == "LIVE" and joined["partition_id"] == pid
+            described = _cli(table_group, ["describe", "events"], env, "cli-table-describe")
+            replicas = {r["server_id"]: r for r in described["partitions"][0]["replicas"]}
+            assert replicas["node-3"]["state"] == "LIVE" and replicas["node-3"]["segments_ack"] is not None
+            assert sum(r["leader"] for r in replicas.values()) == 1
             assert wait_until(lambda: writer.acked[pid] >= 300, 30)
         acked = dict(writer.acked)
         assert wait_until(lambda: _all_have(nodes, client, acked), 60), _row_counts(nodes, pid)
