@@ -25,6 +25,8 @@ thread the node starts (``<pid8>`` = the first 8 characters of the partition id)
   next to a leader: commits the majors the compaction service publishes;
 - ``follow-<pid8>`` (:class:`~storage_node.roles.follower.PartitionFollower`), one per partition
   this node holds but does not lead: applies the leader's segments channel and tails its WAL;
+- ``lifecycle-<pid8>`` (:class:`~storage_node.roles.lifecycle.LifecycleWorker`), while there is
+  lifecycle work: JOIN_FINALIZE on a leader with joining placements; UNLOAD -> UNLOAD_FINAL -> removal;
 - ``handover-<pid8>`` (:class:`_Handover`), short-lived, after a lost leadership: waits for the
   leader role to end, follows, campaigns again;
 - ``txn-<topic>`` (:class:`shoal.kafka.transaction.BoundedCaller`), one per transactional channel:
@@ -38,9 +40,14 @@ Not started by the node but running in it: ``watch-<table>`` (:class:`metadata.n
 one per table), ``election-<pid8>`` (:class:`metadata.election.PartitionElection` steps), kazoo's
 connection threads, and librdkafka's own threads inside every Kafka client.
 
-For every table, every committed METADATA version runs partition discovery for this server; for
-each partition where this server's placement is LIVE the node holds a replica and campaigns in the
-partition's election. When it wins, it starts a :class:`PartitionLeader` whose epoch is the
+For every table, every committed METADATA version runs partition discovery for this server with the
+replicas it holds (in memory, and on disk at start-up: :func:`~storage_node.roles.lifecycle.held_on_disk`),
+and acts on every state (table partitioning seed section 3): a LOAD replica follows the leader's
+channels but serves no scans and never campaigns; a LIVE one also campaigns in the partition's
+election; an UNLOAD one leaves the election (a leader resigns), ends its roles and keeps its data
+until the remaining replicas acked it; UNLOAD_FINAL removes it after a grace period
+(:mod:`storage_node.roles.lifecycle`). A transition the lifecycle does not allow is refused and logged.
+When a replica wins its election, it starts a :class:`PartitionLeader` whose epoch is the
 election's (``check_writable``), so a SUSPENDED or LOST leadership stops writes at the next batch.
 Every LIVE replica that does not lead runs a :class:`PartitionFollower` on the current leader's
 segments channel (DESIGN.md section 6); on losing leadership the node follows again and re-campaigns.
