@@ -49,7 +49,7 @@ until the remaining replicas acked it; UNLOAD_FINAL removes it after a grace per
 (:mod:`storage_node.roles.lifecycle`). A transition the lifecycle does not allow is refused and logged.
 When a replica wins its election, it starts a :class:`PartitionLeader` whose epoch is the
 election's (``check_writable``), so a SUSPENDED or LOST leadership stops writes at the next batch.
-Every LIVE replica that does not lead runs a :class:`PartitionFollower` on the current leader's
+Every LIVE or LOAD replica that does not lead runs a :class:`PartitionFollower` on the leader's
 segments channel (DESIGN.md section 6); on losing leadership the node follows again and re-campaigns.
 
 With ``metrics_port`` set (``shoal node --metrics-port P``), :meth:`StorageNode.stats` is served as
