@@ -295,6 +295,8 @@ class LifecycleWorker(Worker):
     def _step(self) -> bool:
         """One round; True when there is nothing more to do."""
         state = self.view.state()
+        if state is ReplicaState.UNLOAD and unload_final_at(self.view.replica().directory) is not None:
+            state = ReplicaState.UNLOAD_FINAL  # reached here; discovery has not said so yet
         if state is ReplicaState.UNLOAD:
             self._unload()
             return False
@@ -403,12 +405,12 @@ class LifecycleWorker(Worker):
     def _own_wal_end(self, replica: PartitionReplica) -> int:
         """One past the last record on this placement's own WAL channel (0 if it never led)."""
         topic = self.topics.wal(self.partition_id, replica.placement_id)
-        if topic not in clients.admin(self.kafka).list_topics(topic, timeout=10).topics:
+        if topic not in clients.admin(self.kafka).list_topics(timeout=10).topics:  # all topics: never creates one
             return 0
         last = -1
         for r in read_wal_channel(self.kafka, topic, replica.covered_end()):
             last = r.offset
-        return max(last + 1, 0) if last >= 0 else 0
+        return last + 1
 
     def _push(
         self, replica: PartitionReplica, missing: Sequence[str], leader: int, manifests: Sequence[ChannelManifest]
