@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 from metadata.keyspace import KeyRange
 from metadata.metadata_file import MetadataFile, PartitionEntry, Placement
+from shoal.errors import MetadataError
 from shoal.ids import validate_partition_id, validate_placement_id, validate_server_id
 
 
@@ -45,6 +46,25 @@ _ALLOWED: dict[ReplicaState, frozenset[ReplicaState]] = {
 def transition_allowed(old: ReplicaState, new: ReplicaState) -> bool:
     """The lifecycle of section 3: LOAD -> LIVE | UNLOAD, LIVE -> UNLOAD, UNLOAD -> UNLOAD_FINAL."""
     return new in _ALLOWED[old]
+
+
+class IllegalTransitionError(MetadataError):
+    """A replica was asked to move between lifecycle states that section 3 does not connect."""
+
+    def __init__(self, replica: str, old: ReplicaState, new: ReplicaState) -> None:
+        allowed = ", ".join(sorted(s.value for s in _ALLOWED[old] if s is not old)) or "nothing"
+        super().__init__(
+            f"{replica}: illegal lifecycle transition {old.value} -> {new.value} (from {old.value} only to {allowed})"
+        )
+        self.replica = replica
+        self.old = old
+        self.new = new
+
+
+def check_transition(old: ReplicaState, new: ReplicaState, replica: str) -> None:
+    """Raise :class:`IllegalTransitionError` unless ``old -> new`` is allowed (staying put is)."""
+    if not transition_allowed(old, new):
+        raise IllegalTransitionError(replica, old, new)
 
 
 @dataclass(frozen=True)

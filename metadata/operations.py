@@ -260,11 +260,39 @@ def split_acks_missing(
     return missing
 
 
+class LifecycleConflictError(InvalidOperationError):
+    """A join or leave that conflicts with the partition's state or another lifecycle operation in
+    progress on it (a server already listed or still leaving, a split under way)."""
+
+    def __init__(self, message: str, *, partition_id: str, server_id: str, conflict: str) -> None:
+        super().__init__(message)
+        self.partition_id = partition_id
+        self.server_id = server_id
+        self.conflict = conflict
+        """``servers`` / ``servers_joining`` / ``servers_leaving`` (where the server is listed) or ``splitting``."""
+
+
 def _check_not_listed(entry: PartitionEntry, server_id: str) -> None:
+    """A server may be added unless it is listed (a leaving one may come back under a new placement id)."""
     found = entry.find(server_id)
     if found is not None and found[0] != "servers_leaving":
-        raise InvalidOperationError(
-            f"server {server_id} is already in {found[0]} of partition {entry.partition_id} ({found[1]})"
+        raise LifecycleConflictError(
+            f"server {server_id} is already in {found[0]} of partition {entry.partition_id} ({found[1]})",
+            partition_id=entry.partition_id,
+            server_id=server_id,
+            conflict=found[0],
+        )
+
+
+def _check_not_splitting(entry: PartitionEntry, server_id: str, action: str) -> None:
+    """Joins and leaves wait for a split to finish: the split's targets were chosen from the servers."""
+    if entry.splitting:
+        raise LifecycleConflictError(
+            f"cannot {action} server {server_id}: partition {entry.partition_id} is splitting; "
+            "retry once the split is finalized",
+            partition_id=entry.partition_id,
+            server_id=server_id,
+            conflict="splitting",
         )
 
 
@@ -279,6 +307,7 @@ class JoinServer:
     def apply(self, base: MetadataFile) -> MetadataFile:
         i = base.index_of(self.partition_id)
         entry = base.partitions[i]
+        _check_not_splitting(entry, self.placement.server_id, "add")
         _check_not_listed(entry, self.placement.server_id)
         _check_new_placements(base, [self.placement])
         new = replace(entry, servers_joining=(*entry.servers_joining, self.placement))
@@ -329,8 +358,17 @@ class LeaveServer:
         i = base.index_of(self.partition_id)
         entry = base.partitions[i]
         found = entry.find(self.server_id)
-        if found is None or found[0] == "servers_leaving":
+        if found is None:
             raise InvalidOperationError(f"server {self.server_id} does not serve partition {self.partition_id}")
+        if found[0] == "servers_leaving":
+            raise LifecycleConflictError(
+                f"server {self.server_id} does not serve partition {self.partition_id}: "
+                f"it is already leaving ({found[1]})",
+                partition_id=self.partition_id,
+                server_id=self.server_id,
+                conflict="servers_leaving",
+            )
+        _check_not_splitting(entry, self.server_id, "remove")
         list_name, placement = found
         servers = tuple(p for p in entry.servers if p != placement)
         joining = tuple(p for p in entry.servers_joining if p != placement)
@@ -410,6 +448,7 @@ __all__ = [
     "ForceJoin",
     "JoinServer",
     "LeaveServer",
+    "LifecycleConflictError",
     "SplitConflictError",
     "SplitNotAckedError",
     "SplitPartition",

@@ -41,6 +41,8 @@ SCHEMAS: dict[str, Callable[[], dict[str, Any]]] = {
     "cli-table-history": _model(cli.TableHistory),
     "cli-table-rebalance": _model(cli.TableRebalance),
     "cli-table-split": _model(cli.SplitResult),
+    "cli-table-replica-change": _model(cli.ReplicaChange),
+    "cli-node-drain": _model(cli.DrainResult),
     "cli-write": _model(cli.WriteResult),
     "cli-verify": _model(cli.Verification),
     "cli-spark-ingest": _model(cli.IngestSummary),

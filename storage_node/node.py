@@ -26,6 +26,8 @@ thread the node starts (``<pid8>`` = the first 8 characters of the partition id)
   next to a leader: commits the majors the compaction service publishes;
 - ``follow-<pid8>`` (:class:`~storage_node.roles.follower.PartitionFollower`), one per partition
   this node holds but does not lead: applies the leader's segments channel and tails its WAL;
+- ``lifecycle-<pid8>`` (:class:`~storage_node.roles.lifecycle.LifecycleWorker`), while there is
+  lifecycle work: JOIN_FINALIZE on a leader with joining placements; UNLOAD -> UNLOAD_FINAL -> removal;
 - ``handover-<pid8>`` (:class:`_Handover`), short-lived, after a lost leadership: waits for the
   leader role to end, follows, campaigns again;
 - ``txn-<topic>`` (:class:`shoal.kafka.transaction.BoundedCaller`), one per transactional channel:
@@ -39,11 +41,16 @@ Not started by the node but running in it: ``watch-<table>`` (:class:`metadata.n
 one per table), ``election-<pid8>`` (:class:`metadata.election.PartitionElection` steps), kazoo's
 connection threads, and librdkafka's own threads inside every Kafka client.
 
-For every table, every committed METADATA version runs partition discovery for this server; for
-each partition where this server's placement is LIVE the node holds a replica and campaigns in the
-partition's election. When it wins, it starts a :class:`PartitionLeader` whose epoch is the
+For every table, every committed METADATA version runs partition discovery for this server with the
+replicas it holds (in memory, and on disk at start-up: :func:`~storage_node.roles.lifecycle.held_on_disk`),
+and acts on every state (table partitioning seed section 3): a LOAD replica follows the leader's
+channels but serves no scans and never campaigns; a LIVE one also campaigns in the partition's
+election; an UNLOAD one leaves the election (a leader resigns), ends its roles and keeps its data
+until the remaining replicas acked it; UNLOAD_FINAL removes it after a grace period
+(:mod:`storage_node.roles.lifecycle`). A transition the lifecycle does not allow is refused and logged.
+When a replica wins its election, it starts a :class:`PartitionLeader` whose epoch is the
 election's (``check_writable``), so a SUSPENDED or LOST leadership stops writes at the next batch.
-Every LIVE replica that does not lead runs a :class:`PartitionFollower` on the current leader's
+Every LIVE or LOAD replica that does not lead runs a :class:`PartitionFollower` on the leader's
 segments channel (DESIGN.md section 6); on losing leadership the node follows again and re-campaigns.
 
 With ``metrics_port`` set (``shoal node --metrics-port P``), :meth:`StorageNode.stats` is served as
@@ -64,7 +71,14 @@ from dataclasses import asdict, dataclass, field
 from types import FrameType
 
 from metadata.client import MetadataClient, MetadataConfig
-from metadata.discovery import ReplicaState, discover
+from metadata.discovery import (
+    HeldReplica,
+    IllegalTransitionError,
+    PartitionDiscovery,
+    ReplicaState,
+    check_transition,
+    discover,
+)
 from metadata.election import Candidate, EpochFence, Leadership, LeaderState, PartitionElection, read_epoch
 from metadata.keyspace import KeyRange
 from metadata.metadata_file import MetadataFile
@@ -83,6 +97,15 @@ from storage_node.replication.receive import InFlightBudget
 from storage_node.roles.compaction_intake import CompactionIntake
 from storage_node.roles.follower import FollowerConfig, PartitionFollower
 from storage_node.roles.leader import PartitionLeader
+from storage_node.roles.lifecycle import (
+    LifecycleConfig,
+    LifecycleView,
+    LifecycleWorker,
+    held_on_disk,
+    read_marker,
+    unload_final_at,
+    write_marker,
+)
 from storage_node.roles.rebalance import LeaderRebalancer
 from storage_node.roles.split import PartitionSplitter
 from storage_node.serve import FlightServing, ScanServer
@@ -113,6 +136,11 @@ class HeldPartition:
     """The partition's preferred leader placement in the current METADATA (:mod:`metadata.rebalance`)."""
     split_parent: str | None = None
     """Set while this replica is a LOAD target of a split: the parent partition whose leader it follows."""
+    state: ReplicaState = ReplicaState.LIVE
+    """The replica's lifecycle state (partition discovery): only LIVE campaigns and serves scans."""
+    discovery: PartitionDiscovery | None = None
+    lifecycle: LifecycleWorker | None = None
+    """JOIN_FINALIZE (while leading) or UNLOAD / UNLOAD_FINAL work (:mod:`storage_node.roles.lifecycle`)."""
 
 
 def leader_counters(leader: PartitionLeader) -> dict[str, float]:
@@ -171,8 +199,13 @@ def _add(into: dict[str, float], more: dict[str, float]) -> None:
 
 
 class StorageNode:
-    def __init__(self, config: NodeConfig, *, metadata: MetadataConfig | None = None) -> None:
+    def __init__(
+        self, config: NodeConfig, *, metadata: MetadataConfig | None = None, lifecycle: LifecycleConfig | None = None
+    ) -> None:
         self.config = config
+        self.lifecycle = lifecycle or LifecycleConfig()
+        """Grace period and poll interval of the partition lifecycle (UNLOAD_FINAL removal)."""
+        self._files: dict[str, MetadataFile] = {}
         self.metadata_config = metadata or MetadataConfig(connection=config.connection)
         self._stop = threading.Event()
         self._lock = threading.RLock()
@@ -186,7 +219,6 @@ class StorageNode:
         self.ready = threading.Event()
         self.budget = InFlightBudget()
         """Bytes being received by all followers of this node (OVERLOADED backpressure)."""
-        self._files: dict[str, MetadataFile] = {}
         self._splitters: dict[str, PartitionSplitter] = {}
         """parent partition id -> the splitter this node runs for it (storage_node.roles.split)."""
 
@@ -212,7 +244,9 @@ class StorageNode:
             held = [
                 h
                 for h in self._held.values()
-                if h.table.name == table and (partition_id is None or h.partition_id == partition_id)
+                if h.table.name == table
+                and (partition_id is None or h.partition_id == partition_id)
+                and h.state is ReplicaState.LIVE  # LOAD is catching up, UNLOAD serves nothing (seed 002 s. 3)
             ]
         for h in held:
             leader = h.leader
@@ -280,14 +314,14 @@ class StorageNode:
                     log.exception("cannot watch table %s", name)
 
     def _on_file(self, file: MetadataFile) -> None:
+        """Partition discovery with the replicas this node holds (in memory or on disk), then act on
+        every state (table partitioning seed section 3; :mod:`storage_node.roles.lifecycle`)."""
         if self._stop.is_set():
             return
         with self._lock:
             known = self._files.get(file.table.name)
             if known is None or file.sequence >= known.sequence:
                 self._files[file.table.name] = file
-        servers = {p.partition_id: tuple(s.placement_id for s in p.servers) for p in file.partitions}
-        preferred = {p.partition_id: preferred_leader(p).placement_id for p in file.partitions}
         split_targets = {
             child: e.partition_id
             for e in file.partitions
@@ -295,37 +329,16 @@ class StorageNode:
             for child in (e.split_partition_id_low, e.split_partition_id_high)
             if child is not None
         }
-        for d in discover(file, self.config.server_id):
+        for d in discover(file, self.config.server_id, self._held_replicas(file)):
             if d.placement_id is None:
                 continue
             if d.state is ReplicaState.LOAD and d.partition_id in split_targets:
                 self._hold_split_target(file, d.partition_id, d.placement_id, d.key_range, split_targets)
                 continue
-            if d.state is not ReplicaState.LIVE:
-                continue  # other LOAD / UNLOAD replicas are not held (only LIVE ones)
-            peers = tuple(p for p in servers.get(d.partition_id, ()) if p != d.placement_id)
-            with self._lock:
-                if d.partition_id in self._held:
-                    held = self._held[d.partition_id]
-                    held.peers = peers
-                    held.preferred = preferred.get(d.partition_id)
-                    if held.split_parent is None:
-                        continue
-                    held.split_parent = None  # the split was finalized: this child is LIVE now
-                    promoted = held.follower
-                    held.follower = None
-                else:
-                    promoted = None
-                    replica = PartitionReplica(file.table, d.partition_id, d.placement_id, self.config.data_dir)
-                    held = HeldPartition(file.table, d.partition_id, d.placement_id, d.key_range, replica, peers=peers)
-                    held.preferred = preferred.get(d.partition_id)
-                    self._held[d.partition_id] = held
-            if promoted is not None:
-                promoted.stop()
-                _add(held.retired, follower_counters(promoted))
-            self._start_follower(held)
-            self._campaign(held)
-        self._retire_split_parents(file)
+            try:
+                self._apply_discovery(file, d)
+            except IllegalTransitionError as exc:
+                log.error("node %s refuses a lifecycle change: %s", self.config.server_id, exc)
         self._start_splitters()
 
     # -- splits (storage_node.roles.split) -------------------------------------------------------
@@ -338,7 +351,15 @@ class StorageNode:
             if child in self._held:
                 return
             replica = PartitionReplica(file.table, child, placement_id, self.config.data_dir)
-            held = HeldPartition(file.table, child, placement_id, key_range, replica, split_parent=targets[child])
+            held = HeldPartition(
+                file.table,
+                child,
+                placement_id,
+                key_range,
+                replica,
+                split_parent=targets[child],
+                state=ReplicaState.LOAD,
+            )
             self._held[child] = held
         self._start_split_follower(held)
 
@@ -356,26 +377,6 @@ class StorageNode:
 
             config = FollowerConfig(self.config.kafka, self.config.topics, tail_wal=False)
             held.follower = PartitionFollower(held.replica, config, leader, budget=self.budget).start()
-
-    def _retire_split_parents(self, file: MetadataFile) -> None:
-        """A held partition that a finalized split removed from METADATA: end its roles, stop serving it.
-
-        Its data stays on disk (UNLOAD); the splitter that finalized keeps forwarding its stragglers.
-        """
-        present = {e.partition_id for e in file.partitions}
-        present |= {c for e in file.partitions for c in (e.split_partition_id_low, e.split_partition_id_high) if c}
-        with self._lock:
-            gone = [h for h in self._held.values() if h.table.name == file.table.name and h.partition_id not in present]
-            for h in gone:
-                del self._held[h.partition_id]
-        for h in gone:
-            log.info("node %s: %s was split; it serves nothing more", self.config.server_id, h.replica.name)
-            for role in (h.follower, h.intake, h.leader):
-                if role is not None:
-                    role.stop()
-            if h.election is not None:
-                with contextlib.suppress(Exception):
-                    h.election.close()
 
     def _start_splitters(self) -> None:
         """Start a splitter next to every ready leader whose partition is SPLITTING in METADATA."""
@@ -406,8 +407,153 @@ class StorageNode:
                 ).start()
             log.info("node %s: splitting %s", self.config.server_id, held.replica.name)
 
+    def _held_replicas(self, file: MetadataFile) -> list[HeldReplica]:
+        with self._lock:
+            held = [h for h in self._held.values() if h.table.name == file.table.name]
+        out = [
+            HeldReplica(
+                h.partition_id,
+                h.placement_id,
+                h.key_range,
+                all_data_pushed=unload_final_at(h.replica.directory) is not None,
+            )
+            for h in held
+        ]
+        known = {h.placement_id for h in held}
+        out += [h for h in held_on_disk(self.config.data_dir, file.table.name) if h.placement_id not in known]
+        return out
+
+    def _apply_discovery(self, file: MetadataFile, d: PartitionDiscovery) -> None:
+        assert d.placement_id is not None
+        entry = next((e for e in file.partitions if e.partition_id == d.partition_id), None)
+        others = () if entry is None else tuple(p.placement_id for p in entry.all_placements())
+        # peers: every other placement that holds the partition's data (servers, joining, leaving):
+        # the Tail waits for their Acks, a new leader adopts their WAL channels
+        peers = tuple(dict.fromkeys(p for p in others if p != d.placement_id))
+        preferred = None if entry is None else preferred_leader(entry).placement_id
+        promoted: PartitionFollower | None = None
+        with self._lock:
+            held = self._held.get(d.partition_id)
+            if held is not None and held.placement_id != d.placement_id:
+                log.info(
+                    "%s: placement %d waits until placement %d of this node is removed",
+                    d.partition_id,
+                    d.placement_id,
+                    held.placement_id,
+                )
+                return
+            if held is None:  # a new LOAD/LIVE placement, or an UNLOAD one found on disk at start-up
+                replica = PartitionReplica(file.table, d.partition_id, d.placement_id, self.config.data_dir)
+                if read_marker(replica.directory) is None:
+                    write_marker(replica, d.key_range)
+                held = HeldPartition(
+                    file.table, d.partition_id, d.placement_id, d.key_range, replica, peers=peers, state=d.state
+                )
+                self._held[d.partition_id] = held
+                log.info("node %s holds %s (%s)", self.config.server_id, replica.name, d.state.value)
+            else:
+                check_transition(held.state, d.state, held.replica.name)
+                if held.state is not d.state:
+                    log.info("%s: %s -> %s", held.replica.name, held.state.value, d.state.value)
+                held.state = d.state
+            if held.split_parent is not None and d.state is ReplicaState.LIVE:
+                held.split_parent = None  # the split was finalized: this child is LIVE now
+                promoted, held.follower = held.follower, None
+            held.discovery = d
+            held.peers = peers
+            held.preferred = preferred
+        if promoted is not None:
+            promoted.stop()
+            _add(held.retired, follower_counters(promoted))
+        if d.state is ReplicaState.LOAD:
+            self._start_follower(held)  # catches up from the leader's channels; never campaigns
+        elif d.state is ReplicaState.LIVE:
+            self._start_follower(held)
+            if held.election is None:
+                self._campaign(held)
+        else:
+            self._retire_roles(held)
+            self._ensure_lifecycle(held)
+
+    def _retire_roles(self, held: HeldPartition) -> None:
+        """UNLOAD: leave the election (a leader resigns; the next one adopts its channel) and end every role."""
+        election = held.election
+        if election is not None:
+            election.replica_state = held.state  # start() refuses from now on
+            with contextlib.suppress(Exception):
+                election.close()
+        with held.lock:
+            held.election = None
+            if held.leader is not None:
+                held.leader.stop()
+                _add(held.retired, leader_counters(held.leader))
+                held.leader = None
+                log.info("%s: resigned the leadership (%s)", held.replica.name, held.state.value)
+            if held.intake is not None:
+                held.intake.stop()
+                held.intake = None
+            if held.follower is not None:
+                held.follower.stop()
+                _add(held.retired, follower_counters(held.follower))
+                held.follower = None
+            held.replica.overlay = None
+
+    def _ensure_lifecycle(self, held: HeldPartition) -> None:
+        """Start the partition's lifecycle worker unless one runs (:mod:`storage_node.roles.lifecycle`)."""
+        if self._stop.is_set() or (held.lifecycle is not None and not held.lifecycle.stopped.is_set()):
+            return
+        assert self._client is not None
+        client, table, pid = self._client, held.table.name, held.partition_id
+
+        def leading_epoch() -> int | None:
+            leader, election = held.leader, held.election
+            if leader is None or election is None or leader.stopped.is_set() or not leader.ready.is_set():
+                return None
+            lead = election.leadership
+            return None if lead is None or election.state is not LeaderState.LEADER else lead.epoch
+
+        def manifest_offset(segment_id: str) -> int | None:
+            leader = held.leader
+            publisher = None if leader is None else leader.publisher
+            return None if publisher is None else publisher.manifest_offsets.get(segment_id)
+
+        def leader_placement() -> int | None:
+            return read_epoch(client.zk, client.layout, pid).placement_id
+
+        def finalize_join(placement_id: int, epoch: int) -> None:
+            client.coordinator.finalize_join(table, pid, placement_id, fence=EpochFence(pid, epoch))
+
+        def finalize_leave(placement_id: int) -> None:
+            client.coordinator.finalize_leave(table, pid, placement_id)
+
+        def removed() -> None:
+            with self._lock:
+                if self._held.get(pid) is held:
+                    del self._held[pid]
+            log.info("node %s no longer holds %s", self.config.server_id, held.replica.name)
+            file = self._files.get(table)
+            if file is not None:  # a new placement of this node in the partition waited for this one
+                self._on_file(file)
+
+        view = LifecycleView(
+            replica=lambda: held.replica,
+            key_range=lambda: held.key_range,
+            state=lambda: held.state,
+            discovery=lambda: held.discovery,
+            file=lambda: self._files.get(table),
+            leader_placement=leader_placement,
+            leading_epoch=leading_epoch,
+            manifest_offset=manifest_offset,
+            finalize_join=finalize_join,
+            finalize_leave=finalize_leave,
+            removed=removed,
+        )
+        held.lifecycle = LifecycleWorker(view, self.config.kafka, self.config.topics, self.lifecycle, pid).start()
+
     def _campaign(self, held: HeldPartition) -> None:
         assert self._client is not None
+        if held.state is not ReplicaState.LIVE:
+            return  # LOAD, UNLOAD and UNLOAD_FINAL replicas never campaign (seed 000 section 3.2)
 
         def on_change(state: LeaderState, leadership: Leadership | None) -> None:
             if state is LeaderState.LEADER:
@@ -513,7 +659,7 @@ class StorageNode:
 
     def _start_follower(self, held: HeldPartition) -> None:
         """Follow the partition's current leader (a no-op while this replica leads)."""
-        if self._stop.is_set():
+        if self._stop.is_set() or held.state not in (ReplicaState.LOAD, ReplicaState.LIVE):
             return
         assert self._client is not None
         client = self._client
@@ -539,7 +685,7 @@ class StorageNode:
         leader = held.leader
         if leader is not None:
             leader.stopped.wait(60)
-        if self._stop.is_set():
+        if self._stop.is_set() or held.state is not ReplicaState.LIVE:
             return
         self._start_follower(held)
         self._recampaign(held)
@@ -547,6 +693,8 @@ class StorageNode:
     def _recampaign(self, held: HeldPartition) -> None:
         election = held.election
         if election is None or election.state is not LeaderState.LOST or self._stop.is_set():
+            return
+        if held.state is not ReplicaState.LIVE:
             return
         try:
             election.start()
@@ -574,8 +722,13 @@ class StorageNode:
             if held.split_parent is not None:  # a LOAD split target: follows the parent, never campaigns
                 self._start_split_follower(held)
                 continue
+            if held.state in (ReplicaState.UNLOAD, ReplicaState.UNLOAD_FINAL):
+                self._ensure_lifecycle(held)
+                continue
             election = held.election
             leading = held.leader is not None and not held.leader.stopped.is_set()
+            if leading and held.discovery is not None and self._has_joiners(held):
+                self._ensure_lifecycle(held)  # JOIN_FINALIZE once the joiners caught up
             ended = held.leader is not None and held.leader.stopped.is_set()
             lead = election.leadership if election is not None else None
             # the role's term: the epoch it was started for (a role that failed during start-up never
@@ -596,6 +749,11 @@ class StorageNode:
                 self._recampaign(held)
             else:
                 self._rebalance(held)
+
+    def _has_joiners(self, held: HeldPartition) -> bool:
+        file = self._files.get(held.table.name)
+        entries = () if file is None else file.partitions
+        return any(e.partition_id == held.partition_id and e.servers_joining for e in entries)
 
     def stats(self) -> dict[str, dict[str, float]]:
         """Per partition: counters (monotonic across leader terms) and gauges, for ``/metrics``.
@@ -637,7 +795,9 @@ class StorageNode:
                 continue
             role = "leader" if held.leader is not None and not held.leader.stopped.is_set() else "follower"
             info = describe_replica(held.replica)
-            info.update(server_id=self.config.server_id, role=role)
+            info.update(server_id=self.config.server_id, role=role, lifecycle_state=held.state.value)
+            if held.lifecycle is not None:
+                info["lifecycle_progress"] = held.lifecycle.stats.progress
             if held.follower is not None:
                 info["follower"] = asdict(held.follower.stats)
                 info["following_placement_id"] = held.follower.leader_placement_id
@@ -652,6 +812,8 @@ class StorageNode:
         for splitter in list(self._splitters.values()):
             splitter.stop()
         for held in self.partitions().values():
+            if held.lifecycle is not None:
+                held.lifecycle.stop()
             if held.follower is not None:
                 held.follower.stop()
             if held.intake is not None:

@@ -119,16 +119,23 @@ class ChannelManifest:
 
 
 def read_manifests(
-    settings: KafkaSettings, topic: str, *, timeout_s: float = 30.0, **overrides: Any
+    settings: KafkaSettings, topic: str, *, timeout_s: float = 30.0, start_offset: int = 0, **overrides: Any
 ) -> list[ChannelManifest]:
-    """Every committed manifest on a segments channel, oldest first (chunks skipped, not decoded).
+    """Every committed manifest on a segments channel (from ``start_offset``), oldest first (chunks
+    skipped, not decoded).
 
     Used by a leader that restarts (what is already published), by followers that replay from the
     latest major and by the Spark compaction service (which partitions need compaction).
     """
     out: list[ChannelManifest] = []
     for msg in read_to_end(
-        settings, topic, 0, what="segments channel", group_id="shoal-segments-reader", timeout_s=timeout_s, **overrides
+        settings,
+        topic,
+        start_offset,
+        what="segments channel",
+        group_id="shoal-segments-reader",
+        timeout_s=timeout_s,
+        **overrides,
     ):
         if message_kind(msg.headers()) != KIND_MANIFEST:
             continue

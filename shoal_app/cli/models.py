@@ -169,6 +169,23 @@ class SplitResult(Shape):
     seconds: float
 
 
+class ReplicaLifecycleJson(Shape):
+    """One replica of a partition: its lifecycle state (table partitioning seed section 3) and how far
+    it has acked the leader's channels (its catch-up progress; None where nothing was read)."""
+
+    server_id: str
+    placement_id: int
+    state: Literal["LOAD", "LIVE", "UNLOAD"]
+    leader: bool
+    segments_ack: int | None = None
+    """Its Ack on the leader's segments channel."""
+    segments_end: int | None = None
+    """The leader's segments channel's end (Append index)."""
+    wal_ack: int | None = None
+    """Its Ack on the leader's WAL channel."""
+    wal_end: int | None = None
+
+
 class PartitionJson(Shape):
     partition_id: str
     begin: KeyValue
@@ -183,6 +200,8 @@ class PartitionJson(Shape):
     splitting: bool
     split: SplitJson | None = omitted()
     """Only while the partition is splitting."""
+    replicas: list[ReplicaLifecycleJson] = []
+    """Every replica with its lifecycle state and catch-up progress."""
 
 
 class LeaderBalanceJson(Shape):
@@ -232,6 +251,44 @@ class TableRebalance(Shape):
     partitions: list[PartitionRebalance]
     before: LeaderBalanceJson
     after: LeaderBalanceJson
+
+
+class ReplicaChange(Shape):
+    """``shoal table add-replica`` / ``remove-replica``: the lifecycle operation committed, and with
+    ``--wait`` where it ended (LIVE after JOIN_FINALIZE; REMOVED once the leaver unloaded)."""
+
+    table: str
+    partition_id: str
+    server_id: str
+    placement_id: int
+    action: Literal["add-replica", "remove-replica"]
+    state: Literal["LOAD", "LIVE", "UNLOAD", "REMOVED"]
+    metadata_sequence: int
+    waited: bool
+    seconds: float
+
+
+class DrainMove(Shape):
+    """One replica moved off the drained node: a new replica joined elsewhere, then the old one left."""
+
+    table: str
+    partition_id: str
+    from_placement_id: int
+    to_server_id: str
+    to_placement_id: int
+    was_leader: bool
+    state: Literal["LOAD", "LIVE", "UNLOAD", "REMOVED"]
+    """Where the old replica ended: REMOVED when the move completed (``--wait``)."""
+
+
+class DrainResult(Shape):
+    """``shoal node drain``: every replica moved off ``server_id`` (leaders last)."""
+
+    server_id: str
+    moves: list[DrainMove]
+    complete: bool
+    """Every old replica is REMOVED (only with ``--wait``)."""
+    seconds: float
 
 
 class TableHead(Shape):

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import logging
+import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -12,16 +14,18 @@ import pyarrow as pa
 
 from metadata.client import MetadataClient
 from metadata.election import read_epoch
+from metadata.metadata_file import MetadataFile
 from metadata.table import ColumnType, TableDefinition
 from shoal.errors import SchemaError, ShoalError
 from shoal_app.cli.connection import connection_options, metadata_config
-from shoal_app.cli.context import CliContext
+from shoal_app.cli.context import CliContext, emit, output_option, progress
+from shoal_app.cli.models import DrainMove, DrainResult
 
 log = logging.getLogger(__name__)
 
 
-@click.command("node")
-@click.option("--id", "server_id", required=True, help="This node's server id (e.g. node-1).")
+@click.group("node", invoke_without_command=True)
+@click.option("--id", "server_id", default=None, help="This node's server id (e.g. node-1).")
 @click.option(
     "--data-dir",
     "node_data_dir",
@@ -67,7 +71,7 @@ log = logging.getLogger(__name__)
 @click.pass_context
 def node_command(
     ctx: click.Context,
-    server_id: str,
+    server_id: str | None,
     node_data_dir: Path | None,
     flight_host: str,
     flight_port: int,
@@ -80,7 +84,12 @@ def node_command(
     leader_rebalance_delay_s: float,
     **conn: Any,
 ) -> None:
-    """Run one storage node until SIGTERM: it leads the partitions discovery gives it."""
+    """Run one storage node until SIGTERM (``shoal node --id ID``): it holds the partitions discovery
+    gives it. ``shoal node drain --id ID`` moves every replica off a node."""
+    if ctx.invoked_subcommand is not None:
+        return
+    if server_id is None:
+        raise click.UsageError("give --id (this node's server id), or a subcommand (drain)")
     from storage_node.config import FlushPolicy, NodeConfig
     from storage_node.node import StorageNode
 
@@ -190,3 +199,140 @@ def scan_command(
     for r in rows:
         click.echo("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)))
     click.echo(f"({result.num_rows} rows)", err=True)
+
+
+# -- shoal node drain (table partitioning seed 4.2 and 4.3) -----------------------------------------
+
+
+@dataclass
+class _Move:
+    table: str
+    partition_id: str
+    placement_id: int
+    was_leader: bool
+    to_server: str = ""
+    to_placement_id: int = 0
+
+
+def plan_drain(
+    files: list[MetadataFile], server_id: str, servers: list[str], leaders: dict[str, int | None]
+) -> list[_Move]:
+    """Every replica of ``server_id`` (LIVE or joining) with the server it moves to: the running server
+    not yet listed in that partition holding the fewest replicas; partitions it leads come last.
+
+    :class:`DrainError` when ``server_id`` is not running or a partition has no server to move to.
+    """
+    if server_id not in servers:
+        raise DrainError(server_id, f"unknown server {server_id!r}: running nodes are {', '.join(servers) or 'none'}")
+    load = dict.fromkeys((s for s in servers if s != server_id), 0)
+    for f in files:
+        for e in f.partitions:
+            for p in e.replicas:
+                if p.server_id in load:
+                    load[p.server_id] += 1
+    moves: list[_Move] = []
+    for f in files:
+        for e in f.partitions:
+            found = e.find(server_id)
+            if found is None or found[0] == "servers_leaving":
+                continue
+            listed = {p.server_id for p in e.all_placements()}
+            free = sorted((n, s) for s, n in load.items() if s not in listed)
+            if not free:
+                raise DrainError(
+                    server_id,
+                    f"cannot drain {server_id}: partition {e.partition_id} of {f.table.name} has no running server "
+                    "to move to (every other node already holds it); start another node first",
+                )
+            target = free[0][1]
+            load[target] += 1
+            was_leader = leaders.get(e.partition_id) == found[1].placement_id
+            moves.append(_Move(f.table.name, e.partition_id, found[1].placement_id, was_leader, target))
+    return sorted(moves, key=lambda m: m.was_leader)
+
+
+class DrainError(ShoalError):
+    """``shoal node drain`` cannot move the node's replicas (nothing was changed)."""
+
+    def __init__(self, server_id: str, message: str) -> None:
+        super().__init__(message)
+        self.server_id = server_id
+
+
+def drain_node(client: MetadataClient, server_id: str, *, wait: bool, timeout_s: float) -> DrainResult:
+    """Move every replica off ``server_id``: per phase (followers, then leaders) add a replica on another
+    node and wait until it is LIVE (JOIN_FINALIZE), then remove the old one (UNLOAD); with ``wait``,
+    until the old ones are removed."""
+    from shoal_app.cli.table import add_replica, registered_servers, remove_replica, wait_for_states
+
+    started = time.monotonic()
+    coord = client.coordinator
+    files = [coord.current(t) for t in coord.list_tables()]
+    pids = [e.partition_id for f in files for e in f.partitions]
+    leaders = {pid: coord.partition_status(pid).leader_placement_id for pid in pids}
+    moves = plan_drain(files, server_id, registered_servers(client), leaders)
+    final: dict[int, str] = {}
+    for phase in (False, True):
+        batch = [m for m in moves if m.was_leader is phase]
+        if not batch:
+            continue
+        for m in batch:
+            _file, placement = add_replica(client, m.table, m.partition_id, m.to_server)
+            m.to_placement_id = placement.placement_id
+            progress(f"drain {server_id}: {m.table}/{m.partition_id[:8]} joins on {m.to_server}#{m.to_placement_id}")
+        for table in sorted({m.table for m in batch}):
+            wanted = [(m.partition_id, m.to_placement_id, "LIVE") for m in batch if m.table == table]
+            wait_for_states(client, table, wanted, timeout_s, what=f"drain {server_id}: join")  # type: ignore[arg-type]
+        for m in batch:
+            remove_replica(client, m.table, m.partition_id, server_id)
+            final[m.placement_id] = "UNLOAD"
+            progress(f"drain {server_id}: {m.table}/{m.partition_id[:8]}#{m.placement_id} leaves (UNLOAD)")
+        if wait:
+            for table in sorted({m.table for m in batch}):
+                wanted = [(m.partition_id, m.placement_id, "REMOVED") for m in batch if m.table == table]
+                wait_for_states(client, table, wanted, timeout_s, what=f"drain {server_id}: leave")  # type: ignore[arg-type]
+                for m in batch:
+                    final[m.placement_id] = "REMOVED"
+    out = [
+        DrainMove(
+            table=m.table,
+            partition_id=m.partition_id,
+            from_placement_id=m.placement_id,
+            to_server_id=m.to_server,
+            to_placement_id=m.to_placement_id,
+            was_leader=m.was_leader,
+            state=final.get(m.placement_id, "LIVE"),  # type: ignore[arg-type]
+        )
+        for m in moves
+    ]
+    return DrainResult(
+        server_id=server_id,
+        moves=out,
+        complete=wait and all(m.state == "REMOVED" for m in out),
+        seconds=round(time.monotonic() - started, 3),
+    )
+
+
+@node_command.command("drain")
+@click.option("--id", "server_id", required=True, help="The node to drain (server id).")
+@click.option("--wait", is_flag=True, help="Wait until every old replica is removed (progress on stderr).")
+@click.option("--timeout", type=float, default=600.0, show_default=True, help="Seconds each wait may take.")
+@output_option
+@connection_options
+def drain_command(server_id: str, wait: bool, timeout: float, output: str, **conn: Any) -> None:
+    """Move every replica off node --id onto other running nodes (leaders last): each move adds a
+    replica elsewhere, waits for its JOIN_FINALIZE, then removes the old one."""
+    try:
+        with MetadataClient(metadata_config(conn)) as client:
+            result = drain_node(client, server_id, wait=wait, timeout_s=timeout)
+    except ShoalError as exc:
+        raise click.ClickException(f"{type(exc).__name__}: {exc}") from exc
+    if output == "json":
+        emit(result)
+        return
+    for m in result.moves:
+        lead = " (was leader)" if m.was_leader else ""
+        moved = f"#{m.from_placement_id} -> {m.to_server_id}#{m.to_placement_id}"
+        click.echo(f"{m.table}/{m.partition_id}: {moved}{lead}: {m.state}")
+    pending = "" if result.complete else " (removal in progress)"
+    click.echo(f"drained {server_id}: {len(result.moves)} replica(s) moved{pending}")

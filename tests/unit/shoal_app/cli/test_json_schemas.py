@@ -349,7 +349,16 @@ def test_cli_examples_match_their_schemas() -> None:
         metadata_sequence=2,
         metadata_servers=["node-1"],
         partitions=[
-            cli.PartitionJson(**partition, leader=None, splitting=False),
+            cli.PartitionJson(
+                **partition,
+                leader=None,
+                splitting=False,
+                replicas=[
+                    cli.ReplicaLifecycleJson(
+                        server_id="node-4", placement_id=7, state="LOAD", leader=False, segments_ack=3, segments_end=9
+                    )
+                ],
+            ),
             cli.PartitionJson(
                 **partition,
                 leader=cli.PartitionLeader(server_id="node-1", placement_id=1, alive=False),
@@ -441,6 +450,33 @@ def test_cli_examples_match_their_schemas() -> None:
             ],
         ),
         "cli-jars": cli.Jars({"kafka": cli.JarBundle(version="4.1.1", dir="/c/kafka", cached=True, jars=93)}),
+        "cli-table-replica-change": cli.ReplicaChange(
+            table="t",
+            partition_id=PID,
+            server_id="node-4",
+            placement_id=7,
+            action="add-replica",
+            state="LIVE",
+            metadata_sequence=3,
+            waited=True,
+            seconds=4.2,
+        ),
+        "cli-node-drain": cli.DrainResult(
+            server_id="node-1",
+            moves=[
+                cli.DrainMove(
+                    table="t",
+                    partition_id=PID,
+                    from_placement_id=1,
+                    to_server_id="node-4",
+                    to_placement_id=7,
+                    was_leader=True,
+                    state="REMOVED",
+                )
+            ],
+            complete=True,
+            seconds=12.5,
+        ),
         "cli-spark-ingest": cli.IngestSummary(
             query="q",
             query_id="id",

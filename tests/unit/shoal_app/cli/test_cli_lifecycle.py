@@ -1,0 +1,141 @@
+"""Bad input to the lifecycle commands: a clear error naming the input, and nothing committed."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import pytest
+
+from metadata.errors import InvalidOperationError
+from metadata.metadata_file import MetadataFile, Placement
+from metadata.operations import JoinServer, LeaveServer, LifecycleConflictError, create_file
+from metadata.table import Column, ColumnType, TableDefinition
+from shoal_app.cli.node import DrainError, plan_drain
+from shoal_app.cli.table import (
+    UnknownPartitionArgError,
+    UnknownServerError,
+    add_replica,
+    remove_replica,
+    replica_state,
+    resolve_partition,
+)
+
+
+def new_file(rf: int = 2, split_points: tuple[bytes, ...] = ()) -> MetadataFile:
+    table = TableDefinition("events", (Column("k", ColumnType.UINT64, False),), ("k",), "k", rf)
+    ids = itertools.count(1)
+    servers = [[Placement(f"node-{i}", next(ids)) for i in range(1, rf + 1)] for _ in range(len(split_points) + 1)]
+    return create_file(table, servers, split_points)
+
+
+class FakeCoordinator:
+    """Applies changes like the real one (apply before any store), recording what was committed."""
+
+    def __init__(self, file: MetadataFile) -> None:
+        self.file = file
+        self.committed: list[str] = []
+
+    def current(self, _table: str) -> MetadataFile:
+        return self.file
+
+    def join(self, _table: str, pid: str, server: str) -> MetadataFile:
+        placement = Placement(server, max(self.file.placement_ids()) + 1)  # the ZooKeeper counter's part
+        self.file = JoinServer(pid, placement).apply(self.file)
+        self.committed.append("join")
+        return self.file
+
+    def leave(self, _table: str, pid: str, server: str) -> MetadataFile:
+        self.file = LeaveServer(pid, server).apply(self.file)
+        self.committed.append("leave")
+        return self.file
+
+
+class FakeZk:
+    def __init__(self, nodes: list[str]) -> None:
+        self.nodes = nodes
+
+    def get_children(self, _path: str) -> list[str]:
+        return self.nodes
+
+
+class FakeClient:
+    def __init__(self, file: MetadataFile, nodes: list[str]) -> None:
+        self.coordinator = FakeCoordinator(file)
+        self.zk = FakeZk(nodes)
+        self.layout = type("L", (), {"root": "/shoal"})()
+
+
+def _client(rf: int = 2, nodes: tuple[str, ...] = ("node-1", "node-2", "node-3")) -> tuple[Any, str]:
+    file = new_file(rf=rf)
+    return FakeClient(file, list(nodes)), file.partitions[0].partition_id
+
+
+def test_add_and_remove_a_replica() -> None:
+    client, pid = _client()
+    file, placement = add_replica(client, "events", pid[:6], "node-3")
+    assert replica_state(file, pid, placement.placement_id) == "LOAD"
+    file, left = remove_replica(client, "events", pid, "node-1")
+    assert replica_state(file, pid, left.placement_id) == "UNLOAD"
+    assert replica_state(file, pid, 999) == "REMOVED"
+
+
+def test_unknown_server_is_refused_and_nothing_changes() -> None:
+    client, pid = _client()
+    with pytest.raises(UnknownServerError, match="unknown server 'node-9'") as info:
+        add_replica(client, "events", pid, "node-9")
+    assert info.value.server_id == "node-9" and "node-3" in info.value.known
+    with pytest.raises(UnknownServerError, match="node-9"):
+        remove_replica(client, "events", pid, "node-9")
+    assert client.coordinator.committed == []
+
+
+def test_unknown_partition_names_the_input() -> None:
+    client, _pid = _client()
+    with pytest.raises(UnknownPartitionArgError, match="'ffff' is not a partition of table events"):
+        add_replica(client, "events", "ffff", "node-3")
+    assert client.coordinator.committed == []
+    file = client.coordinator.file
+    assert resolve_partition(file, file.partitions[0].partition_id) == file.partitions[0].partition_id
+
+
+def test_adding_a_server_already_listed_is_refused() -> None:
+    client, pid = _client()
+    with pytest.raises(LifecycleConflictError, match="server node-1 is already in servers of partition") as info:
+        add_replica(client, "events", pid, "node-1")
+    assert (info.value.server_id, info.value.conflict) == ("node-1", "servers")
+    add_replica(client, "events", pid, "node-3")
+    with pytest.raises(LifecycleConflictError, match="node-3 is already in servers_joining"):
+        add_replica(client, "events", pid, "node-3")
+    assert client.coordinator.committed == ["join"]
+
+
+def test_removing_the_last_replica_is_refused() -> None:
+    client, pid = _client(rf=1)
+    with pytest.raises(InvalidOperationError, match="node-1 is the last live server of partition"):
+        remove_replica(client, "events", pid, "node-1")
+    assert client.coordinator.committed == []
+
+
+def test_a_second_leave_of_the_same_server_conflicts() -> None:
+    client, pid = _client()
+    add_replica(client, "events", pid, "node-3")
+    remove_replica(client, "events", pid, "node-1")
+    with pytest.raises(
+        LifecycleConflictError, match=r"node-1 does not serve partition .*: it is already leaving"
+    ) as info:
+        remove_replica(client, "events", pid, "node-1")
+    assert info.value.conflict == "servers_leaving"
+    assert client.coordinator.committed == ["join", "leave"]
+
+
+def test_drain_plan_moves_leaders_last_and_refuses_when_no_server_is_free() -> None:
+    f = new_file(rf=2, split_points=((100).to_bytes(8, "big"),))
+    leaders = {e.partition_id: e.servers[0].placement_id for e in f.partitions}
+    moves = plan_drain([f], "node-1", ["node-1", "node-2", "node-3"], leaders)
+    assert [m.was_leader for m in moves] == sorted(m.was_leader for m in moves)
+    assert all(m.to_server == "node-3" for m in moves)
+    with pytest.raises(DrainError, match="unknown server 'node-7'"):
+        plan_drain([f], "node-7", ["node-1", "node-2"], leaders)
+    with pytest.raises(DrainError, match="has no running server to move to"):
+        plan_drain([f], "node-1", ["node-1", "node-2"], leaders)
