@@ -21,6 +21,7 @@ from click.testing import CliRunner
 from node_it_support import in_process_nodes, make_table
 
 from metadata.client import MetadataClient, MetadataConfig
+from metadata.discovery import ReplicaState
 from metadata.election import read_epoch
 from metadata.node_registry import lookup_node
 from producer import Producer, ProducerConfig
@@ -132,7 +133,13 @@ def test_split_under_writes_and_scans(cluster: Any, zk_hosts: str, topic_prefix:
         assert wait_until(converged, 90), {
             pid: [r.scan().num_rows for r in replicas_of(pid)] for pid in (low, high)
         } | {"want": (len(want_low), len(want_high))}
-        assert all(parent not in n.partitions() for n in nodes.values())
+
+        # the parent is retired everywhere: UNLOAD (no scans, no role) until the lifecycle removes it
+        def parent_retired() -> bool:
+            held = [n.partitions().get(parent) for n in nodes.values()]
+            return all(h is None or (h.state is not ReplicaState.LIVE and h.leader is None) for h in held)
+
+        assert wait_until(parent_retired, 30)
         (splitter,) = [s for n in nodes.values() for s in n.splitters().values()]
         stats = splitter.stats
         assert stats.pieces >= 2 and stats.through is not None and set(stats.acked.values()) == {stats.through}
