@@ -1,7 +1,8 @@
 """The leader's segment publisher (DESIGN.md section 4.3 and 6; EventQL seed 000 section 3.5).
 
 Chain-driven: every entry of the chain from the latest major to root (oldest first, source 3.4's
-order) that is not yet on this placement's segments channel is published as a manifest followed by
+order) that is not yet on this placement's segments channel is published as a manifest (with the
+segment's GTID range, read from its two GTID columns) followed by
 its file in chunks, all in ONE Kafka transaction on the core's
 :class:`~shoal.kafka.transaction.TransactionalChannel` (``transactional.id`` = the channel topic, so
 a new incarnation of the placement fences an old one, and readers with ``read_committed`` never see
@@ -24,6 +25,7 @@ segments folded into the latest major once every other replica acked that major 
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 import threading
@@ -48,6 +50,7 @@ from shoal.segments.channel import (
     KIND_MANIFEST,
     to_wire,
 )
+from shoal.segments.gtids import segment_gtid_range
 from shoal.segments.parquet_io import segment_path
 from shoal.topics import TopicNames
 from shoal.wire.records import SegmentChunk
@@ -211,6 +214,9 @@ class SegmentPublisher(Worker):
             chunk_bytes=self.chunk_bytes,
         )
         sid = record.segment_id
+        gtids = segment_gtid_range(self.replica.directory, sid)  # for shoal verify's GTID order checks
+        if gtids is not None:
+            manifest = dataclasses.replace(manifest, min_gtid=gtids[0], max_gtid=gtids[1])
         offsets: dict[int, int] = {}
         try:
             with self._channel.transaction() as txn:

@@ -9,9 +9,10 @@ atomically, so the replayed memtable plus the segments hold exactly the accepted
 
 Tail may already have truncated the record just before the covered end, so the WAL alone cannot
 say where the GTIDs stopped. :func:`chain_high_gtid` reads it from what truncation cannot remove:
-the Parquet footers of the chain's segment files (the row-group statistics of ``_shoal_epoch`` and
-``_shoal_seq``, no data pages). :func:`first_seq` and :func:`check_above` keep a leader from ever
-stamping a GTID at or below that floor (DESIGN.md section 7: GTIDs strictly increase per partition).
+the Parquet footers of the chain's segment files (:mod:`shoal.segments.gtids`: the row-group
+statistics of ``_shoal_epoch`` and ``_shoal_seq``, no data pages). :func:`first_seq` and
+:func:`check_above` keep a leader from ever stamping a GTID at or below that floor (DESIGN.md
+section 7: GTIDs strictly increase per partition).
 
 :func:`committed_offset` then gives the ingest offset the leader consumes from.
 """
@@ -23,15 +24,12 @@ import time
 from dataclasses import dataclass
 
 import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.parquet as pq
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from shoal.errors import KafkaOperationError, StaleEpochError
 from shoal.kafka.readers import read_wal_channel, read_wal_record_at
 from shoal.kafka.settings import KafkaSettings
-from shoal.segments.parquet_io import read_segment, read_segment_metadata
-from shoal.segments.versioned import EPOCH_COLUMN, SEQ_COLUMN
+from shoal.segments.gtids import segment_gtid_bound
 from shoal.wire.records import GENESIS_HASH, Gtid, verify_chain
 from shoal.worker import Deadline
 from storage_node.errors import StorageNodeError
@@ -107,50 +105,12 @@ class GtidRegressionError(StorageNodeError):
         self.highest = highest
 
 
-def footer_gtid_bound(meta: pq.FileMetaData) -> Gtid | None:
-    """An upper bound of the highest GTID in a segment file, from its footer statistics (None: no rows).
-
-    Per row group: the highest epoch is exact (``_shoal_epoch`` max); with the highest seq of the row
-    group it bounds every GTID in it (exact when the row group holds one epoch). None of the bound's
-    uses need more: an epoch below it is refused, a seq above it is safe. A row group without
-    statistics raises :class:`ValueError` (the caller reads the columns instead).
-    """
-    schema = meta.schema.to_arrow_schema()
-    epoch_i, seq_i = schema.get_field_index(EPOCH_COLUMN), schema.get_field_index(SEQ_COLUMN)
-    if epoch_i < 0 or seq_i < 0:
-        raise ValueError("the segment has no GTID columns")
-    best: Gtid | None = None
-    for g in range(meta.num_row_groups):
-        group = meta.row_group(g)
-        if group.num_rows == 0:
-            continue
-        epochs, seqs = group.column(epoch_i).statistics, group.column(seq_i).statistics
-        if epochs is None or seqs is None or not (epochs.has_min_max and seqs.has_min_max):
-            raise ValueError(f"row group {g} has no GTID statistics")
-        bound = Gtid(int(epochs.max), int(seqs.max))
-        best = bound if best is None or bound > best else best
-    return best
-
-
-def rows_gtid_max(rows: pa.Table) -> Gtid | None:
-    """The highest GTID of versioned rows (None: no rows)."""
-    if rows.num_rows == 0:
-        return None
-    epochs = rows.column(EPOCH_COLUMN)
-    top = pc.max(epochs).as_py()
-    seqs = rows.column(SEQ_COLUMN).filter(pc.equal(epochs, top))
-    return Gtid(int(top), int(pc.max(seqs).as_py()))
-
-
 def chain_high_gtid(replica: PartitionReplica) -> Gtid | None:
     """A bound of the highest GTID in the replica's segments (every entry of its list, detached ones too;
     footers only)."""
     best: Gtid | None = None
     for segment_id in replica.chain.entries:
-        try:
-            bound = footer_gtid_bound(read_segment_metadata(replica.directory, segment_id))
-        except ValueError:
-            bound = rows_gtid_max(read_segment(replica.directory, segment_id, columns=[EPOCH_COLUMN, SEQ_COLUMN]))
+        bound = segment_gtid_bound(replica.directory, segment_id)
         if bound is not None and (best is None or bound > best):
             best = bound
     return best

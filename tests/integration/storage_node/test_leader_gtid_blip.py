@@ -27,6 +27,7 @@ from shoal.kafka import clients
 from shoal.kafka.indexes import channel_indexes
 from shoal.kafka.settings import KafkaSettings
 from shoal.topics import TopicNames
+from shoal_app.cli.verify import verify_table
 from shoal_app.testing.wait import wait_until
 from storage_node.config import FlushPolicy, NodeConfig
 from storage_node.node import HeldPartition, StorageNode
@@ -181,5 +182,9 @@ def test_a_leader_resumed_after_a_zookeeper_blip_stamps_gtids_above_older_rows(
             assert all((r["_shoal_epoch"], r["_shoal_seq"]) > old_top for r in rewritten), (old_top, rewritten)
             now = read_epoch(client.zk, client.layout, pid)
             assert now.epoch > first_epoch and now.server_id == "node-1"
+            # every channel's GTIDs are in order, and shoal verify says so
+            assert wait_until(lambda: node.partitions()[pid].replica.memtable.rows == 0, 60)
+            report = verify_table(client, "events")
+            assert report["ok"], report
     finally:
         proxy.close()

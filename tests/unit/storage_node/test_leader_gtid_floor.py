@@ -11,6 +11,7 @@ import pytest
 from metadata.table import Column, ColumnType, TableDefinition
 from shoal.errors import StaleEpochError
 from shoal.ids import new_partition_id
+from shoal.segments.gtids import footer_gtid_bound, rows_gtid_range
 from shoal.wire.ingest import ingest_schema
 from shoal.wire.records import Gtid
 from storage_node.replica import PartitionReplica, versioned_rows
@@ -19,9 +20,7 @@ from storage_node.roles.leader.recovery import (
     chain_high_gtid,
     check_above,
     first_seq,
-    footer_gtid_bound,
     highest,
-    rows_gtid_max,
 )
 
 TABLE = TableDefinition(
@@ -57,7 +56,7 @@ def test_footer_bound_is_exact_for_one_epoch_and_an_upper_bound_across_epochs(tm
     mixed = pa.concat_tables([rows, versioned_rows(ingest([3]), Gtid(6, 50))])
     pq.write_table(mixed, tmp_path / "b.parquet")
     bound = footer_gtid_bound(pq.read_metadata(tmp_path / "b.parquet"))
-    assert bound is not None and bound >= rows_gtid_max(mixed) == Gtid(7, 6)
+    assert bound is not None and rows_gtid_range(mixed) == (Gtid(6, 50), Gtid(7, 6)) and bound >= Gtid(7, 6)
     assert bound.epoch == 7
     pq.write_table(rows, tmp_path / "c.parquet", write_statistics=False)
     with pytest.raises(ValueError):
