@@ -38,7 +38,7 @@ from confluent_kafka import KafkaError, KafkaException, Message
 from shoal.errors import KafkaOperationError, ShoalError
 from shoal.kafka import clients
 from shoal.kafka.admin import create_topic
-from shoal.kafka.errors import ProducerFencedError
+from shoal.kafka.errors import ends_producer
 from shoal.kafka.readers import read_manifests
 from shoal.kafka.settings import KafkaSettings
 from shoal.kafka.transaction import Transaction, TransactionalChannel
@@ -88,7 +88,10 @@ class SegmentPublisher(Worker):
         peers: Callable[[], Sequence[int]] | None = None,
         truncate_every_s: float = 5.0,
         still_leading: Callable[[], object] | None = None,
+        call_timeout_s: float = 60.0,
     ) -> None:
+        """``call_timeout_s``: the bound of every transactional call (a wedged one abandons the channel,
+        which the next pass opens again, fencing the stuck producer)."""
         super().__init__(f"publish-{replica.partition_id[:8]}")
         self.replica = replica
         self.kafka = kafka
@@ -112,7 +115,7 @@ class SegmentPublisher(Worker):
         self._channel = TransactionalChannel(
             kafka,
             self.topic,
-            call_timeout_s=60,
+            call_timeout_s=call_timeout_s,
             **{"linger.ms": 5, "message.max.bytes": 2 * 1024 * 1024, "transaction.timeout.ms": 60_000},
         )
 
@@ -239,7 +242,7 @@ class SegmentPublisher(Worker):
                 if any(o < 0 for o in offsets.values()):
                     raise KafkaOperationError(f"segment {sid}: delivery failed")
         except KafkaOperationError as exc:
-            if isinstance(exc, ProducerFencedError) or exc.fatal:
+            if ends_producer(exc):
                 raise FencedError(self.topic, str(exc)) from exc
             raise
         offset = offsets[0]
