@@ -308,6 +308,31 @@ class SegmentPublisher(Worker):
                 time.sleep(0.01)
 
 
+def fence_segments_channels(
+    kafka: KafkaSettings, topics: TopicNames, partition_id: str, placement_id: int, peers: Sequence[int]
+) -> list[str]:
+    """A new leader fences the other placements' segments channels (DESIGN.md section 7): opening each
+    channel's ``transactional.id`` bumps its producer epoch, so an old leader's publisher that still
+    runs (paused, partitioned) commits nothing more there. A placement that later pushes segments
+    opens its channel again (a newer epoch). Channels that do not exist are skipped; returns the
+    fenced topics."""
+    existing = set(clients.admin(kafka).list_topics(timeout=30).topics)
+    fenced = []
+    for peer in peers:
+        topic = topics.segments(partition_id, peer)
+        if peer == placement_id or topic not in existing:
+            continue
+        channel = TransactionalChannel(kafka, topic, call_timeout_s=30)
+        try:
+            channel.open()
+        except KafkaOperationError as exc:
+            raise KafkaOperationError(f"cannot fence segments channel {topic}: {exc}", exc.kafka_error) from exc
+        finally:
+            channel.close()
+        fenced.append(topic)
+    return fenced
+
+
 def push_segments(
     replica: PartitionReplica,
     records: Sequence[SegmentRecord],

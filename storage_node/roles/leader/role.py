@@ -25,8 +25,8 @@ and every ``gc_every_s`` it merges then deletes the segments the chain does not 
 Start-up (:meth:`PartitionLeader.open`) is recovery: open the channel (``init_transactions`` aborts
 whatever a dead incarnation left open and fences it), then replay the channel from the offset the last durable
 segment covers (:mod:`.recovery`), adopt the other placements' WAL channels
-(:mod:`storage_node.replication.adopt`), start the segment publisher and the peer segment receiver,
-then consume ingest from the leader group's committed offset.
+(:mod:`storage_node.replication.adopt`), fence their segments channels, start the segment
+publisher and the peer segment receiver, then consume ingest from the leader group's committed offset.
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ from storage_node.replica import IngestValidator, PartitionReplica, Rejected, mi
 from storage_node.replication.adopt import adopt_channels
 from storage_node.replication.collect import merge_unreferenced, unreferenced_segments
 from storage_node.replication.merge_in import MergeJob, PeerSegmentReceiver, drain_merges
-from storage_node.replication.publish import SegmentPublisher
+from storage_node.replication.publish import SegmentPublisher, fence_segments_channels
 from storage_node.roles.leader.deadletter import produce_deadletter
 from storage_node.roles.leader.recovery import (
     ChainPosition,
@@ -271,6 +271,13 @@ class PartitionLeader(Worker):
             self.stats.adopted_segments += len(adopted)
             if adopted:
                 self._raise_floor(chain_high_gtid(self.replica))
+            # an old leader's segment publisher may still run: its segments channel is fenced too
+            retry(
+                "fence the other placements' segments channels",
+                lambda: fence_segments_channels(
+                    config.kafka, config.topics, self.partition_id, self.placement_id, list(peers())
+                ),
+            )
         self.publisher = SegmentPublisher(
             self.replica,
             config.kafka,
