@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Iterator
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import click
 
@@ -37,6 +37,8 @@ from shoal_app.cli.models import (
     WalChannelCheck,
 )
 from shoal_app.cli.verify_gtids import SegmentsOrder, WalOrder, check_manifests, check_wal_records, shared_epochs
+
+T = TypeVar("T")
 
 
 class ChannelSource(Protocol):
@@ -92,22 +94,19 @@ def _failed(exc: BaseException) -> str | None:
     return f"{type(exc).__name__}: {exc}" if isinstance(exc, (ShoalError, KafkaException)) else None
 
 
-def check_segments_channel(
-    channels: ChannelSource, topic: str, placement_id: int, wal_topic: str
-) -> tuple[WalChannelCheck, SegmentsOrder | None]:
-    """The GTID order of one placement's segments channel (:func:`~shoal_app.cli.verify_gtids.check_manifests`)."""
+def _check_channel(
+    channels: ChannelSource, topic: str, missing: str, run: Callable[[WalChannelCheck], T]
+) -> tuple[WalChannelCheck, T | None]:
+    """``run(out)`` on an existing channel, with its bounds in ``out``; a Kafka or shoal error is the
+    check's ``error`` (``ok`` false); a channel that does not exist is ``missing`` (``ok`` true)."""
     out = WalChannelCheck(topic=topic, records=0, tail=None, append=None, ok=True, error=None)
     try:
         bounds = channels.bounds(topic)
         if bounds is None:
-            out.error = "no channel (this placement never published a segment)"
+            out.error = missing
             return out, None
         out.tail, out.append = bounds
-        order = check_manifests(
-            channels.manifests(topic), topic=topic, placement_id=placement_id, own_wal_topic=wal_topic
-        )
-        out.records = order.manifests
-        return out, order
+        return out, run(out)
     except Exception as exc:
         if (error := _failed(exc)) is None:
             raise
@@ -115,27 +114,39 @@ def check_segments_channel(
         return out, None
 
 
+def check_segments_channel(
+    channels: ChannelSource, topic: str, placement_id: int, wal_topic: str
+) -> tuple[WalChannelCheck, SegmentsOrder | None]:
+    """The GTID order of one placement's segments channel (:func:`~shoal_app.cli.verify_gtids.check_manifests`)."""
+    order = SegmentsOrder()
+
+    def run(out: WalChannelCheck) -> SegmentsOrder:
+        try:
+            return check_manifests(
+                channels.manifests(topic), topic=topic, placement_id=placement_id, own_wal_topic=wal_topic, out=order
+            )
+        finally:
+            out.records = order.manifests
+
+    return _check_channel(channels, topic, "no channel (this placement never published a segment)", run)
+
+
 def check_wal_channel(
     channels: ChannelSource, topic: str, segments: SegmentsOrder | None = None
 ) -> tuple[WalChannelCheck, WalOrder | None]:
     """The GTID hash chain and GTID order of one WAL channel (:func:`~shoal_app.cli.verify_gtids.check_wal_records`),
     from its Tail to its end, streamed: records read, ok, the first error, and the epochs it holds."""
-    out = WalChannelCheck(topic=topic, records=0, tail=None, append=None, ok=True, error=None)
     order = WalOrder()
-    try:
-        bounds = channels.bounds(topic)
-        if bounds is None:
-            out.error = "no channel (this placement never led)"
-            return out, None
-        out.tail, out.append = bounds
-        order = check_wal_records(channels.wal_records(topic, out.tail), topic=topic, tail=out.tail, segments=segments)
-        out.records = order.records
-        return out, order
-    except Exception as exc:
-        if (error := _failed(exc)) is None:
-            raise
-        out.ok, out.error, out.records = False, error, order.records
-        return out, None
+
+    def run(out: WalChannelCheck) -> WalOrder:
+        assert out.tail is not None
+        try:
+            records = channels.wal_records(topic, out.tail)
+            return check_wal_records(records, topic=topic, tail=out.tail, segments=segments, out=order)
+        finally:
+            out.records = order.records
+
+    return _check_channel(channels, topic, "no channel (this placement never led)", run)
 
 
 def verify(

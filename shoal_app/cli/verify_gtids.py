@@ -57,12 +57,17 @@ class SegmentsOrder:
 
 
 def check_manifests(
-    manifests: Iterable[tuple[int, WireManifest]], *, topic: str, placement_id: int, own_wal_topic: str
+    manifests: Iterable[tuple[int, WireManifest]],
+    *,
+    topic: str,
+    placement_id: int,
+    own_wal_topic: str,
+    out: SegmentsOrder | None = None,
 ) -> SegmentsOrder:
     """Check the GTID order of placement ``placement_id``'s segments channel (``(offset, manifest)`` in
     channel order); raise :class:`GtidOrderError` at the first manifest out of order. Its own segments
     (not those it received from other placements and published again) are ordered by writer epoch."""
-    out = SegmentsOrder()
+    out = SegmentsOrder() if out is None else out
     seen: set[str] = set()
     epoch: int | None = None
     flushed: Gtid | None = None
@@ -108,13 +113,18 @@ class WalOrder:
 
 
 def check_wal_records(
-    records: Iterable[ChannelRecord], *, topic: str, tail: int, segments: SegmentsOrder | None = None
+    records: Iterable[ChannelRecord],
+    *,
+    topic: str,
+    tail: int,
+    segments: SegmentsOrder | None = None,
+    out: WalOrder | None = None,
 ) -> WalOrder:
     """Check one WAL channel read from its Tail ``tail`` (one pass, nothing held): the hash chain and
     GTID order (from the genesis hash when nothing was truncated), and every record above the floor
     its placement's segments set. Raises HashChainError or :class:`GtidOrderError`; ``out`` (records
-    read, epochs seen) is filled as the records pass, so it is complete when nothing was raised."""
-    out = WalOrder()
+    read, epochs seen; pass one to see how far a failed check got) is filled as the records pass."""
+    out = WalOrder() if out is None else out
 
     def checked() -> Iterator[ChannelRecord]:
         for item in records:

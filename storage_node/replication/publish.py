@@ -41,7 +41,7 @@ from shoal.kafka.admin import create_topic
 from shoal.kafka.errors import ends_producer
 from shoal.kafka.readers import read_manifests
 from shoal.kafka.settings import KafkaSettings
-from shoal.kafka.transaction import Transaction, TransactionalChannel
+from shoal.kafka.transaction import Transaction, TransactionalChannel, fence
 from shoal.segments import SegmentRecord
 from shoal.segments.channel import (
     DEFAULT_CHUNK_BYTES,
@@ -322,13 +322,7 @@ def fence_segments_channels(
         topic = topics.segments(partition_id, peer)
         if peer == placement_id or topic not in existing:
             continue
-        channel = TransactionalChannel(kafka, topic, call_timeout_s=30)
-        try:
-            channel.open()
-        except KafkaOperationError as exc:
-            raise KafkaOperationError(f"cannot fence segments channel {topic}: {exc}", exc.kafka_error) from exc
-        finally:
-            channel.close()
+        fence(kafka, topic, what="segments channel")
         fenced.append(topic)
     return fenced
 
