@@ -238,8 +238,8 @@ class MetadataCoordinator:
         self.store.put(new)
         try:
             self._cas(head, new_head, fence, epoch_version)
-        except MetadataConflictError:
-            self._tombstone(table, new.txnid)
+        except (MetadataConflictError, StaleEpochError, UnknownTableError):
+            self._tombstone(table, new.txnid)  # the CAS did not happen: the stored file is never current
             raise
         except ZooKeeperUnavailableError as exc:
             try:

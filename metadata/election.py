@@ -214,6 +214,11 @@ def read_epoch(zk: Any, layout: ZkLayout, partition_id: str) -> EpochRecord:
     return EpochRecord.decode(partition_id, data, stat.version)
 
 
+def next_epoch(current: EpochRecord, server_id: str, placement_id: int) -> EpochRecord:
+    """The epoch record a new leader role CASes in over ``current``: one more, naming the new leader."""
+    return EpochRecord(current.partition_id, current.epoch + 1, server_id, placement_id)
+
+
 class PartitionElection:
     """One replica's candidacy for the leadership of one partition."""
 
@@ -438,7 +443,7 @@ class PartitionElection:
                 except MetadataDecodeError:
                     log.error("epoch znode of %s is corrupt; refusing to lead", self.partition_id)
                     raise
-                new = EpochRecord(self.partition_id, rec.epoch + 1, self.server_id, self.placement_id)
+                new = next_epoch(rec, self.server_id, self.placement_id)
                 txn = self._zk.transaction()
                 txn.check(cand_path, 0)
                 txn.set_data(epoch_path, new.encode(), version=stat.version)
@@ -472,14 +477,37 @@ class PartitionElection:
                 if self._state is LeaderState.CANDIDATE:
                     self._spawn(self._check)
                 return
+            resumed = self._state is LeaderState.SUSPENDED
         rec = read_epoch(self._zk, self._layout, self.partition_id)
         with zk_errors("verify candidacy"):
             alive = self._zk.exists(f"{self._layout.election(self.partition_id)}/{node}") is not None
-        if alive and rec.epoch == lead.epoch and rec.placement_id == self.placement_id:
-            self._set(LeaderState.LEADER, lead)
-            self._watch_epoch()
-        else:
+        if not (alive and rec.epoch == lead.epoch and rec.placement_id == self.placement_id):
             self._step_down(f"epoch is now {rec.epoch} (ours {lead.epoch}), candidate alive={alive}")
+            return
+        if resumed:
+            # DESIGN.md section 7: a leadership resumed after SUSPENDED is a new leader role and never
+            # reuses an epoch: it takes the next one by CAS, as an election does.
+            renewed = self._renew_epoch(node, rec)
+            if renewed is None:
+                self._step_down(f"the epoch of {self.partition_id} moved on while this leader was suspended")
+                return
+            lead = renewed
+        self._set(LeaderState.LEADER, lead)
+        self._watch_epoch()
+
+    def _renew_epoch(self, node: str, rec: EpochRecord) -> Leadership | None:
+        """CAS the epoch from ``rec`` (still this leader's) to the next one, only while this candidate's
+        znode exists and the epoch znode is still at ``rec.version``; None if either check fails."""
+        new = next_epoch(rec, self.server_id, self.placement_id)
+        with zk_errors(f"renew the epoch of {self.partition_id}"):
+            txn = self._zk.transaction()
+            txn.check(f"{self._layout.election(self.partition_id)}/{node}", 0)
+            txn.set_data(self._layout.epoch(self.partition_id), new.encode(), version=rec.version)
+            results = txn.commit()
+        if any(isinstance(r, Exception) for r in results):
+            return None
+        log.info("%s#%d resumes %s with epoch %d", self.server_id, self.placement_id, self.partition_id, new.epoch)
+        return Leadership(self.partition_id, self.server_id, self.placement_id, new.epoch)
 
     def _step_down(self, why: str) -> None:
         log.warning("%s#%d steps down from %s: %s", self.server_id, self.placement_id, self.partition_id, why)

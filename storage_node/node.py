@@ -744,6 +744,10 @@ class StorageNode:
                 with contextlib.suppress(Exception):
                     election.resign()
                 continue
+            if ended and lead is not None and election is not None and election.state is LeaderState.LEADER:
+                # a leadership resumed after SUSPENDED has a new epoch; the old role ended after it was granted
+                self._start_leader(held, lead)
+                continue
             if not leading:
                 self._start_follower(held)
                 self._recampaign(held)

@@ -18,6 +18,7 @@ __all__ = [
     "ProducerFencedError",
     "WedgedCallError",
     "classify",
+    "ends_producer",
     "error_code",
 ]
 
@@ -86,3 +87,10 @@ def classify(exc: KafkaException, what: str) -> KafkaOperationError:
     error = cls(f"{what}: {err if err is not None else exc}", err)
     error.__cause__ = exc
     return error
+
+
+def ends_producer(error: KafkaOperationError) -> bool:
+    """Whether a classified error means the transactional producer commits nothing more: fenced (a
+    code in :data:`FENCED_CODES`, i.e. :class:`ProducerFencedError`) or fatal. Every owner of a
+    transactional channel (the leader's WAL, the publisher's segments channel) decides with this."""
+    return isinstance(error, ProducerFencedError) or error.fatal

@@ -286,3 +286,16 @@ class TransactionalChannel:
             log.warning("%s: channel %s: %s", self.transactional_id, state.value, error)
             self.state, self.error, self._producer = state, error, None
         return error
+
+
+def fence(settings: KafkaSettings, transactional_id: str, *, what: str, call_timeout_s: float = 30.0) -> None:
+    """Fence every earlier producer of ``transactional_id``: open it once (``init_transactions`` bumps
+    the producer epoch and aborts the old producer's open transaction) and close it. ``what`` names
+    the channel in the error (KafkaOperationError) when that fails."""
+    channel = TransactionalChannel(settings, transactional_id, call_timeout_s=call_timeout_s)
+    try:
+        channel.open()
+    except KafkaOperationError as exc:
+        raise KafkaOperationError(f"cannot fence {what} {transactional_id}: {exc}", exc.kafka_error) from exc
+    finally:
+        channel.close()

@@ -353,7 +353,8 @@ class ReplicaDescription(BaseModel):
 
 
 class WalChannelCheck(Shape):
-    """The GTID hash chain of one WAL channel from its Tail to its end."""
+    """One channel from its Tail to its end: a WAL channel's GTID hash chain and GTID order (``records``
+    = WAL records), or a segments channel's GTID order (``records`` = manifests)."""
 
     topic: str
     records: int
@@ -370,10 +371,16 @@ class PartitionVerification(Shape):
     replicas: list[ReplicaError | ReplicaDescription]
     wal_channels: list[WalChannelCheck]
     wal_chains_ok: bool
+    segments_channels: list[WalChannelCheck]
+    gtids_ok: bool
+    """Every channel's GTIDs in order (DESIGN.md section 10) and no epoch written by two placements."""
+    gtid_error: str | None
+    """Why the GTIDs are not in order across channels (an epoch two placements used), else None."""
 
 
 class Verification(Shape):
-    """``shoal verify``: ``ok`` when every partition's replicas agree and every WAL chain is intact."""
+    """``shoal verify``: ``ok`` when every partition's replicas agree, every WAL chain is intact and every
+    channel's GTIDs are in order."""
 
     table: str
     ok: bool

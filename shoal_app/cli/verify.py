@@ -4,7 +4,10 @@ For each partition and each of its placements: the replica's chain (segment ids
 from the latest major to root), row count and content hash (``describe replica`` over Arrow
 Flight, :mod:`storage_node.replication.describe`), and whether all replicas agree (same row count
 and content hash). For each placement's WAL channel the GTID hash chain (TokuMX, seed 003) is
-checked from the channel's Tail to its end (from the genesis hash when nothing was truncated).
+checked from the channel's Tail to its end (from the genesis hash when nothing was truncated), and
+the GTID order of every channel (DESIGN.md section 10, :mod:`shoal_app.cli.verify_gtids`): each WAL
+channel's and each segments channel's GTIDs in channel order, every WAL record above the segments
+before it, and no epoch used by two placements. Channels are streamed, never loaded whole.
 
 Exit code 0 when everything agrees and every chain is intact, 1 otherwise (2 for errors such as an
 unknown table). Meant for a quiet table: rows still in a leader's memtable and not yet in a
@@ -14,13 +17,16 @@ follower's overlay show up as a disagreement while writes are in flight.
 from __future__ import annotations
 
 import sys
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, Protocol, TypeVar
 
 import click
 
 from metadata.client import MetadataClient
 from shoal.errors import ShoalError
+from shoal.kafka.readers import ChannelRecord
 from shoal.kafka.settings import KafkaSettings
+from shoal.wire.records import ManifestRecord as WireManifest
 from shoal_app.cli.connection import connection_options, metadata_config
 from shoal_app.cli.context import emit, new_table, output_option, show
 from shoal_app.cli.models import (
@@ -30,49 +36,136 @@ from shoal_app.cli.models import (
     Verification,
     WalChannelCheck,
 )
+from shoal_app.cli.verify_gtids import SegmentsOrder, WalOrder, check_manifests, check_wal_records, shared_epochs
+
+T = TypeVar("T")
 
 
-def check_wal_channel(kafka: KafkaSettings, topic: str) -> WalChannelCheck:
-    """The GTID hash chain of one WAL channel: records read, ok, and the first error."""
+class ChannelSource(Protocol):
+    """How verify reads channels (Kafka by default; tests pass their own)."""
+
+    def bounds(self, topic: str) -> tuple[int, int] | None:
+        """(Tail, Append) of a channel, or None when it does not exist."""
+
+    def wal_records(self, topic: str, start: int) -> Iterator[ChannelRecord]:
+        """A WAL channel's records from ``start`` to its end, one at a time."""
+
+    def manifests(self, topic: str) -> Iterator[tuple[int, WireManifest]]:
+        """A segments channel's manifests (offset, manifest) in channel order, one at a time."""
+
+
+class KafkaChannels:
+    """:class:`ChannelSource` over Kafka: channels are streamed, never loaded whole."""
+
+    def __init__(self, kafka: KafkaSettings) -> None:
+        from shoal.kafka import clients
+
+        self.kafka = kafka
+        self._topics: dict[str, Any] | None = None
+        self._admin = clients.admin(kafka)
+
+    def bounds(self, topic: str) -> tuple[int, int] | None:
+        from shoal.kafka.admin import log_start_and_end
+
+        if self._topics is None:  # all topics, once: listing never auto-creates one
+            self._topics = dict(self._admin.list_topics(timeout=30).topics)
+        meta = self._topics.get(topic)
+        if meta is None or meta.error is not None:
+            return None
+        return log_start_and_end(self.kafka, topic)
+
+    def wal_records(self, topic: str, start: int) -> Iterator[ChannelRecord]:
+        from shoal.kafka.readers import read_wal_channel
+
+        return read_wal_channel(self.kafka, topic, start)
+
+    def manifests(self, topic: str) -> Iterator[tuple[int, WireManifest]]:
+        from shoal.kafka.readers import read_to_end
+        from shoal.segments.channel import KIND_MANIFEST, message_kind
+
+        for msg in read_to_end(self.kafka, topic, 0, what="segments channel", group_id="shoal-verify"):
+            if message_kind(msg.headers()) == KIND_MANIFEST:
+                yield int(msg.offset() or 0), WireManifest.from_bytes(msg.value())
+
+
+def _failed(exc: BaseException) -> str | None:
     from confluent_kafka import KafkaException
 
-    from shoal.kafka import clients
-    from shoal.kafka.admin import log_start_and_end
-    from shoal.kafka.readers import read_wal_channel
-    from shoal.wire.records import GENESIS_HASH, verify_chain
+    return f"{type(exc).__name__}: {exc}" if isinstance(exc, (ShoalError, KafkaException)) else None
 
+
+def _check_channel(
+    channels: ChannelSource, topic: str, missing: str, run: Callable[[WalChannelCheck], T]
+) -> tuple[WalChannelCheck, T | None]:
+    """``run(out)`` on an existing channel, with its bounds in ``out``; a Kafka or shoal error is the
+    check's ``error`` (``ok`` false); a channel that does not exist is ``missing`` (``ok`` true)."""
     out = WalChannelCheck(topic=topic, records=0, tail=None, append=None, ok=True, error=None)
     try:
-        admin = clients.admin(kafka)
-        if _missing(admin, topic):
-            out.error = "no channel (this placement never led)"
-            return out
-        low, high = log_start_and_end(kafka, topic)
-        out.tail, out.append = low, high
-        records = [r.record for r in read_wal_channel(kafka, topic, low)]
-        out.records = len(records)
-        verify_chain(records, prev_hash=GENESIS_HASH if low == 0 else None)
-    except ShoalError as exc:
-        out.ok, out.error = False, f"{type(exc).__name__}: {exc}"
-    except KafkaException as exc:
-        out.ok, out.error = False, f"KafkaException: {exc}"
-    return out
+        bounds = channels.bounds(topic)
+        if bounds is None:
+            out.error = missing
+            return out, None
+        out.tail, out.append = bounds
+        return out, run(out)
+    except Exception as exc:
+        if (error := _failed(exc)) is None:
+            raise
+        out.ok, out.error = False, error
+        return out, None
 
 
-def _missing(admin: Any, topic: str) -> bool:
-    meta = admin.list_topics(timeout=30).topics.get(topic)  # all topics: never auto-creates one
-    return meta is None or meta.error is not None
+def check_segments_channel(
+    channels: ChannelSource, topic: str, placement_id: int, wal_topic: str
+) -> tuple[WalChannelCheck, SegmentsOrder | None]:
+    """The GTID order of one placement's segments channel (:func:`~shoal_app.cli.verify_gtids.check_manifests`)."""
+    order = SegmentsOrder()
+
+    def run(out: WalChannelCheck) -> SegmentsOrder:
+        try:
+            return check_manifests(
+                channels.manifests(topic), topic=topic, placement_id=placement_id, own_wal_topic=wal_topic, out=order
+            )
+        finally:
+            out.records = order.manifests
+
+    return _check_channel(channels, topic, "no channel (this placement never published a segment)", run)
 
 
-def verify(client: MetadataClient, table: str) -> Verification:
-    """Every partition of ``table``: do its replicas agree, and are its WAL channels' chains intact?"""
+def check_wal_channel(
+    channels: ChannelSource, topic: str, segments: SegmentsOrder | None = None
+) -> tuple[WalChannelCheck, WalOrder | None]:
+    """The GTID hash chain and GTID order of one WAL channel (:func:`~shoal_app.cli.verify_gtids.check_wal_records`),
+    from its Tail to its end, streamed: records read, ok, the first error, and the epochs it holds."""
+    order = WalOrder()
+
+    def run(out: WalChannelCheck) -> WalOrder:
+        assert out.tail is not None
+        try:
+            records = channels.wal_records(topic, out.tail)
+            return check_wal_records(records, topic=topic, tail=out.tail, segments=segments, out=order)
+        finally:
+            out.records = order.records
+
+    return _check_channel(channels, topic, "no channel (this placement never led)", run)
+
+
+def verify(
+    client: MetadataClient,
+    table: str,
+    *,
+    channels: ChannelSource | None = None,
+    describe: Callable[[str], list[dict[str, Any]]] | None = None,
+) -> Verification:
+    """Every partition of ``table``: do its replicas agree, are its channels' hash chains intact and
+    their GTIDs in order? ``describe(server_id)``: that node's ``describe replica`` of ``table``."""
     from metadata.node_registry import lookup_node
     from shoal.scan import describe_remote
     from shoal.topics import TopicNames
 
     file = client.coordinator.current(table)
     topics = TopicNames(client.config.topic_prefix)
-    kafka = client.config.kafka
+    source = channels if channels is not None else KafkaChannels(client.config.kafka)
+    describe_node = describe or (lambda server: describe_remote(lookup_node(client.zk, client.layout, server), table))
     described: dict[str, list[dict[str, Any]] | str] = {}
     partitions = []
     for entry in file.partitions:
@@ -81,7 +174,7 @@ def verify(client: MetadataClient, table: str) -> Verification:
             server = placement.server_id
             if server not in described:
                 try:
-                    described[server] = describe_remote(lookup_node(client.zk, client.layout, server), table)
+                    described[server] = describe_node(server)
                 except ShoalError as exc:
                     described[server] = f"{type(exc).__name__}: {exc}"
             found = described[server]
@@ -105,18 +198,32 @@ def verify(client: MetadataClient, table: str) -> Verification:
         states = {(r.row_count, r.content_hash) for r in described_ok}
         agree = len(described_ok) == len(replicas) and len(states) == 1
         chains = {tuple(r.chain) if isinstance(r, ReplicaDescription) else () for r in replicas}
-        channels = [check_wal_channel(kafka, topics.wal(entry.partition_id, p.placement_id)) for p in entry.servers]
+        wal_checks, segment_checks, epochs = [], [], {}
+        for p in entry.servers:
+            wal_topic = topics.wal(entry.partition_id, p.placement_id)
+            seg_check, order = check_segments_channel(
+                source, topics.segments(entry.partition_id, p.placement_id), p.placement_id, wal_topic
+            )
+            wal_check, wal_order = check_wal_channel(source, wal_topic, order)
+            segment_checks.append(seg_check)
+            wal_checks.append(wal_check)
+            if wal_order is not None:
+                epochs[wal_topic] = wal_order.epochs
+        shared = shared_epochs(epochs)
         partitions.append(
             PartitionVerification(
                 partition_id=entry.partition_id,
                 agree=agree,
                 chains_equal=len(chains) == 1,
                 replicas=replicas,
-                wal_channels=channels,
-                wal_chains_ok=all(c.ok for c in channels),
+                wal_channels=wal_checks,
+                wal_chains_ok=all(c.ok for c in wal_checks),
+                segments_channels=segment_checks,
+                gtids_ok=shared is None and all(c.ok for c in (*wal_checks, *segment_checks)),
+                gtid_error=shared,
             )
         )
-    ok = all(p.agree and p.wal_chains_ok for p in partitions)
+    ok = all(p.agree and p.wal_chains_ok and p.gtids_ok for p in partitions)
     return Verification(table=table, ok=ok, partitions=partitions)
 
 
@@ -130,7 +237,8 @@ def verify_table(client: MetadataClient, table: str) -> dict[str, Any]:
 @output_option
 @connection_options
 def verify_command(table_name: str, output: str, **conn: Any) -> None:
-    """Check that every replica of TABLE holds the same rows and every WAL channel's hash chain is intact."""
+    """Check that every replica of TABLE holds the same rows, every WAL channel's hash chain is intact
+    and every channel's GTIDs are in order."""
     try:
         with MetadataClient(metadata_config(conn)) as client:
             report = verify(client, table_name)
@@ -143,7 +251,8 @@ def verify_command(table_name: str, output: str, **conn: Any) -> None:
         for p in report.partitions:
             show(
                 f"  partition {p.partition_id}: replicas {'agree' if p.agree else 'DIFFER'}, "
-                f"WAL chains {'ok' if p.wal_chains_ok else 'BROKEN'}"
+                f"WAL chains {'ok' if p.wal_chains_ok else 'BROKEN'}, "
+                f"GTIDs {'in order' if p.gtids_ok else 'OUT OF ORDER'}" + (f" ({p.gtid_error})" if p.gtid_error else "")
             )
             replicas = new_table("replica", "rows", "content hash", "chain", right=("rows",))
             for r in p.replicas:
@@ -154,7 +263,7 @@ def verify_command(table_name: str, output: str, **conn: Any) -> None:
                     chain = f"{len(r.chain)} segments, root {r.root}"
                     replicas.add_row(who, str(r.row_count), r.content_hash[:16], chain)
             channels = new_table("WAL channel", "records", "[tail, append)", "chain", right=("records",))
-            for c in p.wal_channels:
+            for c in (*p.wal_channels, *p.segments_channels):
                 state = "ok" if c.ok else "BROKEN"
                 channels.add_row(
                     c.topic, str(c.records), f"[{c.tail}, {c.append})", state + (f" ({c.error})" if c.error else "")

@@ -21,9 +21,12 @@ from __future__ import annotations
 import contextlib
 import logging
 import queue
+import tempfile
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, TopicPartition
 
@@ -37,12 +40,13 @@ from shoal.segments import (
     decide_leader_receive,
     write_segment_bytes,
 )
+from shoal.segments.chain import SegmentEntry
 from shoal.segments.channel import KIND_CHUNK, KIND_MANIFEST, from_wire, message_kind
 from shoal.segments.errors import ChecksumMismatchError, CorruptSegmentError, InvalidSegmentEntryError
 from shoal.topics import TopicNames
 from shoal.wire.records import ManifestRecord as WireManifest
 from shoal.wire.records import SegmentChunk
-from shoal.worker import Deadline, Worker
+from shoal.worker import Worker
 from storage_node.config import consumer_overrides
 from storage_node.errors import ChunkError
 from storage_node.replica import PartitionReplica
@@ -90,6 +94,8 @@ class PeerSegmentReceiver(Worker):
         self.stats = MergeStats()
         self._consumer: Consumer | None = None
         self._owners: dict[str, int] = {}
+        self._assembling: dict[str, _Assembly] = {}
+        """Per peer channel (topic): the pushed segment whose chunks are arriving."""
 
     def start(self) -> PeerSegmentReceiver:
         super().start()
@@ -142,15 +148,33 @@ class PeerSegmentReceiver(Worker):
         return msg
 
     def _handle(self, msg: Message) -> None:
-        if message_kind(msg.headers()) != KIND_MANIFEST:
-            return
+        """One message of a peer's segments channel. Each channel has its own assembly state, so
+        the chunk streams of two peers may interleave on the shared consumer."""
         topic, offset = str(msg.topic()), int(msg.offset() or 0)
         sender = self._owners.get(topic)
         if sender is None:
             return
+        kind = message_kind(msg.headers())
+        if kind == KIND_MANIFEST:
+            self._on_manifest(topic, sender, offset, msg.value())
+        elif kind == KIND_CHUNK:
+            self._on_chunk(topic, offset, msg.value())
+
+    def _on_manifest(self, topic: str, sender: int, offset: int, value: bytes | None) -> None:
+        unfinished = self._assembling.pop(topic, None)
+        if unfinished is not None:
+            unfinished.discard()
+            self.stats.invalid += 1
+            log.error(
+                "%s: pushed segment %s: a manifest at %s@%d came before its last chunk",
+                self.replica.name,
+                unfinished.wire.segment_id,
+                topic,
+                offset,
+            )
         self.stats.manifests += 1
         try:
-            wire = WireManifest.from_bytes(msg.value())
+            wire = WireManifest.from_bytes(value)
             manifest = from_wire(wire, sender_placement_id=sender, topics=self.topics)
         except (ShoalError, InvalidSegmentEntryError) as exc:
             self.stats.invalid += 1
@@ -165,15 +189,11 @@ class PeerSegmentReceiver(Worker):
             in_flight_bytes=0,
             max_in_flight_bytes=DEFAULT_MAX_IN_FLIGHT_BYTES,
         )
-        last = [offset]
-        chunks = self._chunks(wire, last)
         if decision.outcome is ReceiveOutcome.SEGMENT_EXISTS:
-            for _ in chunks:
-                pass
-            self.stats.exists += 1
-            self._ack(topic, last[0] + 1)
-            return
-        if decision.outcome is not ReceiveOutcome.MERGE or decision.entry is None:
+            assembly = _Assembly(wire, sender, decision.entry, offset, keep=False)
+        elif decision.outcome is ReceiveOutcome.MERGE and decision.entry is not None:
+            assembly = _Assembly(wire, sender, decision.entry, offset, keep=True, directory=self.replica.directory)
+        else:
             self.stats.invalid += 1
             log.error(
                 "%s: pushed segment %s: %s %s",
@@ -182,22 +202,50 @@ class PeerSegmentReceiver(Worker):
                 decision.outcome.value,
                 decision.reason,
             )
+            return  # its chunks find no assembly and are skipped; nothing is acked
+        self._assembling[topic] = assembly
+        if assembly.complete:
+            self._finish(topic)
+
+    def _on_chunk(self, topic: str, offset: int, value: bytes | None) -> None:
+        assembly = self._assembling.get(topic)
+        if assembly is None:
+            return  # a chunk of a segment that is skipped unacked (INVALID), or a stray one
+        try:
+            assembly.add(offset, value)
+        except ChunkError as exc:
+            self._assembling.pop(topic).discard()
+            self.stats.invalid += 1
+            log.error("%s: pushed segment %s: %s", self.replica.name, assembly.wire.segment_id, exc)
             return
+        if assembly.complete:
+            self._finish(topic)
+
+    def _finish(self, topic: str) -> None:
+        assembly = self._assembling.pop(topic)
+        wire = assembly.wire
+        if not assembly.keep:
+            self.stats.exists += 1
+            self._ack(topic, assembly.last_offset + 1)
+            return
+        assert assembly.entry is not None
         try:
             written = write_segment_bytes(
                 self.replica.directory,
                 wire.segment_id,
-                chunks,
+                assembly.chunks(),
                 expected_sha256=wire.checksum,
                 expected_size=wire.size_bytes,
             )
-        except (ChecksumMismatchError, CorruptSegmentError, ChunkError) as exc:
+        except (ChecksumMismatchError, CorruptSegmentError) as exc:
             self.stats.invalid += 1
             log.error("%s: pushed segment %s is corrupt: %s", self.replica.name, wire.segment_id, exc)
             return
+        finally:
+            assembly.discard()
         job = MergeJob(
             SegmentRecord(
-                entry=decision.entry, sha256=written.sha256, row_count=written.row_count, size_bytes=written.size_bytes
+                entry=assembly.entry, sha256=written.sha256, row_count=written.row_count, size_bytes=written.size_bytes
             )
         )
         self.submit(job)
@@ -208,29 +256,76 @@ class PeerSegmentReceiver(Worker):
             log.error("%s: merging pushed segment %s failed: %s", self.replica.name, wire.segment_id, job.error)
             return
         self.stats.merged += 1
-        log.info("%s: merged segment %s pushed by placement %d", self.replica.name, wire.segment_id, sender)
-        self._ack(topic, last[0] + 1)
+        log.info("%s: merged segment %s pushed by placement %d", self.replica.name, wire.segment_id, assembly.sender)
+        self._ack(topic, assembly.last_offset + 1)
 
     def _ack(self, topic: str, next_offset: int) -> None:
         assert self._consumer is not None
         self._consumer.commit(offsets=[TopicPartition(topic, 0, next_offset)], asynchronous=False)
 
-    def _chunks(self, wire: WireManifest, last: list[int]) -> Iterator[bytes]:
-        for index in range(wire.chunk_count):
-            deadline = Deadline(30)
-            msg = None
-            while msg is None:
-                if self.stopping.is_set() or deadline.expired():
-                    raise ChunkError(wire.segment_id, index, f"chunk {index} of {wire.chunk_count} did not arrive")
-                msg = self._poll(0.5)
-            try:
-                chunk = SegmentChunk.from_bytes(msg.value())
-            except ShoalError as exc:
-                raise ChunkError(wire.segment_id, index, f"chunk {index}: {exc}") from exc
-            if message_kind(msg.headers()) != KIND_CHUNK or (chunk.segment_id, chunk.index) != (wire.segment_id, index):
-                raise ChunkError(wire.segment_id, index, f"expected chunk {index} of {wire.segment_id}")
-            last[0] = int(msg.offset() or 0)
-            yield chunk.data
+
+class _Assembly:
+    """The chunks of one pushed segment as they arrive on its channel (in order, possibly interleaved
+    with other channels' messages). ``keep``: spool them (MERGE); else only count them (SEGMENT_EXISTS).
+    Spooled in memory up to ``SPOOL_MEMORY_BYTES``, then in a temporary file of the replica directory."""
+
+    SPOOL_MEMORY_BYTES = 8 * 1024 * 1024
+
+    def __init__(
+        self,
+        wire: WireManifest,
+        sender: int,
+        entry: SegmentEntry | None,
+        manifest_offset: int,
+        *,
+        keep: bool,
+        directory: Path | None = None,
+    ) -> None:
+        self.wire = wire
+        self.sender = sender
+        self.entry = entry
+        self.keep = keep
+        self.last_offset = manifest_offset
+        self.next_index = 0
+        self._spool: IO[bytes] | None = None
+        if keep:
+            spool_dir = None if directory is None else str(directory)
+            # closed by discard(), when the segment is written or dropped
+            self._spool = tempfile.SpooledTemporaryFile(max_size=self.SPOOL_MEMORY_BYTES, dir=spool_dir)  # noqa: SIM115
+        self._sizes: list[int] = []
+
+    @property
+    def complete(self) -> bool:
+        return self.next_index >= self.wire.chunk_count
+
+    def add(self, offset: int, value: bytes | None) -> None:
+        wire, index = self.wire, self.next_index
+        try:
+            chunk = SegmentChunk.from_bytes(value)
+        except ShoalError as exc:
+            raise ChunkError(wire.segment_id, index, f"chunk {index}: {exc}") from exc
+        if (chunk.segment_id, chunk.index) != (wire.segment_id, index):
+            raise ChunkError(
+                wire.segment_id,
+                index,
+                f"expected chunk {index} of {wire.segment_id}, got {chunk.index} of {chunk.segment_id}",
+            )
+        if self._spool is not None:
+            self._spool.write(chunk.data)
+            self._sizes.append(len(chunk.data))
+        self.next_index += 1
+        self.last_offset = offset
+
+    def chunks(self) -> Iterator[bytes]:
+        assert self._spool is not None
+        self._spool.seek(0)
+        for size in self._sizes:
+            yield self._spool.read(size)
+
+    def discard(self) -> None:
+        if self._spool is not None:
+            self._spool.close()
+            self._spool = None
 
 
 def drain_merges(jobs: queue.Queue[MergeJob], replica: PartitionReplica, epoch: int) -> int:

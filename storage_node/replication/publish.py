@@ -1,7 +1,8 @@
 """The leader's segment publisher (DESIGN.md section 4.3 and 6; EventQL seed 000 section 3.5).
 
 Chain-driven: every entry of the chain from the latest major to root (oldest first, source 3.4's
-order) that is not yet on this placement's segments channel is published as a manifest followed by
+order) that is not yet on this placement's segments channel is published as a manifest (with the
+segment's GTID range, read from its two GTID columns) followed by
 its file in chunks, all in ONE Kafka transaction on the core's
 :class:`~shoal.kafka.transaction.TransactionalChannel` (``transactional.id`` = the channel topic, so
 a new incarnation of the placement fences an old one, and readers with ``read_committed`` never see
@@ -24,6 +25,7 @@ segments folded into the latest major once every other replica acked that major 
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 import threading
@@ -36,10 +38,10 @@ from confluent_kafka import KafkaError, KafkaException, Message
 from shoal.errors import KafkaOperationError, ShoalError
 from shoal.kafka import clients
 from shoal.kafka.admin import create_topic
-from shoal.kafka.errors import ProducerFencedError
+from shoal.kafka.errors import ends_producer
 from shoal.kafka.readers import read_manifests
 from shoal.kafka.settings import KafkaSettings
-from shoal.kafka.transaction import Transaction, TransactionalChannel
+from shoal.kafka.transaction import Transaction, TransactionalChannel, fence
 from shoal.segments import SegmentRecord
 from shoal.segments.channel import (
     DEFAULT_CHUNK_BYTES,
@@ -48,6 +50,7 @@ from shoal.segments.channel import (
     KIND_MANIFEST,
     to_wire,
 )
+from shoal.segments.gtids import segment_gtid_range
 from shoal.segments.parquet_io import segment_path
 from shoal.topics import TopicNames
 from shoal.wire.records import SegmentChunk
@@ -85,7 +88,10 @@ class SegmentPublisher(Worker):
         peers: Callable[[], Sequence[int]] | None = None,
         truncate_every_s: float = 5.0,
         still_leading: Callable[[], object] | None = None,
+        call_timeout_s: float = 60.0,
     ) -> None:
+        """``call_timeout_s``: the bound of every transactional call (a wedged one abandons the channel,
+        which the next pass opens again, fencing the stuck producer)."""
         super().__init__(f"publish-{replica.partition_id[:8]}")
         self.replica = replica
         self.kafka = kafka
@@ -109,7 +115,7 @@ class SegmentPublisher(Worker):
         self._channel = TransactionalChannel(
             kafka,
             self.topic,
-            call_timeout_s=60,
+            call_timeout_s=call_timeout_s,
             **{"linger.ms": 5, "message.max.bytes": 2 * 1024 * 1024, "transaction.timeout.ms": 60_000},
         )
 
@@ -211,6 +217,9 @@ class SegmentPublisher(Worker):
             chunk_bytes=self.chunk_bytes,
         )
         sid = record.segment_id
+        gtids = segment_gtid_range(self.replica.directory, sid)  # for shoal verify's GTID order checks
+        if gtids is not None:
+            manifest = dataclasses.replace(manifest, min_gtid=gtids[0], max_gtid=gtids[1])
         offsets: dict[int, int] = {}
         try:
             with self._channel.transaction() as txn:
@@ -233,7 +242,7 @@ class SegmentPublisher(Worker):
                 if any(o < 0 for o in offsets.values()):
                     raise KafkaOperationError(f"segment {sid}: delivery failed")
         except KafkaOperationError as exc:
-            if isinstance(exc, ProducerFencedError) or exc.fatal:
+            if ends_producer(exc):
                 raise FencedError(self.topic, str(exc)) from exc
             raise
         offset = offsets[0]
@@ -297,6 +306,25 @@ class SegmentPublisher(Worker):
             except BufferError:  # the producer's queue is full: serve deliveries, then try again
                 self._channel.producer.poll(0.1)
                 time.sleep(0.01)
+
+
+def fence_segments_channels(
+    kafka: KafkaSettings, topics: TopicNames, partition_id: str, placement_id: int, peers: Sequence[int]
+) -> list[str]:
+    """A new leader fences the other placements' segments channels (DESIGN.md section 7): opening each
+    channel's ``transactional.id`` bumps its producer epoch, so an old leader's publisher that still
+    runs (paused, partitioned) commits nothing more there. A placement that later pushes segments
+    opens its channel again (a newer epoch). Channels that do not exist are skipped; returns the
+    fenced topics."""
+    existing = set(clients.admin(kafka).list_topics(timeout=30).topics)
+    fenced = []
+    for peer in peers:
+        topic = topics.segments(partition_id, peer)
+        if peer == placement_id or topic not in existing:
+            continue
+        fence(kafka, topic, what="segments channel")
+        fenced.append(topic)
+    return fenced
 
 
 def push_segments(

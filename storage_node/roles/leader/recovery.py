@@ -7,6 +7,13 @@ just before it gives the chain's previous hash and last GTID, every replayed rec
 against that hash chain and appended to the memtable. Ingest offsets and WAL records are committed
 atomically, so the replayed memtable plus the segments hold exactly the accepted writes.
 
+Tail may already have truncated the record just before the covered end, so the WAL alone cannot
+say where the GTIDs stopped. :func:`chain_high_gtid` reads it from what truncation cannot remove:
+the Parquet footers of the chain's segment files (:mod:`shoal.segments.gtids`: the row-group
+statistics of ``_shoal_epoch`` and ``_shoal_seq``, no data pages). :func:`first_seq` and
+:func:`check_above` keep a leader from ever stamping a GTID at or below that floor (DESIGN.md
+section 7: GTIDs strictly increase per partition).
+
 :func:`committed_offset` then gives the ingest offset the leader consumes from.
 """
 
@@ -19,11 +26,13 @@ from dataclasses import dataclass
 import pyarrow as pa
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
-from shoal.errors import KafkaOperationError
+from shoal.errors import KafkaOperationError, StaleEpochError
 from shoal.kafka.readers import read_wal_channel, read_wal_record_at
 from shoal.kafka.settings import KafkaSettings
+from shoal.segments.gtids import segment_gtid_bound
 from shoal.wire.records import GENESIS_HASH, Gtid, verify_chain
 from shoal.worker import Deadline
+from storage_node.errors import StorageNodeError
 from storage_node.replica import PartitionReplica, versioned_rows
 
 log = logging.getLogger(__name__)
@@ -82,3 +91,49 @@ def committed_offset(consumer: Consumer, tp: TopicPartition, timeout_s: float = 
             if deadline.expired() or not isinstance(err, KafkaError) or err.fatal():
                 raise KafkaOperationError(f"cannot read the committed offset of {tp.topic}: {exc}") from exc
             time.sleep(0.5)
+
+
+class GtidRegressionError(StorageNodeError):
+    """A leader was about to stamp ``gtid``, not above ``highest``, the highest GTID of its chain and
+    WAL (DESIGN.md section 7). Nothing is written; the role ends and the node resigns, so the next
+    role takes a fresh epoch. ``replica`` names the replica."""
+
+    def __init__(self, replica: str, gtid: Gtid, highest: Gtid) -> None:
+        super().__init__(f"{replica}: refusing to stamp GTID {gtid}, not above the highest GTID {highest} of its chain")
+        self.replica = replica
+        self.gtid = gtid
+        self.highest = highest
+
+
+def chain_high_gtid(replica: PartitionReplica) -> Gtid | None:
+    """A bound of the highest GTID in the replica's segments (every entry of its list, detached ones too;
+    footers only)."""
+    best: Gtid | None = None
+    for segment_id in replica.chain.entries:
+        bound = segment_gtid_bound(replica.directory, segment_id)
+        if bound is not None and (best is None or bound > best):
+            best = bound
+    return best
+
+
+def highest(*gtids: Gtid | None) -> Gtid | None:
+    present = [g for g in gtids if g is not None]
+    return max(present) if present else None
+
+
+def first_seq(replica: str, epoch: int, floor: Gtid | None) -> int:
+    """The first seq a role leading with ``epoch`` may stamp above ``floor`` (the highest GTID it holds).
+
+    An epoch below the floor's is a fenced leader: :class:`StaleEpochError`.
+    """
+    if floor is None or floor.epoch < epoch:
+        return 0
+    if floor.epoch > epoch:
+        raise StaleEpochError(f"{replica}: epoch {epoch} is older than the highest GTID {floor} of its chain")
+    return floor.seq + 1
+
+
+def check_above(replica: str, gtid: Gtid, floor: Gtid | None) -> None:
+    """Refuse (:class:`GtidRegressionError`) a GTID at or below ``floor``."""
+    if floor is not None and gtid <= floor:
+        raise GtidRegressionError(replica, gtid, floor)

@@ -25,8 +25,8 @@ and every ``gc_every_s`` it merges then deletes the segments the chain does not 
 Start-up (:meth:`PartitionLeader.open`) is recovery: open the channel (``init_transactions`` aborts
 whatever a dead incarnation left open and fences it), then replay the channel from the offset the last durable
 segment covers (:mod:`.recovery`), adopt the other placements' WAL channels
-(:mod:`storage_node.replication.adopt`), start the segment publisher and the peer segment receiver,
-then consume ingest from the leader group's committed offset.
+(:mod:`storage_node.replication.adopt`), fence their segments channels, start the segment
+publisher and the peer segment receiver, then consume ingest from the leader group's committed offset.
 """
 
 from __future__ import annotations
@@ -57,9 +57,18 @@ from storage_node.replica import IngestValidator, PartitionReplica, Rejected, mi
 from storage_node.replication.adopt import adopt_channels
 from storage_node.replication.collect import merge_unreferenced, unreferenced_segments
 from storage_node.replication.merge_in import MergeJob, PeerSegmentReceiver, drain_merges
-from storage_node.replication.publish import SegmentPublisher
+from storage_node.replication.publish import SegmentPublisher, fence_segments_channels
 from storage_node.roles.leader.deadletter import produce_deadletter
-from storage_node.roles.leader.recovery import ChainPosition, committed_offset, replay_wal
+from storage_node.roles.leader.recovery import (
+    ChainPosition,
+    GtidRegressionError,
+    chain_high_gtid,
+    check_above,
+    committed_offset,
+    first_seq,
+    highest,
+    replay_wal,
+)
 from storage_node.roles.leader.transaction import delivery_recorder, leader_error, message_offset, wal_channel
 
 log = logging.getLogger(__name__)
@@ -135,6 +144,8 @@ class PartitionLeader(Worker):
         self.merger: PeerSegmentReceiver | None = None
         self._merges: queue.Queue[MergeJob] = queue.Queue()
         self._chain = ChainPosition()
+        self._floor: Gtid | None = None
+        """The highest GTID of the segments this role holds (from their footers, see :mod:`.recovery`)."""
         self._epoch_now: int | None = None
         self._next_seq = 0
         self._stalled = False
@@ -181,6 +192,9 @@ class PartitionLeader(Worker):
         except FencedError as exc:
             log.warning("%s: fenced: %s", self.replica.name, exc)
             self.role_state, self.error = LeaderRoleState.FENCED, exc
+        except GtidRegressionError as exc:
+            log.error("%s: %s", self.replica.name, exc)
+            self.role_state, self.error = LeaderRoleState.FAILED, exc
         except StaleEpochError as exc:
             log.warning("%s: %s", self.replica.name, exc)
             self.role_state, self.error = LeaderRoleState.FENCED, exc
@@ -242,6 +256,8 @@ class PartitionLeader(Worker):
         )
         self.stats.replayed_records += replayed.records
         self.stats.replayed_rows += replayed.rows
+        # the GTID floor survives a truncated WAL: the segments' own GTIDs (DESIGN.md section 7)
+        self._raise_floor(retry("read the chain's highest GTID", lambda: chain_high_gtid(self.replica)))
         if self.peers is not None:
             peers = self.peers
             # adoption is idempotent: a channel adopted before the error is covered by the chain now
@@ -257,6 +273,15 @@ class PartitionLeader(Worker):
                 ),
             )
             self.stats.adopted_segments += len(adopted)
+            if adopted:
+                self._raise_floor(chain_high_gtid(self.replica))
+            # an old leader's segment publisher may still run: its segments channel is fenced too
+            retry(
+                "fence the other placements' segments channels",
+                lambda: fence_segments_channels(
+                    config.kafka, config.topics, self.partition_id, self.placement_id, list(peers())
+                ),
+            )
         self.publisher = SegmentPublisher(
             self.replica,
             config.kafka,
@@ -401,20 +426,27 @@ class PartitionLeader(Worker):
         """The leader epoch this role last wrote with (None before its first batch)."""
         return self._epoch_now
 
+    def _raise_floor(self, gtid: Gtid | None) -> None:
+        """Hold ``gtid`` as a GTID this role must stamp above (its next seq moves past it if needed)."""
+        self._floor = highest(self._floor, gtid)
+        if self._epoch_now is not None:
+            self._next_seq = max(self._next_seq, first_seq(self.replica.name, self._epoch_now, self._highest_gtid()))
+
+    def _highest_gtid(self) -> Gtid | None:
+        """The highest GTID this role holds: its WAL channel's last one and its segments'."""
+        return highest(self._chain.last_gtid, self._floor)
+
     def _current_epoch(self) -> int:
         try:
             epoch = self._epoch()
         except ShoalError as exc:
             raise NotLeadingError(self.replica.name, str(exc)) from exc
-        last_gtid = self._chain.last_gtid
-        last = last_gtid.epoch if last_gtid is not None else None
-        if last is not None and epoch < last:
-            raise StaleEpochError(
-                f"{self.replica.name}: epoch {epoch} is older than the channel's last GTID epoch {last}"
-            )
+        top = self._highest_gtid()
+        if top is not None and epoch < top.epoch:
+            raise StaleEpochError(f"{self.replica.name}: epoch {epoch} is older than the highest GTID {top} it holds")
         if epoch != self._epoch_now:
+            self._next_seq = first_seq(self.replica.name, epoch, top)
             self._epoch_now = epoch
-            self._next_seq = last_gtid.seq + 1 if last_gtid and last_gtid.epoch == epoch else 0
         return epoch
 
     # -- one transaction -------------------------------------------------------------------------
@@ -428,6 +460,7 @@ class PartitionLeader(Worker):
         assert self._consumer is not None
         epoch = self._current_epoch()
         seq, prev = self._next_seq, self._chain.last_hash
+        check_above(self.replica.name, Gtid(epoch, seq), self._highest_gtid())
         accepted: list[tuple[WalRecord, pa.Table]] = []
         offsets: dict[int, int] = {}
         began = False

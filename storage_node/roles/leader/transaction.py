@@ -15,7 +15,7 @@ from collections.abc import Callable
 from confluent_kafka import KafkaError, Message
 
 from shoal.errors import KafkaOperationError
-from shoal.kafka.errors import ProducerFencedError, WedgedCallError
+from shoal.kafka.errors import WedgedCallError, ends_producer
 from shoal.kafka.transaction import TransactionalChannel
 from storage_node.config import LeaderConfig
 from storage_node.errors import FencedError, WedgedProducerError
@@ -41,7 +41,7 @@ def leader_error(error: KafkaOperationError, channel: str) -> FencedError | Wedg
     did not return within its bound; None when the transaction can be retried."""
     if isinstance(error, WedgedCallError):
         return WedgedProducerError(channel, str(error))
-    if isinstance(error, ProducerFencedError) or error.fatal:
+    if ends_producer(error):
         return FencedError(channel, str(error))
     return None
 

@@ -83,9 +83,11 @@ def test_suspended_leader_stops_writes_and_resumes(zk: Any, zk_hosts: str) -> No
         assert e.state is LeaderState.SUSPENDED
         with pytest.raises(LeadershipLostError):
             e.check_writable()
-        e._on_connection_state(KazooState.CONNECTED)  # it verifies its candidacy and epoch, then resumes
+        # it verifies its candidacy and epoch, then resumes as a new leader role with a fresh epoch
+        e._on_connection_state(KazooState.CONNECTED)
         assert e.wait_for(LeaderState.LEADER, timeout=30)
-        assert e.check_writable().epoch == 1
+        assert e.check_writable().epoch == 2
+        assert read_epoch(client, ZkLayout(), pid).epoch == 2
         e._on_connection_state(KazooState.LOST)
         assert e.state is LeaderState.LOST
         e.close()

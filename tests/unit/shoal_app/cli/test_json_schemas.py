@@ -446,6 +446,11 @@ def test_cli_examples_match_their_schemas() -> None:
                     ],
                     wal_channels=[cli.WalChannelCheck(topic="w", records=0, tail=0, append=0, ok=True, error=None)],
                     wal_chains_ok=True,
+                    segments_channels=[
+                        cli.WalChannelCheck(topic="s", records=1, tail=0, append=2, ok=False, error="GtidOrderError: x")
+                    ],
+                    gtids_ok=False,
+                    gtid_error="epoch 2 was used by two leaders: a and b",
                 )
             ],
         ),

@@ -1,0 +1,153 @@
+"""``shoal verify``'s GTID checks, pure: the order of GTIDs on every channel of a partition (DESIGN.md section 10).
+
+GTIDs of a partition strictly increase. What a reader of the channels can check, record by record
+and without holding a channel in memory (each check consumes an iterator once):
+
+- a WAL channel (:func:`check_wal_records`): the hash chain, and every record's GTID after every row
+  of the record before it (:func:`shoal.wire.records.verify_chain`); and every record beyond what a
+  segment of the same placement covers has a GTID above that segment's highest GTID (a leader that
+  restarted its seqs after its WAL was truncated is caught here, not only by a broken link);
+- a segments channel (:func:`check_manifests`): manifests in channel order never go back to an older
+  writer epoch (leader terms), no segment holds a GTID from an epoch after its writer's, and each
+  minor flushed from the placement's own WAL starts above the previous one's highest GTID (merged,
+  adopted and compacted rows keep older GTIDs, so only segments of the own WAL's rows are ordered);
+- across a partition's WAL channels (:func:`shared_epochs`): no two placements wrote with the same
+  epoch (no two leaders of a partition share one).
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+
+from shoal.errors import ShoalError
+from shoal.kafka.readers import ChannelRecord
+from shoal.wire.records import GENESIS_HASH, Gtid, verify_chain
+from shoal.wire.records import ManifestRecord as WireManifest
+
+
+class GtidOrderError(ShoalError):
+    """A channel's GTIDs are out of order: ``topic``, the ``offset`` of the record or manifest, the
+    offending ``gtid`` (None when the epoch alone is wrong) and the ``reason``."""
+
+    def __init__(self, topic: str, offset: int, gtid: Gtid | None, reason: str) -> None:
+        where = f"{topic}@{offset}" + ("" if gtid is None else f" (gtid {gtid})")
+        super().__init__(f"GTID order broken at {where}: {reason}")
+        self.topic = topic
+        self.offset = offset
+        self.gtid = gtid
+        self.reason = reason
+
+
+@dataclass
+class SegmentsOrder:
+    """What :func:`check_manifests` learned: the manifests read, and per end offset of the placement's
+    own WAL channel the highest GTID of the segments covering up to it (the floor of later records)."""
+
+    manifests: int = 0
+    floors: list[tuple[int, Gtid]] = field(default_factory=list)
+    """(end offset on the own WAL channel, highest GTID up to it), ascending by end offset."""
+    ends: list[int] = field(default_factory=list)
+
+    def floor_at(self, offset: int) -> Gtid | None:
+        """The highest GTID of the own WAL's segments that cover only offsets below ``offset``."""
+        i = bisect.bisect_right(self.ends, offset)
+        return self.floors[i - 1][1] if i else None
+
+
+def check_manifests(
+    manifests: Iterable[tuple[int, WireManifest]],
+    *,
+    topic: str,
+    placement_id: int,
+    own_wal_topic: str,
+    out: SegmentsOrder | None = None,
+) -> SegmentsOrder:
+    """Check the GTID order of placement ``placement_id``'s segments channel (``(offset, manifest)`` in
+    channel order); raise :class:`GtidOrderError` at the first manifest out of order. Its own segments
+    (not those it received from other placements and published again) are ordered by writer epoch."""
+    out = SegmentsOrder() if out is None else out
+    seen: set[str] = set()
+    epoch: int | None = None
+    flushed: Gtid | None = None
+    high: Gtid | None = None
+    for offset, m in manifests:
+        out.manifests += 1
+        if m.segment_id in seen:
+            continue  # published again after a restart: the same segment
+        seen.add(m.segment_id)
+        if m.max_gtid is not None and m.max_gtid.epoch > m.epoch:
+            why = f"segment {m.segment_id} holds a GTID of an epoch after its writer's {m.epoch}"
+            raise GtidOrderError(topic, offset, m.max_gtid, why)
+        if m.placement_id != placement_id:
+            continue  # a segment of another placement this one received and published again
+        if epoch is not None and m.epoch < epoch:
+            raise GtidOrderError(topic, offset, None, f"writer epoch {m.epoch} after {epoch}: a leader term went back")
+        epoch = m.epoch
+        if m.max_gtid is None or m.min_gtid is None:
+            continue  # published before manifests carried their GTID range
+        own = [r for r in m.covered_wal_offsets if r.topic == own_wal_topic]
+        if not own or len(own) != len(m.covered_wal_offsets):
+            continue  # merged or adopted rows keep the GTIDs other placements wrote them with
+        if not m.is_major:  # a flush of the own WAL (a compaction also holds the rows before it)
+            if flushed is not None and m.min_gtid <= flushed:
+                raise GtidOrderError(
+                    topic,
+                    offset,
+                    m.min_gtid,
+                    f"segment {m.segment_id} starts at or below the previous flushed segment's highest GTID {flushed}",
+                )
+            flushed = m.max_gtid
+        high = m.max_gtid if high is None else max(high, m.max_gtid)
+        out.floors.append((max(r.end_offset for r in own), high))
+    out.floors.sort()
+    out.ends = [end for end, _ in out.floors]
+    return out
+
+
+@dataclass
+class WalOrder:
+    records: int = 0
+    epochs: set[int] = field(default_factory=set)
+
+
+def check_wal_records(
+    records: Iterable[ChannelRecord],
+    *,
+    topic: str,
+    tail: int,
+    segments: SegmentsOrder | None = None,
+    out: WalOrder | None = None,
+) -> WalOrder:
+    """Check one WAL channel read from its Tail ``tail`` (one pass, nothing held): the hash chain and
+    GTID order (from the genesis hash when nothing was truncated), and every record above the floor
+    its placement's segments set. Raises HashChainError or :class:`GtidOrderError`; ``out`` (records
+    read, epochs seen; pass one to see how far a failed check got) is filled as the records pass."""
+    out = WalOrder() if out is None else out
+
+    def checked() -> Iterator[ChannelRecord]:
+        for item in records:
+            gtid = item.record.gtid
+            floor = segments.floor_at(item.offset) if segments is not None else None
+            if floor is not None and gtid <= floor:
+                raise GtidOrderError(
+                    topic, item.offset, gtid, f"not above {floor}, the highest GTID of the segments before it"
+                )
+            out.records += 1
+            out.epochs.add(gtid.epoch)
+            yield item
+
+    verify_chain((item.record for item in checked()), prev_hash=GENESIS_HASH if tail == 0 else None)
+    return out
+
+
+def shared_epochs(epochs: Mapping[str, set[int]]) -> str | None:
+    """The first epoch two WAL channels of one partition both wrote with, as a reason (None: disjoint)."""
+    owner: dict[int, str] = {}
+    for topic, seen in epochs.items():
+        for epoch in sorted(seen):
+            if epoch in owner:
+                return f"epoch {epoch} was used by two leaders: {owner[epoch]} and {topic}"
+            owner[epoch] = topic
+    return None

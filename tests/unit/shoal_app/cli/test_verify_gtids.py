@@ -1,0 +1,188 @@
+"""``shoal verify`` checks the GTID order of every channel, streamed (DESIGN.md section 10), without servers."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from metadata.metadata_file import MetadataFile, Placement
+from metadata.operations import create_file
+from metadata.table import Column, ColumnType, TableDefinition
+from shoal.kafka.readers import ChannelRecord
+from shoal.topics import TopicNames
+from shoal.wire.records import GENESIS_HASH, Gtid, WalOffsetRange, WalRecord
+from shoal.wire.records import ManifestRecord as WireManifest
+from shoal_app.cli import verify as verify_module
+from shoal_app.cli.verify import verify, verify_command
+from shoal_app.cli.verify_gtids import GtidOrderError, check_manifests, check_wal_records, shared_epochs
+
+TOPICS = TopicNames("shoal")
+TABLE = TableDefinition(
+    "events", (Column("k", ColumnType.UINT64, False), Column("v", ColumnType.STRING)), ("k",), "k", 1
+)
+
+
+def _file() -> MetadataFile:
+    return create_file(TABLE, [(Placement("node-1", 1),)])
+
+
+def _wal(pid: str, placement: int, gtids: list[tuple[int, int, int]], first_offset: int = 0) -> list[ChannelRecord]:
+    """Records (epoch, seq, rows) chained from genesis, at consecutive offsets from ``first_offset``."""
+    out, prev = [], GENESIS_HASH
+    for i, (epoch, seq, n) in enumerate(gtids):
+        rec = WalRecord.create(
+            partition_id=pid, placement_id=placement, gtid=Gtid(epoch, seq), row_count=n, payload=b"x", prev_hash=prev
+        )
+        out.append(ChannelRecord(first_offset + i, rec))
+        prev = rec.hash
+    return out
+
+
+def _manifest(
+    pid: str, placement: int, epoch: int, covered: tuple[int, int], gtids: tuple[Gtid, Gtid], **kw: Any
+) -> WireManifest:
+    fields: dict[str, Any] = {
+        "table": "events",
+        "partition_id": pid,
+        "segment_id": kw.pop("segment_id", "ab" * 16),
+        "base_segment_id": None,
+        "included_segment_ids": (),
+        "is_major": kw.pop("is_major", True),
+        "placement_id": placement,
+        "epoch": epoch,
+        "checksum": "0" * 64,
+        "size_bytes": 10,
+        "row_count": 20,
+        "chunk_count": 1,
+        "covered_wal_offsets": (WalOffsetRange(TOPICS.wal(pid, placement), *covered),),
+        "latest_major_offset": None,
+        "created_at_ms": 1,
+        "min_gtid": gtids[0],
+        "max_gtid": gtids[1],
+    }
+    return WireManifest(**fields)
+
+
+class FakeChannels:
+    """A ChannelSource over lists; every read is an iterator (nothing is handed over as a list)."""
+
+    def __init__(
+        self, wal: dict[str, tuple[int, list[ChannelRecord]]], segments: dict[str, list[WireManifest]]
+    ) -> None:
+        self.wal, self.segments = wal, segments
+
+    def bounds(self, topic: str) -> tuple[int, int] | None:
+        if topic in self.wal:
+            tail, records = self.wal[topic]
+            return tail, (records[-1].offset + 1 if records else tail)
+        if topic in self.segments:
+            return 0, len(self.segments[topic]) * 2
+        return None
+
+    def wal_records(self, topic: str, start: int) -> Iterator[ChannelRecord]:
+        return (r for r in self.wal[topic][1] if r.offset >= start)
+
+    def manifests(self, topic: str) -> Iterator[tuple[int, WireManifest]]:
+        return ((2 * i, m) for i, m in enumerate(self.segments[topic]))
+
+
+def _client(file: MetadataFile) -> Any:
+    return SimpleNamespace(
+        coordinator=SimpleNamespace(current=lambda _table: file),
+        config=SimpleNamespace(topic_prefix="shoal", kafka=None),
+    )
+
+
+def _described(file: MetadataFile) -> Any:
+    pid = file.partitions[0].partition_id
+    return lambda _server: [
+        {"partition_id": pid, "placement_id": 1, "row_count": 20, "content_hash": "h", "chain": ["s"], "root": "s"}
+    ]
+
+
+def _reused_gtid_after_truncation(pid: str) -> FakeChannels:
+    """A segment holds GTIDs 1:0..1:19 and covers WAL offsets [0, 2); the WAL was truncated to 2 and the
+    next leader role of the same epoch restarted at seq 0 (a fresh hash chain: the link is gone)."""
+    seg = _manifest(pid, 1, 1, (0, 2), (Gtid(1, 0), Gtid(1, 19)))
+    return FakeChannels(
+        {TOPICS.wal(pid, 1): (2, _wal(pid, 1, [(1, 0, 5)], first_offset=2))}, {TOPICS.segments(pid, 1): [seg]}
+    )
+
+
+def test_a_wal_record_reusing_a_gtid_below_its_segments_makes_verify_disagree() -> None:
+    file = _file()
+    pid = file.partitions[0].partition_id
+    report = verify(_client(file), "events", channels=_reused_gtid_after_truncation(pid), describe=_described(file))
+    assert not report.ok
+    part = report.to_json()["partitions"][0]
+    assert part["agree"] and not part["gtids_ok"] and not part["wal_chains_ok"]
+    (wal,) = part["wal_channels"]
+    assert not wal["ok"] and "GtidOrderError" in wal["error"] and "not above 1:19" in wal["error"], wal
+    # the same channels in order pass
+    good = _reused_gtid_after_truncation(pid)
+    good.wal[TOPICS.wal(pid, 1)] = (2, _wal(pid, 1, [(2, 0, 5)], first_offset=2))
+    assert verify(_client(file), "events", channels=good, describe=_described(file)).ok
+
+
+def test_verify_json_output_says_why_the_gtids_are_out_of_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    file = _file()
+    pid = file.partitions[0].partition_id
+
+    class FakeMetadataClient:
+        def __init__(self, _config: object) -> None:
+            self.config = SimpleNamespace(topic_prefix="shoal", kafka=None)
+            self.coordinator = SimpleNamespace(current=lambda _table: file)
+            self.zk, self.layout = None, None
+
+        def __enter__(self) -> FakeMetadataClient:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            pass
+
+    monkeypatch.setattr(verify_module, "MetadataClient", FakeMetadataClient)
+    monkeypatch.setattr(verify_module, "KafkaChannels", lambda _kafka: _reused_gtid_after_truncation(pid))
+    monkeypatch.setattr("metadata.node_registry.lookup_node", lambda *_a: "grpc://x")
+    monkeypatch.setattr("shoal.scan.describe_remote", lambda _loc, _t: _described(file)("node-1"))
+    res = CliRunner().invoke(
+        verify_command, ["events", "--output", "json", "--zk", "z:1", "--bootstrap-servers", "b:1"]
+    )
+    assert res.exit_code == 1, (res.output, res.exception)
+    doc = json.loads(res.output)
+    assert doc["ok"] is False
+    assert "not above 1:19" in doc["partitions"][0]["wal_channels"][0]["error"]
+
+
+def test_lower_gtids_inside_one_channel_and_epochs_shared_by_two_channels_are_reported() -> None:
+    pid = "ab" * 16
+    with pytest.raises(Exception, match="gtid does not follow"):
+        check_wal_records(iter(_wal(pid, 1, [(2, 0, 3), (2, 1, 1)])), topic="w", tail=0)
+    with pytest.raises(Exception, match="gtid does not follow"):
+        check_wal_records(iter(_wal(pid, 1, [(3, 0, 1), (2, 5, 1)])), topic="w", tail=0)
+    order = check_wal_records(iter(_wal(pid, 1, [(2, 0, 3), (2, 3, 1), (4, 0, 1)])), topic="w", tail=0)
+    assert (order.records, order.epochs) == (3, {2, 4})
+    assert shared_epochs({"a": {1, 2}, "b": {3}}) is None
+    assert "epoch 2" in str(shared_epochs({"a": {1, 2}, "b": {2, 3}}))
+
+
+def test_segments_channel_order() -> None:
+    pid = "cd" * 16
+    own = TOPICS.wal(pid, 1)
+    first = _manifest(pid, 1, 1, (0, 2), (Gtid(1, 0), Gtid(1, 19)), segment_id="01" * 16)
+    second = _manifest(pid, 1, 1, (2, 4), (Gtid(1, 20), Gtid(1, 29)), segment_id="02" * 16, is_major=False)
+    order = check_manifests(enumerate([first, second, second]), topic="s", placement_id=1, own_wal_topic=own)
+    assert order.manifests == 3 and order.floor_at(3) == Gtid(1, 19) and order.floor_at(4) == Gtid(1, 29)
+    reused = _manifest(pid, 1, 1, (4, 6), (Gtid(1, 5), Gtid(1, 9)), segment_id="03" * 16, is_major=False)
+    with pytest.raises(GtidOrderError, match="previous flushed segment"):
+        check_manifests(enumerate([first, second, reused]), topic="s", placement_id=1, own_wal_topic=own)
+    older = _manifest(pid, 1, 0, (4, 6), (Gtid(0, 50), Gtid(0, 59)), segment_id="04" * 16, is_major=False)
+    with pytest.raises(GtidOrderError, match="leader term went back"):
+        check_manifests(enumerate([first, older]), topic="s", placement_id=1, own_wal_topic=own)
+    future = _manifest(pid, 1, 1, (4, 6), (Gtid(1, 30), Gtid(2, 0)), segment_id="05" * 16, is_major=False)
+    with pytest.raises(GtidOrderError, match="epoch after its writer's"):
+        check_manifests(enumerate([first, future]), topic="s", placement_id=1, own_wal_topic=own)
