@@ -37,6 +37,27 @@ class FlushPolicy:
 
 
 @dataclass(frozen=True)
+class ReplicaLagPolicy:
+    """When a follower is out of sync (DESIGN.md section 6; Kafka's ``replica.lag.time.max.ms``).
+
+    A follower that has not been caught up with the leader's durable segments for ``max_lag_s``
+    (which includes a dead one), or that still lacks more than ``max_lag_bytes`` of them, is marked
+    out of sync in ZooKeeper and no longer holds the Tail (:mod:`storage_node.replication.tail`).
+    The byte bound sits above one flush (:class:`FlushPolicy` ``max_bytes``) so a healthy follower
+    receiving the newest segment is never dropped.
+    """
+
+    max_lag_s: float = 30.0
+    max_lag_bytes: int = 128 * 1024 * 1024
+
+    def __post_init__(self) -> None:
+        if isinstance(self.max_lag_s, bool) or not isinstance(self.max_lag_s, (int, float)) or self.max_lag_s <= 0:
+            raise ConfigError(f"replica max_lag_s must be a positive number of seconds, got {self.max_lag_s!r:.40}")
+        if isinstance(self.max_lag_bytes, bool) or not isinstance(self.max_lag_bytes, int) or self.max_lag_bytes <= 0:
+            raise ConfigError(f"replica max_lag_bytes must be a positive int, got {self.max_lag_bytes!r:.40}")
+
+
+@dataclass(frozen=True)
 class LeaderConfig:
     """How a partition leader consumes, validates and writes."""
 
@@ -109,9 +130,13 @@ class NodeConfig(ConnectionFields):
     metrics_host: str = "127.0.0.1"
     max_minors_before_stall: int = 64
     minor_stall_s: float = 0.2
+    replica_lag: ReplicaLagPolicy = field(default_factory=ReplicaLagPolicy)
+    """When the partitions this node leads mark a follower out of sync."""
 
     def __post_init__(self) -> None:
         validate_server_id(self.server_id)
+        if not isinstance(self.replica_lag, ReplicaLagPolicy):
+            raise ConfigError(f"replica_lag must be ReplicaLagPolicy, got {type(self.replica_lag).__name__}")
         object.__setattr__(self, "data_dir", Path(self.data_dir))
         if not isinstance(self.connection, ConnectionSettings):
             raise ConfigError(f"connection must be ConnectionSettings, got {type(self.connection).__name__}")

@@ -55,6 +55,21 @@ log = logging.getLogger(__name__)
     show_default=True,
     help="Seconds the leader sleeps per batch while stalled (0 = never stall).",
 )
+@click.option(
+    "--replica-lag-max",
+    "replica_lag_max_s",
+    type=click.FloatRange(0, min_open=True),
+    default=30.0,
+    show_default=True,
+    help="Seconds a follower may stay behind (or dead) before its leader marks it out of sync.",
+)
+@click.option(
+    "--replica-lag-max-bytes",
+    type=click.IntRange(1),
+    default=128 * 1024 * 1024,
+    show_default=True,
+    help="Segment bytes a follower may lack before its leader marks it out of sync.",
+)
 @connection_options
 @click.pass_context
 def node_command(
@@ -69,10 +84,12 @@ def node_command(
     metrics_host: str,
     max_minors_before_stall: int,
     minor_stall_s: float,
+    replica_lag_max_s: float,
+    replica_lag_max_bytes: int,
     **conn: Any,
 ) -> None:
     """Run one storage node until SIGTERM: it leads the partitions discovery gives it."""
-    from storage_node.config import FlushPolicy, NodeConfig
+    from storage_node.config import FlushPolicy, NodeConfig, ReplicaLagPolicy
     from storage_node.node import StorageNode
 
     try:
@@ -96,6 +113,7 @@ def node_command(
             metrics_host=metrics_host,
             max_minors_before_stall=max_minors_before_stall,
             minor_stall_s=minor_stall_s,
+            replica_lag=ReplicaLagPolicy(replica_lag_max_s, replica_lag_max_bytes),
         )
         StorageNode(config, metadata=meta).run()
     except ShoalError as exc:
