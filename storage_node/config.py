@@ -84,6 +84,8 @@ class LeaderConfig:
     """How long the leader sleeps per step while stalled (0 = never stall)."""
     gc_every_s: float = 5.0
     """How often the leader merges then deletes unreferenced segments (source 3.5)."""
+    tail_every_s: float = 5.0
+    """How often the leader updates the in-sync set and moves the Tail of its channels (replication.tail)."""
     startup_retry_s: float = 30.0
     """How long start-up (topics, fencing, replay, adoption) retries transient Kafka errors (e.g.
     NOT_LEADER_FOR_PARTITION on a topic created a moment before) with backoff before the role fails."""
@@ -101,6 +103,8 @@ class LeaderConfig:
             raise ConfigError(f"minor_stall_s must be in [0, 60] seconds, got {self.minor_stall_s!r}")
         if self.gc_every_s <= 0:
             raise ConfigError(f"gc_every_s must be positive, got {self.gc_every_s!r}")
+        if self.tail_every_s <= 0:
+            raise ConfigError(f"tail_every_s must be positive, got {self.tail_every_s!r}")
         if self.startup_retry_s < 0:
             raise ConfigError(f"startup_retry_s must be >= 0, got {self.startup_retry_s!r}")
         if self.transaction_call_timeout_s <= 0:
@@ -132,6 +136,8 @@ class NodeConfig(ConnectionFields):
     minor_stall_s: float = 0.2
     replica_lag: ReplicaLagPolicy = field(default_factory=ReplicaLagPolicy)
     """When the partitions this node leads mark a follower out of sync."""
+    tail_every_s: float = 5.0
+    """How often the partitions this node leads move their Tail (LeaderConfig.tail_every_s)."""
 
     def __post_init__(self) -> None:
         validate_server_id(self.server_id)
@@ -158,6 +164,7 @@ class NodeConfig(ConnectionFields):
             self.flush,
             max_minors_before_stall=self.max_minors_before_stall,
             minor_stall_s=self.minor_stall_s,
+            tail_every_s=self.tail_every_s,
         )
 
 

@@ -264,6 +264,7 @@ class PartitionLeader(Worker):
             peers=self.peers,
             still_leading=self._still_leading,
             sync=self.sync,
+            truncate_every_s=config.tail_every_s,
         ).start()
         if self.peers is not None:
             self.merger = PeerSegmentReceiver(
