@@ -16,7 +16,8 @@ indexes of the partition's channels, updates the in-sync set, and moves each cha
   in-sync replica is a candidate.
 - **WAL channel**: below the minimum Ack of the in-sync replicas (a follower's Ack = what its
   durable segments cover of this channel; an in-sync replica without an Ack holds the Tail), never
-  beyond what this leader's own durable segments cover. With no in-sync peer (replication factor 1,
+  beyond what this leader's own durable segments cover, less the last covered record (``KEEP_LAST``:
+  a restarted leader reads its last GTID there). With no in-sync peer (replication factor 1,
   or every other replica out of sync) the Tail follows the own covered end.
 - **Segments channel**: below the latest major manifest every in-sync replica acked (committed
   offset past it); with no in-sync peer, below the latest major. So a joining, out-of-order or
@@ -25,8 +26,9 @@ indexes of the partition's channels, updates the in-sync set, and moves each cha
   consumers reset to the log start); it stays out of sync until it has caught up.
 - **Orphan channels** (the WAL and segments channels of other placements, former leaders): a WAL
   channel below what this leader's segments cover of it (adoption wrote them) and every in-sync
-  replica acked on this leader's segments channel; a segments channel below this leader's own
-  committed offset there (its peer-segment receiver merged or skipped everything before it).
+  replica acked on this leader's segments channel, less its last covered record; a segments channel
+  below this leader's own committed offset there (its peer-segment receiver merged or skipped
+  everything before it; a former leader that leads again publishes its chain anew).
 - **Ingest channel**: below the leader group's committed offset (the accepted-by-leader index: every
   record before it is in the WAL, or in deadletter, committed in the same transaction).
 
@@ -64,6 +66,11 @@ from storage_node.config import ReplicaLagPolicy
 from storage_node.replica import PartitionReplica
 
 log = logging.getLogger(__name__)
+
+KEEP_LAST = 1
+"""A WAL channel's Tail stays this many records below what segments cover of it: a leader that
+starts again on the channel reads its last GTID from the last covered record
+(:mod:`storage_node.roles.leader.recovery`)."""
 
 
 @dataclass(frozen=True)
@@ -161,7 +168,7 @@ def decide_orphan_tail(
         return None
     low_ack = min((a for a in in_sync_segments_acks if a is not None), default=None)
     acked = [s for s in segments if s.manifest_offset is not None and (low_ack is None or s.manifest_offset < low_ack)]
-    target = min(channel_end(acked, channel), append)
+    target = min(channel_end(acked, channel) - KEEP_LAST, append)
     return target if target > tail else None
 
 
@@ -306,7 +313,7 @@ def truncate(
     decision = decide_tail(
         wal_tail=wal.tail,
         wal_acks=wal_acks,
-        own_covered_end=own_covered_end,
+        own_covered_end=max(0, own_covered_end - KEEP_LAST),
         segments_tail=seg.tail,
         segments_acks=[a for _, a in seg.acks],
         major_offsets=major_offsets,

@@ -76,14 +76,15 @@ def test_orphan_wal_channels_are_truncated_once_adopted_and_acked() -> None:
     chain = [_seg(0, 7, 0, 40), _seg(10, 7, 40, 90), _seg(None, 7, 90, 120), _seg(20, 1, 0, 5)]
     channel = (PID, 7)
     # the in-sync replicas acked up to offset 15 of the leader's segments channel: the first two segments
-    assert decide_orphan_tail(channel=channel, tail=0, append=130, segments=chain, in_sync_segments_acks=[15]) == 90
+    # (the last covered record stays: a leader starting again on the channel reads its GTID there)
+    assert decide_orphan_tail(channel=channel, tail=0, append=130, segments=chain, in_sync_segments_acks=[15]) == 89
     # an in-sync replica without an Ack holds it
     assert (
         decide_orphan_tail(channel=channel, tail=0, append=130, segments=chain, in_sync_segments_acks=[15, None])
         is None
     )
     # no in-sync peer: every published segment counts; an unpublished one never does
-    assert decide_orphan_tail(channel=channel, tail=0, append=130, segments=chain, in_sync_segments_acks=[]) == 90
+    assert decide_orphan_tail(channel=channel, tail=0, append=130, segments=chain, in_sync_segments_acks=[]) == 89
     # never past the channel's end, never backwards
     assert decide_orphan_tail(channel=channel, tail=0, append=60, segments=chain, in_sync_segments_acks=[]) == 60
     assert decide_orphan_tail(channel=channel, tail=95, append=130, segments=chain, in_sync_segments_acks=[]) is None
