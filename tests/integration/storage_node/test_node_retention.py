@@ -8,14 +8,11 @@ channel, and rejoins the in-sync set (Kafka's ISR rules; storage_node.replicatio
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
-from node_it_support import make_table, produce_rows, rows
+from node_it_support import in_process_nodes, make_table, produce_rows, rows, run_node, stop_node
 
 from metadata.client import MetadataClient, MetadataConfig
 from metadata.in_sync import read_in_sync
@@ -23,7 +20,7 @@ from shoal.kafka.admin import log_start_and_end
 from shoal.kafka.settings import KafkaSettings
 from shoal.topics import TopicNames
 from shoal.worker import poll_until
-from storage_node.config import FlushPolicy, NodeConfig, ReplicaLagPolicy
+from storage_node.config import FlushPolicy, ReplicaLagPolicy
 from storage_node.node import HeldPartition, StorageNode
 
 pytestmark = pytest.mark.integration
@@ -35,41 +32,12 @@ ROUND = 200
 """Messages (one WAL record each) written per round."""
 
 
-def _start(meta: MetadataConfig, server_id: str, base: Path) -> StorageNode:
-    config = NodeConfig(
-        server_id,
-        base / server_id,
-        meta.connection,
-        flush=FlushPolicy(max_rows=50, max_age_s=0.5),
-        table_poll_s=0.2,
-        replica_lag=ReplicaLagPolicy(max_lag_s=2.0, max_lag_bytes=64 * 1024 * 1024),
-        tail_every_s=0.5,
-    )
-    node = StorageNode(config, metadata=meta)
-    thread = threading.Thread(target=node.run, daemon=True, name=f"node-{server_id}")
-    thread.start()
-    node._test_thread = thread  # type: ignore[attr-defined]
-    assert node.ready.wait(60)
-    return node
-
-
-def _stop(node: StorageNode) -> None:
-    node.stop()
-    node._test_thread.join(60)  # type: ignore[attr-defined]
-
-
-@contextmanager
-def _nodes(meta: MetadataConfig, base: Path) -> Iterator[dict[str, StorageNode]]:
-    nodes: dict[str, StorageNode] = {}
-    try:
-        for n in NODES:
-            nodes[n] = _start(meta, n, base)
-        yield nodes
-    finally:
-        for node in nodes.values():
-            node.stop()
-        for node in nodes.values():
-            node._test_thread.join(60)  # type: ignore[attr-defined]
+def _config() -> dict[str, Any]:
+    return {
+        "flush": FlushPolicy(max_rows=50, max_age_s=0.5),
+        "replica_lag": ReplicaLagPolicy(max_lag_s=2.0, max_lag_bytes=64 * 1024 * 1024),
+        "tail_every_s": 0.5,
+    }
 
 
 def _leader(nodes: dict[str, StorageNode], pid: str) -> tuple[str, HeldPartition] | None:
@@ -88,7 +56,7 @@ def test_a_dead_follower_stops_pinning_the_wal_and_rejoins_once_caught_up(
     meta = MetadataConfig(zk_hosts=zk_hosts, bootstrap_servers=bs, topic_prefix=topic_prefix)
     table = make_table(replication_factor=2)
     topics = TopicNames(topic_prefix)
-    with MetadataClient(meta) as client, _nodes(meta, tmp_path) as nodes:
+    with MetadataClient(meta) as client, in_process_nodes(meta, tmp_path, NODES, **_config()) as nodes:
         pid = client.coordinator.create_table(table, list(NODES), []).partitions[0].partition_id
         assert poll_until(lambda: _leader(nodes, pid) is not None, 90)
         lead = _leader(nodes, pid)
@@ -111,7 +79,7 @@ def test_a_dead_follower_stops_pinning_the_wal_and_rejoins_once_caught_up(
         assert out_of_sync() == frozenset()
 
         # the follower dies: out of sync once the lag bound passes, and no longer pins the WAL
-        _stop(nodes.pop(follower_id))
+        stop_node(nodes.pop(follower_id))
         assert poll_until(lambda: out_of_sync() == {follower_placement}, 30), out_of_sync()
         start_append = log_start_and_end(kafka, wal)[1]
         largest = 0
@@ -126,7 +94,7 @@ def test_a_dead_follower_stops_pinning_the_wal_and_rejoins_once_caught_up(
         assert largest <= BOUND, (largest, BOUND)
 
         # the follower comes back below the Tail: out of sync until it caught up, then back in
-        nodes[follower_id] = _start(meta, follower_id, tmp_path)
+        nodes[follower_id] = run_node(meta, follower_id, tmp_path, **_config())
         assert out_of_sync() == {follower_placement}
         assert poll_until(lambda: out_of_sync() == frozenset(), 60), out_of_sync()
         back = nodes[follower_id].partitions()[pid].replica
