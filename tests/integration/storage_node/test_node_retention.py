@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from node_it_support import in_process_nodes, make_table, produce_rows, rows, run_node, stop_node
+from node_it_support import committed, in_process_nodes, make_table, produce_rows, rows, run_node, stop_node
 
 from metadata.client import MetadataClient, MetadataConfig
 from metadata.in_sync import read_in_sync
@@ -65,6 +65,7 @@ def test_a_dead_follower_stops_pinning_the_wal_and_rejoins_once_caught_up(
         follower_id = next(n for n in NODES if n != leader_id)
         follower_placement = nodes[follower_id].partitions()[pid].placement_id
         wal = topics.wal(pid, held.placement_id)
+        ingest, accepted_group = topics.ingest(pid), topics.leader_group(pid)
 
         def wal_size() -> int:
             start, end = log_start_and_end(kafka, wal)
@@ -87,6 +88,8 @@ def test_a_dead_follower_stops_pinning_the_wal_and_rejoins_once_caught_up(
         for _ in range(10 * BOUND // ROUND):
             produce_rows(bs, topics.ingest(pid), *(rows(table, [key + i], [f"b{key + i}"]) for i in range(ROUND)))
             key += ROUND
+            # the leader took the whole round (its accepted index is at the ingest end): measure
+            assert poll_until(lambda: committed(bs, accepted_group, ingest) == log_start_and_end(kafka, ingest)[1], 30)
             largest = max(largest, wal_size())
             assert poll_until(lambda: wal_size() <= ROUND // 2, 30), (wal_size(), log_start_and_end(kafka, wal))
         written = log_start_and_end(kafka, wal)[1] - start_append
