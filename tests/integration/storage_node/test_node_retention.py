@@ -95,6 +95,11 @@ def test_a_dead_follower_stops_pinning_the_wal_and_rejoins_once_caught_up(
         written = log_start_and_end(kafka, wal)[1] - start_append
         assert written >= 10 * BOUND, written
         assert largest <= BOUND, (largest, BOUND)
+        # the ingest channel is truncated below the leader's accepted index too
+        assert poll_until(lambda: log_start_and_end(kafka, ingest)[0] >= 50 + 9 * ROUND, 30)
+        # the dead follower's Ack is below the Tail now
+        follower_ack = committed(bs, topics.replica_group(pid, follower_placement), wal)
+        assert follower_ack < log_start_and_end(kafka, wal)[0], follower_ack
 
         # the follower comes back below the Tail: out of sync until it caught up, then back in
         nodes[follower_id] = run_node(meta, follower_id, tmp_path, **_config())
