@@ -6,6 +6,8 @@ Everything lives under ``root`` (default ``/shoal``), itself under the client's 
                                            (the znode version is the compare-and-swap token)
     <root>/partitions/<partition_id>/epoch {"epoch", "server_id", "placement_id"} (bumped by CAS)
     <root>/partitions/<partition_id>/election/n_<seq>   ephemeral sequential candidates
+    <root>/partitions/<partition_id>/in_sync {"epoch", "placement_id", "out_of_sync"} (the leader's
+                                           in-sync set, written fenced by its epoch: metadata.in_sync)
     <root>/placements                      the placement id counter (decimal, bumped by CAS)
 
 Names and ids are validated before they become path components.
@@ -54,6 +56,9 @@ class ZkLayout:
 
     def election(self, partition_id: str) -> str:
         return f"{self.partition(partition_id)}/election"
+
+    def in_sync(self, partition_id: str) -> str:
+        return f"{self.partition(partition_id)}/in_sync"
 
     @property
     def placements(self) -> str:

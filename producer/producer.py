@@ -319,13 +319,14 @@ class Producer:
     def _ensure_topic(self, topic: str) -> None:
         if topic in self._topics_ready or not self.config.create_topics:
             return
-        from shoal.kafka.admin import create_topic
+        from shoal.kafka.admin import TRUNCATED_BY_TAIL, create_topic
 
         create_topic(
             self.admin,
             topic,
             partitions=1,
             policy=self.config.kafka.topics,
+            config=TRUNCATED_BY_TAIL,
             timeout_s=self.config.topic_timeout_s,
         )
         with self._lock:

@@ -37,6 +37,27 @@ class FlushPolicy:
 
 
 @dataclass(frozen=True)
+class ReplicaLagPolicy:
+    """When a follower is out of sync (DESIGN.md section 6; Kafka's ``replica.lag.time.max.ms``).
+
+    A follower that has not been caught up with the leader's durable segments for ``max_lag_s``
+    (which includes a dead one), or that still lacks more than ``max_lag_bytes`` of them, is marked
+    out of sync in ZooKeeper and no longer holds the Tail (:mod:`storage_node.replication.tail`).
+    The byte bound sits above one flush (:class:`FlushPolicy` ``max_bytes``) so a healthy follower
+    receiving the newest segment is never dropped.
+    """
+
+    max_lag_s: float = 30.0
+    max_lag_bytes: int = 128 * 1024 * 1024
+
+    def __post_init__(self) -> None:
+        if isinstance(self.max_lag_s, bool) or not isinstance(self.max_lag_s, (int, float)) or self.max_lag_s <= 0:
+            raise ConfigError(f"replica max_lag_s must be a positive number of seconds, got {self.max_lag_s!r:.40}")
+        if isinstance(self.max_lag_bytes, bool) or not isinstance(self.max_lag_bytes, int) or self.max_lag_bytes <= 0:
+            raise ConfigError(f"replica max_lag_bytes must be a positive int, got {self.max_lag_bytes!r:.40}")
+
+
+@dataclass(frozen=True)
 class LeaderConfig:
     """How a partition leader consumes, validates and writes."""
 
@@ -63,6 +84,8 @@ class LeaderConfig:
     """How long the leader sleeps per step while stalled (0 = never stall)."""
     gc_every_s: float = 5.0
     """How often the leader merges then deletes unreferenced segments (source 3.5)."""
+    tail_every_s: float = 5.0
+    """How often the leader updates the in-sync set and moves the Tail of its channels (replication.tail)."""
     startup_retry_s: float = 30.0
     """How long start-up (topics, fencing, replay, adoption) retries transient Kafka errors (e.g.
     NOT_LEADER_FOR_PARTITION on a topic created a moment before) with backoff before the role fails."""
@@ -80,6 +103,8 @@ class LeaderConfig:
             raise ConfigError(f"minor_stall_s must be in [0, 60] seconds, got {self.minor_stall_s!r}")
         if self.gc_every_s <= 0:
             raise ConfigError(f"gc_every_s must be positive, got {self.gc_every_s!r}")
+        if self.tail_every_s <= 0:
+            raise ConfigError(f"tail_every_s must be positive, got {self.tail_every_s!r}")
         if self.startup_retry_s < 0:
             raise ConfigError(f"startup_retry_s must be >= 0, got {self.startup_retry_s!r}")
         if self.transaction_call_timeout_s <= 0:
@@ -112,11 +137,17 @@ class NodeConfig(ConnectionFields):
     leader_rebalance_delay_s: float = 30.0
     """How long a partition's preferred leader must have been caught up before this node, leading it
     instead, hands leadership back (Kafka's ``leader.imbalance.check.interval.seconds``)."""
+    replica_lag: ReplicaLagPolicy = field(default_factory=ReplicaLagPolicy)
+    """When the partitions this node leads mark a follower out of sync."""
+    tail_every_s: float = 5.0
+    """How often the partitions this node leads move their Tail (LeaderConfig.tail_every_s)."""
 
     def __post_init__(self) -> None:
         validate_server_id(self.server_id)
         if not 0 <= self.leader_rebalance_delay_s <= 86_400:
             raise ConfigError(f"leader_rebalance_delay_s must be in [0, 86400], got {self.leader_rebalance_delay_s!r}")
+        if not isinstance(self.replica_lag, ReplicaLagPolicy):
+            raise ConfigError(f"replica_lag must be ReplicaLagPolicy, got {type(self.replica_lag).__name__}")
         object.__setattr__(self, "data_dir", Path(self.data_dir))
         if not isinstance(self.connection, ConnectionSettings):
             raise ConfigError(f"connection must be ConnectionSettings, got {type(self.connection).__name__}")
@@ -138,6 +169,7 @@ class NodeConfig(ConnectionFields):
             self.flush,
             max_minors_before_stall=self.max_minors_before_stall,
             minor_stall_s=self.minor_stall_s,
+            tail_every_s=self.tail_every_s,
         )
 
 

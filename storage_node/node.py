@@ -80,6 +80,7 @@ from metadata.discovery import (
     discover,
 )
 from metadata.election import Candidate, EpochFence, Leadership, LeaderState, PartitionElection, read_epoch
+from metadata.in_sync import PartitionInSync
 from metadata.keyspace import KeyRange
 from metadata.metadata_file import MetadataFile
 from metadata.node_registry import node_path, register_node
@@ -94,6 +95,7 @@ from storage_node.metrics import start_node_metrics
 from storage_node.replica import PartitionReplica
 from storage_node.replication.describe import describe_replica
 from storage_node.replication.receive import InFlightBudget
+from storage_node.replication.tail import InSyncKeeper
 from storage_node.roles.compaction_intake import CompactionIntake
 from storage_node.roles.follower import FollowerConfig, PartitionFollower
 from storage_node.roles.leader import PartitionLeader
@@ -647,6 +649,7 @@ class StorageNode:
                 lambda: election.check_writable().epoch,
                 key_range=held.key_range,
                 peers=lambda: held.peers,
+                sync=self._in_sync(held, election),
             )
             held.leader = leader.start()
             held.leader_changes += 1
@@ -656,6 +659,19 @@ class StorageNode:
                 held.replica, lambda: election.check_writable().epoch, self.config.kafka, topics=self.config.topics
             ).start()
             log.info("node %s leads %s", self.config.server_id, held.replica.name)
+
+    def _in_sync(self, held: HeldPartition, election: PartitionElection) -> InSyncKeeper:
+        """The in-sync bookkeeping of one leader term, its ZooKeeper writes fenced by the term's epoch."""
+        assert self._client is not None
+        store = PartitionInSync(
+            self._client.zk,
+            self._client.layout,
+            held.partition_id,
+            held.placement_id,
+            lambda: election.check_writable().fence(),
+            security=self.metadata_config.security,
+        )
+        return InSyncKeeper(store, self.config.replica_lag)
 
     def _start_follower(self, held: HeldPartition) -> None:
         """Follow the partition's current leader (a no-op while this replica leads)."""

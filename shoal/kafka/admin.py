@@ -1,7 +1,8 @@
 """Topic administration over confluent-kafka's AdminClient (errors classified as KafkaOperationError).
 
-:func:`create_topic` applies the :class:`~shoal.kafka.settings.TopicPolicy` (replication factor and
-``min.insync.replicas``) to every topic shoal creates; :func:`topic_health` and
+:func:`create_topic` applies the :class:`~shoal.kafka.settings.TopicPolicy` (replication factor,
+``min.insync.replicas``, and the log segment size of topics without time retention) to every topic
+shoal creates; :func:`topic_health` and
 :func:`warn_under_replicated` check existing topics against it (DESIGN.md section 1).
 """
 
@@ -23,6 +24,11 @@ from shoal.worker import Deadline
 log = logging.getLogger(__name__)
 
 FIX_REPLICATION_COMMAND = "shoal admin fix-replication --wait"
+
+TRUNCATED_BY_TAIL: Mapping[str, str] = {"retention.ms": "-1"}
+"""Config of a topic whose records shoal deletes itself, with ``delete_records`` below its Ack
+indexes (ingest, WAL and segments channels: storage_node.replication.tail): never by time, which
+could delete what a replica or leader that is down has not taken yet."""
 """The command that raises shoal's topics to the topic policy (named by every warning)."""
 
 
@@ -58,7 +64,12 @@ def create_topic(
         _use_existing(admin, name, policy, timeout_s)
         return
     rf = policy.replication_factor_for(len(md.brokers))
-    topic_config = {"min.insync.replicas": str(policy.min_insync_replicas_for(rf)), **dict(config or {})}
+    wanted = dict(config or {})
+    topic_config = {
+        "min.insync.replicas": str(policy.min_insync_replicas_for(rf)),
+        **policy.retention_config(wanted),
+        **wanted,
+    }
     futures = admin.create_topics(
         [NewTopic(name, num_partitions=partitions, replication_factor=rf, config=topic_config)],
         operation_timeout=timeout_s,

@@ -54,6 +54,9 @@ class Secret:
 MAX_POLICY_REPLICATION_FACTOR = 3
 """The replication factor of shoal's topics when the cluster has that many live brokers."""
 MAX_POLICY_MIN_INSYNC_REPLICAS = 2
+DEFAULT_LOG_SEGMENT_BYTES = 64 * 1024 * 1024
+MIN_LOG_SEGMENT_BYTES = 1024 * 1024
+"""Kafka 4 refuses a smaller ``segment.bytes``."""
 """``min.insync.replicas`` of shoal's topics when their replication factor allows it."""
 
 
@@ -69,12 +72,20 @@ class TopicPolicy:
 
     replication_factor: int | None = None
     min_insync_replicas: int | None = None
+    log_segment_bytes: int | None = DEFAULT_LOG_SEGMENT_BYTES
+    """Kafka ``segment.bytes`` of the topics shoal truncates itself (created with ``retention.ms=-1``:
+    ingest, WAL and segments channels). Kafka frees the bytes below a log start offset moved by
+    ``delete_records`` only a whole log segment at a time, so this bounds the bytes kept below each
+    Tail (Kafka's 1 GiB default would keep up to that much per channel). None = the broker default."""
 
     def __post_init__(self) -> None:
         for name in ("replication_factor", "min_insync_replicas"):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
                 raise ConfigError(f"topic_{name} must be an int >= 1, got {value!r:.40}")
+        seg = self.log_segment_bytes
+        if seg is not None and (isinstance(seg, bool) or not isinstance(seg, int) or seg < MIN_LOG_SEGMENT_BYTES):
+            raise ConfigError(f"topic log_segment_bytes must be an int >= {MIN_LOG_SEGMENT_BYTES}, got {seg!r:.40}")
         if (
             self.replication_factor is not None
             and self.min_insync_replicas is not None
@@ -90,6 +101,15 @@ class TopicPolicy:
         if self.replication_factor is not None:
             return self.replication_factor
         return max(1, min(MAX_POLICY_REPLICATION_FACTOR, live_brokers))
+
+    def retention_config(self, config: Mapping[str, str]) -> dict[str, str]:
+        """Settings added to a topic created with ``config``: for a topic without time retention
+        (``retention.ms=-1``, truncated by shoal's Tail), log segments of ``log_segment_bytes`` (at
+        least its ``max.message.bytes``, so its largest record fits)."""
+        if self.log_segment_bytes is None or str(config.get("retention.ms")) != "-1" or "segment.bytes" in config:
+            return {}
+        largest = int(config.get("max.message.bytes", 0))
+        return {"segment.bytes": str(max(self.log_segment_bytes, largest))}
 
     def min_insync_replicas_for(self, replication_factor: int) -> int:
         """``min.insync.replicas`` of a topic with ``replication_factor`` replicas."""

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from monitor.models import Problem
 from monitor.status import Status
@@ -198,6 +198,9 @@ class PartitionJson(Shape):
     """The first of ``servers``: the leader the nodes hand leadership back to once it is caught up."""
     epoch: int
     splitting: bool
+    out_of_sync: list[PlacementJson] = Field(default_factory=list)
+    """Replicas the leader marked out of sync (lagging or dead: they do not hold the Tail and are not
+    elected while an in-sync replica can be); every other replica of ``servers`` is in sync."""
     split: SplitJson | None = omitted()
     """Only while the partition is splitting."""
     replicas: list[ReplicaLifecycleJson] = []

@@ -67,6 +67,21 @@ log = logging.getLogger(__name__)
     show_default=True,
     help="Seconds a partition's preferred leader must be caught up before leadership moves back to it.",
 )
+@click.option(
+    "--replica-lag-max",
+    "replica_lag_max_s",
+    type=click.FloatRange(0, min_open=True),
+    default=30.0,
+    show_default=True,
+    help="Seconds a follower may stay behind (or dead) before its leader marks it out of sync.",
+)
+@click.option(
+    "--replica-lag-max-bytes",
+    type=click.IntRange(1),
+    default=128 * 1024 * 1024,
+    show_default=True,
+    help="Segment bytes a follower may lack before its leader marks it out of sync.",
+)
 @connection_options
 @click.pass_context
 def node_command(
@@ -82,6 +97,8 @@ def node_command(
     max_minors_before_stall: int,
     minor_stall_s: float,
     leader_rebalance_delay_s: float,
+    replica_lag_max_s: float,
+    replica_lag_max_bytes: int,
     **conn: Any,
 ) -> None:
     """Run one storage node until SIGTERM (``shoal node --id ID``): it holds the partitions discovery
@@ -90,7 +107,7 @@ def node_command(
         return
     if server_id is None:
         raise click.UsageError("give --id (this node's server id), or a subcommand (drain)")
-    from storage_node.config import FlushPolicy, NodeConfig
+    from storage_node.config import FlushPolicy, NodeConfig, ReplicaLagPolicy
     from storage_node.node import StorageNode
 
     try:
@@ -115,6 +132,7 @@ def node_command(
             max_minors_before_stall=max_minors_before_stall,
             minor_stall_s=minor_stall_s,
             leader_rebalance_delay_s=leader_rebalance_delay_s,
+            replica_lag=ReplicaLagPolicy(replica_lag_max_s, replica_lag_max_bytes),
         )
         StorageNode(config, metadata=meta).run()
     except ShoalError as exc:

@@ -15,6 +15,7 @@ import click
 
 from metadata.client import MetadataClient
 from metadata.coordinator import MetadataCoordinator
+from metadata.in_sync import read_in_sync
 from metadata.metadata_file import MetadataFile, Placement
 from metadata.placements import preferred_leader
 from metadata.rebalance import (
@@ -148,6 +149,7 @@ def describe_table(coord: MetadataCoordinator, name: str, client: MetadataClient
     parts = []
     for entry, krange in file.ranges():
         status = coord.partition_status(entry.partition_id)
+        lagging = read_in_sync(coord.zk, coord.layout, entry.partition_id).out_of_sync
         parts.append(
             PartitionJson(
                 partition_id=entry.partition_id,
@@ -166,6 +168,7 @@ def describe_table(coord: MetadataCoordinator, name: str, client: MetadataClient
                 preferred_leader=_placements((preferred_leader(entry),))[0],
                 epoch=status.epoch,
                 splitting=entry.splitting,
+                out_of_sync=_placements(tuple(p for p in entry.servers if p.placement_id in lagging)),
                 split=SplitJson(
                     split_point=ks.to_json(entry.split_point),
                     split_partition_id_low=entry.split_partition_id_low,
@@ -235,6 +238,8 @@ def describe(name: str, output: str, **conn: Any) -> None:
             changes.append(f"joining {_fmt_placements(p.servers_joining)}")
         if p.servers_leaving:
             changes.append(f"leaving {_fmt_placements(p.servers_leaving)}")
+        if p.out_of_sync:
+            changes.append(f"out of sync {_fmt_placements(p.out_of_sync)}")
         if p.split is not None:
             s = p.split
             changes.append(

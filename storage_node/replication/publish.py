@@ -58,7 +58,7 @@ from shoal.worker import Worker
 from storage_node.errors import FencedError, LocalSegmentMismatchError
 from storage_node.replica import PartitionReplica
 from storage_node.replication.collect import collect_on_leader
-from storage_node.replication.tail import TailDecision, truncate
+from storage_node.replication.tail import InSyncKeeper, TailDecision, chain_segments, truncate
 
 log = logging.getLogger(__name__)
 
@@ -89,6 +89,7 @@ class SegmentPublisher(Worker):
         truncate_every_s: float = 5.0,
         still_leading: Callable[[], object] | None = None,
         call_timeout_s: float = 60.0,
+        sync: InSyncKeeper | None = None,
     ) -> None:
         """``call_timeout_s``: the bound of every transactional call (a wedged one abandons the channel,
         which the next pass opens again, fencing the stuck producer)."""
@@ -103,6 +104,8 @@ class SegmentPublisher(Worker):
         self.still_leading = still_leading
         """Raises when this placement no longer leads (the election's check): then nothing is truncated."""
         self.truncate_every_s = truncate_every_s
+        self.sync = sync
+        """The in-sync set (replication.tail): out-of-sync peers do not hold the Tail; None = all peers do."""
         self._next_truncate = time.monotonic() + truncate_every_s
         self.major_offsets: list[int] = []
         self.last_tail: TailDecision | None = None
@@ -282,6 +285,8 @@ class SegmentPublisher(Worker):
                 list(self.peers()),
                 own_covered_end=self.replica.covered_end(),
                 major_offsets=list(self.major_offsets),
+                segments=chain_segments(self.replica, self.manifest_offsets),
+                sync=self.sync,
             )
         except ShoalError as exc:
             log.warning("%s: truncation failed: %s", self.replica.name, exc)

@@ -47,7 +47,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaExcepti
 from metadata.keyspace import KeyRange
 from shoal.errors import KafkaOperationError, ShoalError, StaleEpochError
 from shoal.kafka import clients
-from shoal.kafka.admin import create_topic
+from shoal.kafka.admin import TRUNCATED_BY_TAIL, create_topic
 from shoal.kafka.transaction import Transaction, TransactionalChannel
 from shoal.wire.records import Gtid, IngestOffset, WalRecord
 from shoal.worker import Backoff, Deadline, Worker, wait_any
@@ -58,6 +58,7 @@ from storage_node.replication.adopt import adopt_channels
 from storage_node.replication.collect import merge_unreferenced, unreferenced_segments
 from storage_node.replication.merge_in import MergeJob, PeerSegmentReceiver, drain_merges
 from storage_node.replication.publish import SegmentPublisher, fence_segments_channels
+from storage_node.replication.tail import InSyncKeeper
 from storage_node.roles.leader.deadletter import produce_deadletter
 from storage_node.roles.leader.recovery import (
     ChainPosition,
@@ -120,12 +121,15 @@ class PartitionLeader(Worker):
         *,
         key_range: KeyRange | None = None,
         peers: Callable[[], Sequence[int]] | None = None,
+        sync: InSyncKeeper | None = None,
     ) -> None:
-        """``peers``: the partition's other placement ids (for Tail); None = never truncate."""
+        """``peers``: the partition's other placement ids (for Tail); None = never truncate.
+        ``sync``: the partition's in-sync set (out-of-sync peers do not hold the Tail)."""
         super().__init__(f"leader-{replica.partition_id[:8]}")
         self.replica = replica
         self.config = config
         self.peers = peers
+        self.sync = sync
         self._epoch = epoch
         topics = config.topics
         self.partition_id = replica.partition_id
@@ -231,7 +235,7 @@ class PartitionLeader(Worker):
 
         def create_topics() -> None:
             admin = clients.admin(config.kafka)
-            create_topic(admin, self.ingest_topic, policy=policy)
+            create_topic(admin, self.ingest_topic, policy=policy, config=TRUNCATED_BY_TAIL)
             create_topic(admin, self.deadletter_topic, policy=policy)
             create_topic(
                 admin,
@@ -288,6 +292,8 @@ class PartitionLeader(Worker):
             topics=config.topics,
             peers=self.peers,
             still_leading=self._still_leading,
+            sync=self.sync,
+            truncate_every_s=config.tail_every_s,
         ).start()
         if self.peers is not None:
             self.merger = PeerSegmentReceiver(

@@ -208,24 +208,39 @@ class NodeProcesses:
         self.close()
 
 
+def run_node(meta: MetadataConfig, server_id: str, base: Path, **config: Any) -> StorageNode:
+    """A storage node on a thread of this process (flush every 20 rows or 1 s unless ``config`` says
+    otherwise: more :class:`NodeConfig` fields), ready; stop it with :func:`stop_node`."""
+    settings: dict[str, Any] = {"flush": FlushPolicy(max_rows=20, max_age_s=1.0), "table_poll_s": 0.2, **config}
+    node = StorageNode(NodeConfig(server_id, base / server_id, meta.connection, **settings), metadata=meta)
+    thread = threading.Thread(target=node.run, daemon=True, name=f"node-{server_id}")
+    thread.start()
+    node._test_thread = thread  # type: ignore[attr-defined]
+    assert node.ready.wait(60)
+    return node
+
+
+def stop_node(node: StorageNode) -> None:
+    node.stop()
+    node._test_thread.join(60)  # type: ignore[attr-defined]
+
+
 @contextmanager
-def in_process_nodes(meta: MetadataConfig, base: Path, ids: Sequence[str]) -> Iterator[dict[str, StorageNode]]:
-    """Storage nodes on threads of this process (flush every 20 rows or 1 s), stopped on exit."""
+def in_process_nodes(
+    meta: MetadataConfig, base: Path, ids: Sequence[str], **config: Any
+) -> Iterator[dict[str, StorageNode]]:
+    """Storage nodes on threads of this process (:func:`run_node`), stopped on exit (also those the
+    test added to or removed from the dict it yields)."""
     nodes: dict[str, StorageNode] = {}
-    threads: list[threading.Thread] = []
+    started: list[StorageNode] = []
     try:
         for n in ids:
-            config = NodeConfig(
-                n, base / n, meta.connection, flush=FlushPolicy(max_rows=20, max_age_s=1.0), table_poll_s=0.2
-            )
-            node = nodes[n] = StorageNode(config, metadata=meta)
-            thread = threading.Thread(target=node.run, daemon=True, name=f"node-{n}")
-            thread.start()
-            threads.append(thread)
-            assert node.ready.wait(60)
+            nodes[n] = run_node(meta, n, base, **config)
+            started.append(nodes[n])
         yield nodes
     finally:
-        for node in nodes.values():
+        every = {id(x): x for x in [*started, *nodes.values()]}.values()
+        for node in every:
             node.stop()
-        for thread in threads:
-            thread.join(60)
+        for node in every:
+            node._test_thread.join(60)  # type: ignore[attr-defined]

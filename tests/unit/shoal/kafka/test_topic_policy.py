@@ -102,7 +102,8 @@ def test_create_topic_applies_the_policy() -> None:
     create_topic(admin, "shoal.x", policy=TopicPolicy(), config={"retention.ms": "-1"})  # type: ignore[arg-type]
     new = admin.created[0]
     assert new.replication_factor == 3
-    assert new.config == {"min.insync.replicas": "2", "retention.ms": "-1"}
+    # a topic truncated by shoal's Tail (no time retention) gets the policy's log segment size
+    assert new.config == {"min.insync.replicas": "2", "retention.ms": "-1", "segment.bytes": str(64 * 1024 * 1024)}
     single = FakeAdmin(brokers=1)
     create_topic(single, "shoal.y", policy=TopicPolicy())  # type: ignore[arg-type]
     assert single.created[0].replication_factor == 1
