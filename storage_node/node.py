@@ -70,12 +70,13 @@ from metadata.metadata_file import MetadataFile
 from metadata.node_registry import node_path, register_node
 from metadata.notify import TableWatcher
 from metadata.table import TableDefinition
-from shoal.errors import PartitionUnavailableError
+from shoal.errors import KafkaOperationError, PartitionUnavailableError
 from shoal.kafka.indexes import channel_indexes
 from shoal.worker import Worker
 from storage_node.config import NodeConfig
 from storage_node.metrics import start_node_metrics
 from storage_node.replica import PartitionReplica
+from storage_node.replication import bootstrap
 from storage_node.replication.describe import describe_replica
 from storage_node.replication.receive import InFlightBudget
 from storage_node.roles.compaction_intake import CompactionIntake
@@ -105,6 +106,8 @@ class HeldPartition:
     leader_changes: int = 0
     leader_epoch: int | None = None
     """The election epoch the current leader role was started for (its term even if it never wrote)."""
+    bootstrap_checked: bool = False
+    """The empty-replica check of :func:`storage_node.replication.bootstrap.check_on_open` ran."""
 
 
 def leader_counters(leader: PartitionLeader) -> dict[str, float]:
@@ -198,6 +201,10 @@ class StorageNode:
                 if h.table.name == table and (partition_id is None or h.partition_id == partition_id)
             ]
         for h in held:
+            if h.replica.catch_up.bootstrapping:
+                raise PartitionUnavailableError(
+                    f"{h.replica.name} is bootstrapping from Kafka and not authoritative yet; retry shortly"
+                )
             leader = h.leader
             if leader is not None and not leader.ready.is_set() and not leader.stopped.is_set():
                 raise PartitionUnavailableError(
@@ -270,8 +277,26 @@ class StorageNode:
                 replica = PartitionReplica(file.table, d.partition_id, d.placement_id, self.config.data_dir)
                 held = HeldPartition(file.table, d.partition_id, d.placement_id, d.key_range, replica, peers=peers)
                 self._held[d.partition_id] = held
+            self._check_bootstrap(held)
             self._start_follower(held)
-            self._campaign(held)
+            if self._may_campaign(held):
+                self._campaign(held)
+
+    def _check_bootstrap(self, held: HeldPartition) -> None:
+        """An empty replica with history (or an interrupted bootstrap) bootstraps before it campaigns."""
+        if held.bootstrap_checked:
+            return
+        try:
+            placements = (held.placement_id, *held.peers)
+            bootstrap.check_on_open(held.replica, self.config.kafka, self.config.topics, placements)
+            held.bootstrap_checked = True
+        except Exception as exc:  # Kafka unreachable: no campaign until the check can run (_supervise)
+            log.warning("%s: cannot check whether it must bootstrap yet: %s", held.replica.name, exc)
+
+    @staticmethod
+    def _may_campaign(held: HeldPartition) -> bool:
+        """Only a replica with the data may lead (DESIGN.md section 7): not while it bootstraps."""
+        return held.bootstrap_checked and held.replica.catch_up.eligible
 
     def _campaign(self, held: HeldPartition) -> None:
         assert self._client is not None
@@ -301,7 +326,11 @@ class StorageNode:
         election.start()
 
     def _preference(self, partition_id: str) -> Callable[[Sequence[Candidate]], int | None]:
-        """TokuMX failover: prefer the candidate with the highest Ack on the old leader's segments channel."""
+        """TokuMX failover: prefer the candidate with the highest durable position on the old leader's
+        channels: first its Ack on the WAL channel (what its own durable segments cover of it), then its
+        Ack on the segments channel. Both are durable positions: a follower acks only what is durable
+        on it, and a bootstrap lowers a stale Ack to what the replica holds (a replica that bootstraps
+        does not campaign at all)."""
         assert self._client is not None
         client, topics, kafka = self._client, self.config.topics, self.config.kafka
 
@@ -311,10 +340,19 @@ class StorageNode:
             if old is None or len(others) < 2:
                 return None
             groups = tuple(topics.replica_group(partition_id, p) for p in others)
-            acks = channel_indexes(kafka, topics.segments(partition_id, old), groups, timeout_s=5).acks
-            positions = [-1 if a is None else a for _, a in acks]
+
+            def acks(topic: str) -> list[int]:
+                try:
+                    found = channel_indexes(kafka, topic, groups, timeout_s=5).acks
+                except KafkaOperationError:  # that channel does not exist (yet)
+                    return [-1] * len(others)
+                return [-1 if a is None else a for _, a in found]
+
+            positions = list(
+                zip(acks(topics.wal(partition_id, old)), acks(topics.segments(partition_id, old)), strict=True)
+            )
             best = max(positions)
-            return None if best < 0 else others[positions.index(best)]
+            return None if best == (-1, -1) else others[positions.index(best)]
 
         return prefer
 
@@ -372,6 +410,8 @@ class StorageNode:
 
             def leader() -> int | None:
                 rec = read_epoch(client.zk, client.layout, pid)
+                if rec.placement_id == own and held.replica.catch_up.bootstrapping:
+                    return own  # still recorded as leader after a restart: bootstrap from its own channels
                 return None if rec.placement_id in (None, own) else rec.placement_id
 
             config = FollowerConfig(self.config.kafka, self.config.topics)
@@ -390,6 +430,8 @@ class StorageNode:
     def _recampaign(self, held: HeldPartition) -> None:
         election = held.election
         if election is None or election.state is not LeaderState.LOST or self._stop.is_set():
+            return
+        if not self._may_campaign(held):
             return
         try:
             election.start()
@@ -430,7 +472,16 @@ class StorageNode:
                     election.resign()
                 continue
             if not leading:
+                self._check_bootstrap(held)
                 self._start_follower(held)
+                if not self._may_campaign(held):
+                    if election is not None and election.state is LeaderState.CANDIDATE:
+                        log.warning("%s: bootstrapping; leaving the election until caught up", held.replica.name)
+                        with contextlib.suppress(Exception):
+                            election.resign()
+                    continue
+                if election is None:
+                    self._campaign(held)
                 self._recampaign(held)
 
     def stats(self) -> dict[str, dict[str, float]]:
