@@ -200,12 +200,15 @@ def partition_history(
 ) -> History:
     """Which of the partition's channels this placement's group acked (> 0) and which hold data."""
     group = topics.replica_group(partition_id, placement_id)
+    client = admin or clients.admin(kafka)
+    existing = set(client.list_topics(timeout=10).topics)  # channels of placements that never led do not exist
     queries = [
         IndexQuery(topic, (group,))
         for p in sorted({*placements, placement_id})
         for topic in (topics.segments(partition_id, p), topics.wal(partition_id, p))
+        if topic in existing
     ]
-    found = read_indexes(admin or clients.admin(kafka), queries, timeout_s=10)
+    found = read_indexes(client, queries, timeout_s=10)
     acked = tuple(t for t, ix in found.items() if (ix.ack(group) or 0) > 0)
     data = tuple(t for t, ix in found.items() if ix.append > 0)
     return History(acked, data)
