@@ -445,6 +445,8 @@ class PartitionFollower(Worker):
         if err is not None:
             if err.code() == KafkaError._PARTITION_EOF:
                 self._eof = int(msg.offset() or 0)
+                if self._bootstrap_topic is not None:
+                    self.replica.catch_up.progress(fetched=self._eof)
             else:
                 log.warning("%s: segments consumer: %s", self.replica.name, err)
             return None
