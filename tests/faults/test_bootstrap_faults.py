@@ -28,6 +28,16 @@ def _placement(c: Cluster3, server: str) -> int:
     return int(d["placement_id"])
 
 
+def _written(c: Cluster3, n: int = 300) -> tuple[set[int], set[int]]:
+    """Write at least ``n`` acknowledged rows and wait until every replica holds them."""
+    w = c.writer()
+    assert wait_until(lambda: len(w.acked) >= n, 90), (len(w.acked), w.error)
+    w.stop()
+    acked, sent = set(w.acked), set(w.sent)
+    assert wait_until(lambda: c.converged(acked, sent), 120), c.summary()
+    return acked, sent
+
+
 def _holds(c: Cluster3, servers: list[str], acked: set[int]) -> bool:
     for s in servers:
         try:
@@ -43,11 +53,7 @@ def test_wiped_follower_rebootstraps_from_segments_and_leads_only_when_caught_up
     cluster: Any, zk_hosts: str, topic_prefix: str, tmp_path: Path
 ) -> None:
     with Cluster3(tmp_path, cluster, zk_hosts, topic_prefix) as c:
-        w = c.writer()
-        assert wait_until(lambda: len(w.acked) >= 300, 90), (len(w.acked), w.error)
-        w.stop()
-        acked, sent = set(w.acked), set(w.sent)
-        assert wait_until(lambda: c.converged(acked, sent), 120), c.summary()
+        acked, sent = _written(c)
         leader = c.leader()
         wiped = next(n for n in NODES if n != leader)
         placement = _placement(c, wiped)
@@ -98,11 +104,7 @@ def test_empty_replica_never_leads_with_missing_data(
     leads (it used to lead at once, adopt what was left of the WAL channel and publish a first
     major without the older rows, which the other replicas then fast-forwarded)."""
     with Cluster3(tmp_path, cluster, zk_hosts, topic_prefix) as c:
-        w = c.writer()
-        assert wait_until(lambda: len(w.acked) >= 300, 90), (len(w.acked), w.error)
-        w.stop()
-        acked, sent = set(w.acked), set(w.sent)
-        assert wait_until(lambda: c.converged(acked, sent), 120), c.summary()
+        acked, sent = _written(c)
         leader = c.leader()
         assert leader is not None
         wiped, other = (n for n in NODES if n != leader)
