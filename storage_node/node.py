@@ -327,10 +327,8 @@ class StorageNode:
 
     def _preference(self, partition_id: str) -> Callable[[Sequence[Candidate]], int | None]:
         """TokuMX failover: prefer the candidate with the highest durable position on the old leader's
-        channels: first its Ack on the WAL channel (what its own durable segments cover of it), then its
-        Ack on the segments channel. Both are durable positions: a follower acks only what is durable
-        on it, and a bootstrap lowers a stale Ack to what the replica holds (a replica that bootstraps
-        does not campaign at all)."""
+        channels (:func:`storage_node.replication.bootstrap.most_advanced`); a replica that bootstraps
+        does not campaign at all."""
         assert self._client is not None
         client, topics, kafka = self._client, self.config.topics, self.config.kafka
 
@@ -341,18 +339,14 @@ class StorageNode:
                 return None
             groups = tuple(topics.replica_group(partition_id, p) for p in others)
 
-            def acks(topic: str) -> list[int]:
+            def acks(topic: str) -> list[int | None]:
                 try:
-                    found = channel_indexes(kafka, topic, groups, timeout_s=5).acks
+                    return [a for _, a in channel_indexes(kafka, topic, groups, timeout_s=5).acks]
                 except KafkaOperationError:  # that channel does not exist (yet)
-                    return [-1] * len(others)
-                return [-1 if a is None else a for _, a in found]
+                    return [None] * len(others)
 
-            positions = list(
-                zip(acks(topics.wal(partition_id, old)), acks(topics.segments(partition_id, old)), strict=True)
-            )
-            best = max(positions)
-            return None if best == (-1, -1) else others[positions.index(best)]
+            wal, segments = acks(topics.wal(partition_id, old)), acks(topics.segments(partition_id, old))
+            return bootstrap.most_advanced(others, wal, segments)
 
         return prefer
 

@@ -68,7 +68,7 @@ bootstrap fetches the segment files (columnar, compressed), a WAL replay fetches
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from confluent_kafka.admin import AdminClient
@@ -139,6 +139,20 @@ def caught_up(*, segments_acked: int, segments_target: int, wal_position: int, w
     """Every segment up to the segments channel's target is durable and acked, and (when the WAL is
     tailed) the WAL tail has read up to its target."""
     return segments_acked >= segments_target and (not tail_wal or wal_position >= wal_target)
+
+
+def most_advanced(
+    placements: Sequence[int], wal_acks: Sequence[int | None], segments_acks: Sequence[int | None]
+) -> int | None:
+    """TokuMX failover: the placement with the highest durable position on the old leader's channels,
+    its Ack on the WAL channel (what its own durable segments cover of it) first, then its Ack on the
+    segments channel; None when nobody acked anything (no preference). Acks are durable positions: a
+    follower acks only what is durable on it, and a bootstrap lowers a stale Ack to what it holds."""
+    positions = [(-1 if w is None else w, -1 if s is None else s) for w, s in zip(wal_acks, segments_acks, strict=True)]
+    if not positions:
+        return None
+    best = max(positions)
+    return None if best == (-1, -1) else placements[positions.index(best)]
 
 
 def request_bootstrap(replica: PartitionReplica, reason: str) -> None:

@@ -83,6 +83,14 @@ def test_caught_up_needs_segments_and_wal_targets() -> None:
     assert caught_up(segments_acked=10, segments_target=10, wal_position=0, wal_target=5, tail_wal=False)
 
 
+def test_most_advanced_prefers_durable_wal_coverage_then_segments_ack() -> None:
+    assert bootstrap.most_advanced([2, 3], [None, None], [None, None]) is None
+    assert bootstrap.most_advanced([2, 3], [10, 12], [40, 5]) == 3  # covers more of the old leader's WAL
+    assert bootstrap.most_advanced([2, 3], [12, 12], [40, 41]) == 3
+    assert bootstrap.most_advanced([2, 3], [0, None], [0, 30]) == 2  # no WAL Ack ranks below any WAL Ack
+    assert bootstrap.most_advanced([], [], []) is None
+
+
 # -- catch-up state and eligibility --------------------------------------------------------------
 
 
