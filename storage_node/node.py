@@ -286,7 +286,12 @@ class StorageNode:
         """An empty replica with history (or an interrupted bootstrap) bootstraps before it campaigns."""
         if held.bootstrap_checked:
             return
+        assert self._client is not None
         try:
+            never_led = read_epoch(self._client.zk, self._client.layout, held.partition_id).placement_id is None
+            if never_led and not held.replica.catch_up.bootstrapping:  # a new partition: nothing to fetch
+                held.bootstrap_checked = True
+                return
             placements = (held.placement_id, *held.peers)
             bootstrap.check_on_open(held.replica, self.config.kafka, self.config.topics, placements)
             held.bootstrap_checked = True
