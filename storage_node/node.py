@@ -316,18 +316,21 @@ class StorageNode:
                     held.leader.request_stop()  # it also stops by itself at its next batch (check_writable)
                 _Handover(self, held).start()
 
-        election = PartitionElection(
-            self._client.zk,
-            held.partition_id,
-            self.config.server_id,
-            held.placement_id,
-            replica_state=ReplicaState.LIVE,
-            layout=self._client.layout,
-            security=self.metadata_config.security,
-            on_change=on_change,
-            prefer=self._preference(held.partition_id),
-        )
-        held.election = election
+        with self._lock:  # discovery and _supervise may both start the first campaign: only one election
+            if held.election is not None:
+                return
+            election = PartitionElection(
+                self._client.zk,
+                held.partition_id,
+                self.config.server_id,
+                held.placement_id,
+                replica_state=ReplicaState.LIVE,
+                layout=self._client.layout,
+                security=self.metadata_config.security,
+                on_change=on_change,
+                prefer=self._preference(held.partition_id),
+            )
+            held.election = election
         election.start()
 
     def _preference(self, partition_id: str) -> Callable[[Sequence[Candidate]], int | None]:
