@@ -18,7 +18,10 @@ Then, on the same Kafka:
 - **WAL replay**: another empty replica reads the whole WAL channel, stamps and inserts every row,
   and flushes it into a segment; bytes = the WAL channel's record bytes.
 
-``ratio`` = replay seconds / bootstrap seconds (``bytes_ratio``: replay bytes / bootstrap bytes).
+``ratio`` = replay seconds / bootstrap seconds (``bytes_ratio``: replay bytes / bootstrap bytes;
+``cpu_ratio``: process CPU seconds, all threads, replay / bootstrap). The bootstrap's seconds
+include its fixed start-up (consumer, group offsets, channel indexes, finding the latest major:
+under a second on one local broker), so small runs favour the replay.
 
     python -m bench.bootstrap --rows 200000            # < 2 minutes
     python -m bench.bootstrap --rows 1000000 -o json   # the 1M-row figure
@@ -29,6 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import tempfile
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -125,9 +129,11 @@ def run(ep: common.Endpoints, args: argparse.Namespace, say: Any) -> dict[str, A
             replica = PartitionReplica(table, pid, placement + 100, work / "bootstrap")
             bootstrap.request_bootstrap(replica, "benchmark")
             follower = PartitionFollower(replica, FollowerConfig(kafka, topics), lambda: placement)
+            cpu0 = time.process_time()
             with common.timer() as boot_s:
                 follower.start()
                 common.wait_for(lambda: replica.catch_up.eligible, 600, "bootstrap caught up", 0.01)
+            boot_cpu = time.process_time() - cpu0
             follower.stop()
             snap = replica.catch_up.snapshot()
             covered = max((r.end_offset for r in replica.chain.coverage() if r.channel == (pid, placement)), default=0)
@@ -142,23 +148,27 @@ def run(ep: common.Endpoints, args: argparse.Namespace, say: Any) -> dict[str, A
             schema = ingest_schema(table.arrow_schema(), table.primary_key)
             replay = PartitionReplica(table, pid, placement + 200, work / "replay")
             replay_bytes = 0
+            cpu0 = time.process_time()
             with common.timer() as replay_s:
                 for item in read_wal_channel(kafka, wal_topic, 0):
                     rec = item.record
                     replay_bytes += len(rec.to_bytes())
                     replay.append(versioned_rows(rec.rows(schema), rec.gtid), item.offset)
                 replay.flush(1)
+            replay_cpu = time.process_time() - cpu0
             replay_rows = replay.scan().num_rows
             replay.close()
     return {
         "rows": args.rows,
         "segments": segments,
         "bootstrap_s": boot_s(),
+        "bootstrap_cpu_s": boot_cpu,
         "bootstrap_bytes": boot_bytes,
         "bootstrap_rows": boot_rows,
         "bootstrap_rows_decoded": decoded,
         "segments_fetched": snap.segments_fetched,
         "replay_s": replay_s(),
+        "replay_cpu_s": replay_cpu,
         "replay_bytes": replay_bytes,
         "replay_rows": replay_rows,
     }
@@ -175,22 +185,32 @@ def main(argv: list[str] | None = None) -> None:
     with common.cluster(args, say) as ep:
         r = run(ep, args, say)
     ratio = r["replay_s"] / r["bootstrap_s"] if r["bootstrap_s"] > 0 else None
+    cpu_ratio = r["replay_cpu_s"] / r["bootstrap_cpu_s"] if r["bootstrap_cpu_s"] > 0 else None
     bytes_ratio = r["replay_bytes"] / r["bootstrap_bytes"] if r["bootstrap_bytes"] > 0 else None
     settings = {k: getattr(args, k) for k in ("rows", "batch_rows", "segment_rows", "value_bytes")}
     if args.output == "json":
-        doc = {"benchmark": "bootstrap", "settings": settings, "ratio": ratio, "bytes_ratio": bytes_ratio, **r}
+        doc = {
+            "benchmark": "bootstrap",
+            "settings": settings,
+            "ratio": ratio,
+            "bytes_ratio": bytes_ratio,
+            "cpu_ratio": cpu_ratio,
+            **r,
+        }
         print(json.dumps(doc, indent=2, default=str))
         return
     results = [
         {
             "method": "bootstrap (segments + WAL rest)",
             "seconds": r["bootstrap_s"],
+            "CPU s": r["bootstrap_cpu_s"],
             "MB fetched": r["bootstrap_bytes"] / 1e6,
             "rows": r["bootstrap_rows"],
         },
         {
             "method": "replay the WAL",
             "seconds": r["replay_s"],
+            "CPU s": r["replay_cpu_s"],
             "MB fetched": r["replay_bytes"] / 1e6,
             "rows": r["replay_rows"],
         },
@@ -198,6 +218,7 @@ def main(argv: list[str] | None = None) -> None:
     notes = [
         f"ratio (replay s / bootstrap s): {ratio:,.2f}x" if ratio else "ratio: -",
         f"bytes ratio (replay / bootstrap): {bytes_ratio:,.2f}x" if bytes_ratio else "bytes ratio: -",
+        f"CPU ratio (replay / bootstrap, whole process): {cpu_ratio:,.2f}x" if cpu_ratio else "CPU ratio: -",
         f"segments fetched {r['segments_fetched']}, rows decoded to apply {r['bootstrap_rows_decoded']}",
     ]
     common.report("replica bootstrap against WAL replay", list(results[0]), results, settings, "table", notes)

@@ -34,7 +34,8 @@ The procedure (run by :class:`storage_node.roles.follower.PartitionFollower`)
 4. consume the segments channel from the start point with the ordinary receive procedure: the major
    is fast-forward-added, the later minors fast-forwarded (chunks streamed to disk, checksum, fsync,
    entry added; rows never parsed); each segment is acked when durable, as always;
-5. tail the leader's WAL channel from what the fetched segments cover into the overlay;
+5. once the segments channel is acked up to its target, tail the leader's WAL channel from what the
+   fetched segments cover into the overlay (not before: the segments make most of it redundant);
 6. caught up (:func:`caught_up`) = every segment up to the segments-channel target is acked, and the
    WAL tail has read to its target: SERVING again, the marker removed, and the node campaigns.
 

@@ -251,7 +251,7 @@ class PartitionFollower(Worker):
             raise
         consumer.assign([TopicPartition(topic, 0, start)])
         self._consumer, self.topic = consumer, topic
-        if self.config.tail_wal:
+        if self.config.tail_wal and self._bootstrap_topic is None:  # a bootstrap opens it after the segments
             self._open_wal(leader)
         log.info("%s: following placement %d on %s from offset %s", self.replica.name, leader, topic, start)
 
@@ -316,17 +316,19 @@ class PartitionFollower(Worker):
         if not catch_up.bootstrapping or self._bootstrap_topic is None or self._bootstrap_topic != self.topic:
             return
         snap = catch_up.snapshot()
-        wal = max(self._wal_delivered, self._wal_eof or 0, self._wal_acked)
-        if self.leader_placement_id is not None:
-            wal = max(wal, self._leader_channel_end(self.leader_placement_id))
-        if self._wal is not None:
+        leader = self.leader_placement_id
+        if self._acked >= snap.target_offset and self._wal is None and self.config.tail_wal and leader is not None:
+            self._open_wal(leader)  # segments first, then the WAL channel from what they cover
+        wal = -1
+        if self._wal is not None and leader is not None:
+            wal = max(self._wal_delivered, self._wal_eof or 0, self._wal_acked, self._leader_channel_end(leader))
             catch_up.progress(wal_fetched=wal)
         done = bootstrap.caught_up(
             segments_acked=self._acked,
             segments_target=snap.target_offset,
             wal_position=wal,
             wal_target=snap.wal_target,
-            tail_wal=self._wal is not None,
+            tail_wal=self.config.tail_wal,
         )
         if done:
             catch_up.finish()
