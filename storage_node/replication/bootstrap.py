@@ -25,8 +25,8 @@ The procedure (run by :class:`storage_node.roles.follower.PartitionFollower`)
 1. mark the replica BOOTSTRAPPING (durably, before anything is fetched): it does not campaign, a
    candidacy it holds is resigned, and scans of it are refused with a retryable error;
 2. find the start point on the leader's segments channel (:func:`start_offset`): the offset of the
-   latest major manifest, found from the newest manifest's ``latest_major_offset`` by reading
-   backwards from the channel's end in growing windows (:func:`find_latest_major`), never below the
+   latest major manifest, found from the newest manifest's ``latest_major_offset`` by hopping from
+   manifest to manifest (:func:`find_latest_major`: chunks are never downloaded), never below the
    channel's Tail; the targets are the channel ends (Append index) at that moment;
 3. lower its Ack indexes to what it really holds (the start point on the segments channel, what its
    durable segments cover on the WAL channel), so that "Ack never past what is durable" holds again
@@ -71,17 +71,20 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from shoal.errors import ShoalError
+from shoal.errors import KafkaOperationError, ShoalError
 from shoal.kafka import clients
+from shoal.kafka.errors import classify
 from shoal.kafka.indexes import IndexQuery, read_indexes
-from shoal.kafka.readers import read_to_end
 from shoal.kafka.settings import KafkaSettings
 from shoal.segments.channel import KIND_MANIFEST, message_kind
 from shoal.topics import TopicNames
 from shoal.wire.records import ManifestRecord
+from shoal.worker import Deadline
 from storage_node.replica import PartitionReplica
 
 log = logging.getLogger(__name__)
@@ -91,9 +94,6 @@ REASON_EMPTY_WITH_HISTORY = "data dir is empty but the placement has acked data"
 REASON_EMPTY_PARTITION_HAS_DATA = "data dir is empty but the partition's channels hold data"
 REASON_ACK_BELOW_TAIL = "Ack index below the segments channel's Tail"
 REASON_WAL_ACK_BELOW_TAIL = "Ack index below the WAL channel's Tail"
-
-PROBE_WINDOWS = (16, 256, 4096)
-"""Records read back from a segments channel's end to find the newest manifest (then: from the Tail)."""
 
 
 @dataclass(frozen=True)
@@ -167,35 +167,68 @@ def request_bootstrap(replica: PartitionReplica, reason: str) -> None:
     replica.catch_up.begin(reason)
 
 
-def find_latest_major(kafka: KafkaSettings, topic: str, *, tail: int, end: int) -> int | None:
+_PROBE_FETCH: dict[str, Any] = {
+    "enable.partition.eof": True,
+    "fetch.max.bytes": 1024,
+    "max.partition.fetch.bytes": 1024,
+}
+"""One record batch per fetch (Kafka still returns a first batch larger than the limit)."""
+
+
+def find_latest_major(kafka: KafkaSettings, topic: str, *, tail: int, end: int, timeout_s: float = 30.0) -> int | None:
     """Offset of the latest major manifest on a segments channel (None: no manifest names one).
 
-    The newest manifest knows it (``latest_major_offset``, or itself when it is a major), so only
-    the channel's last records are read, in growing windows back from ``end``.
+    Hops from manifest to manifest from the Tail (a manifest at ``m`` with ``c`` chunks is followed
+    by the next one at ``m + c + 1``, the transaction marker in between is skipped by the consumer),
+    fetching one record batch per hop, so the chunks are never downloaded. The newest manifest knows
+    the latest major (``latest_major_offset``, or itself when it is a major).
     """
-    lo = end
-    for window in (*PROBE_WINDOWS, None):
-        start = tail if window is None else max(tail, end - window)
-        if start >= lo:
-            continue
-        newest: tuple[int, ManifestRecord] | None = None
-        for msg in read_to_end(kafka, topic, start, what="segments channel", group_id="shoal-bootstrap-probe"):
-            offset = int(msg.offset() or 0)
-            if offset >= lo:
+    consumer = clients.consumer(
+        kafka,
+        group_id="shoal-bootstrap-probe",
+        **_PROBE_FETCH,
+    )
+    latest: int | None = None
+    offset = tail
+    try:
+        while offset < end:
+            consumer.assign([TopicPartition(topic, 0, offset)])
+            msg = _next_message(consumer, topic, Deadline(timeout_s), timeout_s)
+            if msg is None:
                 break
+            at = int(msg.offset() or 0)
             if message_kind(msg.headers()) != KIND_MANIFEST:
+                offset = at + 1  # the Tail inside a segment's chunks: step to the next record
                 continue
             try:
-                newest = (offset, ManifestRecord.from_bytes(msg.value()))
+                manifest = ManifestRecord.from_bytes(msg.value())
             except ShoalError as exc:
-                log.warning("segments channel %s: manifest at %d does not decode: %s", topic, offset, exc)
-        if newest is not None:
-            offset, manifest = newest
-            return offset if manifest.is_major else manifest.latest_major_offset
-        lo = start
-        if start <= tail:
-            break
-    return None
+                log.warning("segments channel %s: manifest at %d does not decode: %s", topic, at, exc)
+                offset = at + 1
+                continue
+            if manifest.is_major:
+                latest = at
+            elif manifest.latest_major_offset is not None:
+                latest = max(latest if latest is not None else -1, manifest.latest_major_offset)
+            offset = at + 1 + manifest.chunk_count
+    finally:
+        consumer.close()
+    return latest
+
+
+def _next_message(consumer: Consumer, topic: str, deadline: Deadline, timeout_s: float) -> Message | None:
+    """The next data record (None at the channel's end)."""
+    while not deadline.expired():
+        msg = consumer.poll(0.5)
+        if msg is None:
+            continue
+        err = msg.error()
+        if err is None:
+            return msg
+        if err.code() == KafkaError._PARTITION_EOF:
+            return None
+        raise classify(KafkaException(err), f"cannot read segments channel {topic}")
+    raise KafkaOperationError(f"segments channel {topic}: no answer within {timeout_s:.0f}s")
 
 
 @dataclass(frozen=True)
