@@ -169,10 +169,12 @@ def request_bootstrap(replica: PartitionReplica, reason: str) -> None:
 
 _PROBE_FETCH: dict[str, Any] = {
     "enable.partition.eof": True,
-    "fetch.max.bytes": 1024,
-    "max.partition.fetch.bytes": 1024,
+    "message.max.bytes": 1000,
+    "fetch.max.bytes": 1000,
+    "max.partition.fetch.bytes": 1000,
 }
-"""One record batch per fetch (Kafka still returns a first batch larger than the limit)."""
+"""One record batch per fetch (Kafka still returns a first batch larger than the limit; librdkafka
+wants ``fetch.max.bytes`` >= ``message.max.bytes``, whose minimum is 1000)."""
 
 
 def find_latest_major(kafka: KafkaSettings, topic: str, *, tail: int, end: int, timeout_s: float = 30.0) -> int | None:
