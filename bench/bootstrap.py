@@ -25,6 +25,10 @@ under a second on one local broker), so small runs favour the replay.
 
     python -m bench.bootstrap --rows 200000            # < 2 minutes
     python -m bench.bootstrap --rows 1000000 -o json   # the 1M-row figure
+
+One run at 1M rows (one local broker, a loaded 2-core machine): bootstrap 2.25 s, 26.2 MB, 0.10 CPU s,
+0 rows decoded; WAL replay 1.31 s, 24.4 MB, 0.41 CPU s: ``ratio`` 0.58, ``bytes_ratio`` 0.93,
+``cpu_ratio`` 4.2.
 """
 
 from __future__ import annotations
