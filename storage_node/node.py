@@ -80,19 +80,20 @@ from metadata.discovery import (
     discover,
 )
 from metadata.election import Candidate, EpochFence, Leadership, LeaderState, PartitionElection, read_epoch
-from metadata.in_sync import PartitionInSync
+from metadata.in_sync import PartitionInSync, prefer_in_sync, read_in_sync
 from metadata.keyspace import KeyRange
 from metadata.metadata_file import MetadataFile
 from metadata.node_registry import node_path, register_node
 from metadata.notify import TableWatcher
 from metadata.placements import preferred_leader
 from metadata.table import TableDefinition
-from shoal.errors import PartitionUnavailableError
+from shoal.errors import KafkaOperationError, PartitionUnavailableError
 from shoal.kafka.indexes import channel_indexes
 from shoal.worker import Worker
 from storage_node.config import NodeConfig
 from storage_node.metrics import start_node_metrics
 from storage_node.replica import PartitionReplica
+from storage_node.replication import bootstrap
 from storage_node.replication.describe import describe_replica
 from storage_node.replication.receive import InFlightBudget
 from storage_node.replication.tail import InSyncKeeper
@@ -143,6 +144,8 @@ class HeldPartition:
     discovery: PartitionDiscovery | None = None
     lifecycle: LifecycleWorker | None = None
     """JOIN_FINALIZE (while leading) or UNLOAD / UNLOAD_FINAL work (:mod:`storage_node.roles.lifecycle`)."""
+    bootstrap_checked: bool = False
+    """The empty-replica check of :func:`storage_node.replication.bootstrap.check_on_open` ran."""
 
 
 def leader_counters(leader: PartitionLeader) -> dict[str, float]:
@@ -251,6 +254,10 @@ class StorageNode:
                 and h.state is ReplicaState.LIVE  # LOAD is catching up, UNLOAD serves nothing (seed 002 s. 3)
             ]
         for h in held:
+            if h.replica.catch_up.bootstrapping:
+                raise PartitionUnavailableError(
+                    f"{h.replica.name} is bootstrapping from Kafka and not authoritative yet; retry shortly"
+                )
             leader = h.leader
             if leader is not None and not leader.ready.is_set() and not leader.stopped.is_set():
                 raise PartitionUnavailableError(
@@ -470,8 +477,9 @@ class StorageNode:
         if d.state is ReplicaState.LOAD:
             self._start_follower(held)  # catches up from the leader's channels; never campaigns
         elif d.state is ReplicaState.LIVE:
+            self._check_bootstrap(held)
             self._start_follower(held)
-            if held.election is None:
+            if held.election is None and self._may_campaign(held):
                 self._campaign(held)
         else:
             self._retire_roles(held)
@@ -552,6 +560,27 @@ class StorageNode:
         )
         held.lifecycle = LifecycleWorker(view, self.config.kafka, self.config.topics, self.lifecycle, pid).start()
 
+    def _check_bootstrap(self, held: HeldPartition) -> None:
+        """An empty replica with history (or an interrupted bootstrap) bootstraps before it campaigns."""
+        if held.bootstrap_checked:
+            return
+        assert self._client is not None
+        try:
+            never_led = read_epoch(self._client.zk, self._client.layout, held.partition_id).placement_id is None
+            if never_led and not held.replica.catch_up.bootstrapping:  # a new partition: nothing to fetch
+                held.bootstrap_checked = True
+                return
+            placements = (held.placement_id, *held.peers)
+            bootstrap.check_on_open(held.replica, self.config.kafka, self.config.topics, placements)
+            held.bootstrap_checked = True
+        except Exception as exc:  # Kafka unreachable: no campaign until the check can run (_supervise)
+            log.warning("%s: cannot check whether it must bootstrap yet: %s", held.replica.name, exc)
+
+    @staticmethod
+    def _may_campaign(held: HeldPartition) -> bool:
+        """Only a replica with the data may lead (DESIGN.md section 7): not while it bootstraps."""
+        return held.bootstrap_checked and held.replica.catch_up.eligible
+
     def _campaign(self, held: HeldPartition) -> None:
         assert self._client is not None
         if held.state is not ReplicaState.LIVE:
@@ -567,18 +596,21 @@ class StorageNode:
                     held.leader.request_stop()  # it also stops by itself at its next batch (check_writable)
                 _Handover(self, held).start()
 
-        election = PartitionElection(
-            self._client.zk,
-            held.partition_id,
-            self.config.server_id,
-            held.placement_id,
-            replica_state=ReplicaState.LIVE,
-            layout=self._client.layout,
-            security=self.metadata_config.security,
-            on_change=on_change,
-            prefer=self._balanced_preference(held),
-        )
-        held.election = election
+        with self._lock:  # discovery and _supervise may both start the first campaign: only one election
+            if held.election is not None:
+                return
+            election = PartitionElection(
+                self._client.zk,
+                held.partition_id,
+                self.config.server_id,
+                held.placement_id,
+                replica_state=ReplicaState.LIVE,
+                layout=self._client.layout,
+                security=self.metadata_config.security,
+                on_change=on_change,
+                prefer=self._balanced_preference(held),
+            )
+            held.election = election
         election.start()
 
     def _balanced_preference(self, held: HeldPartition) -> Callable[[Sequence[Candidate]], int | None]:
@@ -606,20 +638,34 @@ class StorageNode:
             election.resign()
 
     def _preference(self, partition_id: str) -> Callable[[Sequence[Candidate]], int | None]:
-        """TokuMX failover: prefer the candidate with the highest Ack on the old leader's segments channel."""
+        """TokuMX failover among the in-sync candidates (:func:`metadata.in_sync.prefer_in_sync`): prefer
+        the one with the highest durable position on the old leader's channels
+        (:func:`storage_node.replication.bootstrap.most_advanced`); a replica that bootstraps does not
+        campaign at all."""
         assert self._client is not None
         client, topics, kafka = self._client, self.config.topics, self.config.kafka
 
         def prefer(line: Sequence[Candidate]) -> int | None:
+            # an out-of-sync replica never leads while an in-sync one is in line (Kafka's ISR rule)
+            eligible = prefer_in_sync(
+                [c.placement_id for c in line], read_in_sync(client.zk, client.layout, partition_id).out_of_sync
+            )
+            if line and line[0].placement_id not in eligible:
+                return eligible[0]
             old = read_epoch(client.zk, client.layout, partition_id).placement_id
-            others = [c.placement_id for c in line if c.placement_id != old]
+            others = [p for p in eligible if p != old]
             if old is None or len(others) < 2:
                 return None
             groups = tuple(topics.replica_group(partition_id, p) for p in others)
-            acks = channel_indexes(kafka, topics.segments(partition_id, old), groups, timeout_s=5).acks
-            positions = [-1 if a is None else a for _, a in acks]
-            best = max(positions)
-            return None if best < 0 else others[positions.index(best)]
+
+            def acks(topic: str) -> list[int | None]:
+                try:
+                    return [a for _, a in channel_indexes(kafka, topic, groups, timeout_s=5).acks]
+                except KafkaOperationError:  # that channel does not exist (yet)
+                    return [None] * len(others)
+
+            wal, segments = acks(topics.wal(partition_id, old)), acks(topics.segments(partition_id, old))
+            return bootstrap.most_advanced(others, wal, segments)
 
         return prefer
 
@@ -691,6 +737,8 @@ class StorageNode:
 
             def leader() -> int | None:
                 rec = read_epoch(client.zk, client.layout, pid)
+                if rec.placement_id == own and held.replica.catch_up.bootstrapping:
+                    return own  # still recorded as leader after a restart: bootstrap from its own channels
                 return None if rec.placement_id in (None, own) else rec.placement_id
 
             config = FollowerConfig(self.config.kafka, self.config.topics)
@@ -710,7 +758,7 @@ class StorageNode:
         election = held.election
         if election is None or election.state is not LeaderState.LOST or self._stop.is_set():
             return
-        if held.state is not ReplicaState.LIVE:
+        if held.state is not ReplicaState.LIVE or not self._may_campaign(held):
             return
         try:
             election.start()
@@ -765,7 +813,16 @@ class StorageNode:
                 self._start_leader(held, lead)
                 continue
             if not leading:
+                self._check_bootstrap(held)
                 self._start_follower(held)
+                if not self._may_campaign(held):
+                    if election is not None and election.state is LeaderState.CANDIDATE:
+                        log.warning("%s: bootstrapping; leaving the election until caught up", held.replica.name)
+                        with contextlib.suppress(Exception):
+                            election.resign()
+                    continue
+                if election is None:
+                    self._campaign(held)
                 self._recampaign(held)
             else:
                 self._rebalance(held)

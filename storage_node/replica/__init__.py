@@ -3,6 +3,7 @@
 =============  ====================================================================================
 ``replica``    :class:`PartitionReplica`: segment list, segment files, memtable, scans
 ``memtable``   the rows not yet in a segment
+``catch_up``   SERVING or BOOTSTRAPPING (with progress): eligibility for election and reads
 ``overlay``    a follower's in-memory overlay of the leader's WAL channel (fresh reads)
 ``validate``   :class:`IngestValidator`: an ingest message -> rows, or the reason it is refused
 ``rows``       :func:`versioned_rows`: ingest rows -> stored rows with their GTID columns
@@ -12,6 +13,7 @@ Nothing here talks to Kafka or runs a thread: the procedures (:mod:`storage_node
 and the roles (:mod:`storage_node.roles`) do.
 """
 
+from storage_node.replica.catch_up import CatchUp, CatchUpPhase
 from storage_node.replica.memtable import Memtable
 from storage_node.replica.overlay import WalOverlay
 from storage_node.replica.replica import KeyFilter, PartitionReplica, minor_backlog, replica_dir
@@ -19,6 +21,8 @@ from storage_node.replica.rows import versioned_rows
 from storage_node.replica.validate import IngestValidator, Rejected
 
 __all__ = [
+    "CatchUp",
+    "CatchUpPhase",
     "IngestValidator",
     "KeyFilter",
     "Memtable",

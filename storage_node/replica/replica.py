@@ -39,6 +39,7 @@ from shoal.segments import (
 from shoal.segments.parquet_io import delete_segment_file
 from shoal.segments.recovery import reconcile
 from shoal.segments.versioned import DELETED_COLUMN, SYSTEM_COLUMNS
+from storage_node.replica.catch_up import CatchUp
 from storage_node.replica.memtable import Memtable
 from storage_node.replica.overlay import WalOverlay
 
@@ -122,6 +123,8 @@ class PartitionReplica:
         self._doomed: set[str] = set()
         """Deleted segments whose file is unlinked when the last scan reading it ends."""
         self.deleted_segments = 0
+        self.catch_up = CatchUp(self.directory)
+        """SERVING, or BOOTSTRAPPING from Kafka (:mod:`storage_node.replication.bootstrap`)."""
 
     @property
     def name(self) -> str:
@@ -131,6 +134,12 @@ class PartitionReplica:
     def chain(self) -> SegmentChain:
         with self._lock:
             return self._list.chain
+
+    @property
+    def empty(self) -> bool:
+        """No segment in the list (a new replica, or one whose data dir was missing or wiped)."""
+        with self._lock:
+            return len(self._list.chain) == 0
 
     def close(self) -> None:
         with self._lock:

@@ -16,6 +16,13 @@ For each other placement of the partition:
 3. write those rows, keeping their GTIDs, as one segment based on root that covers those offsets
    (merge = re-insert keeping GTIDs: idempotent and order-independent), so they are durable and
    published to the followers like any other segment.
+
+The segment claims only the offsets it read: from the first record the channel still holds to one
+past the last. When the channel's Tail is above what this replica's segments cover, the offsets in
+between are not claimed (they may hold only transaction markers, or rows this replica never got:
+an in-sync replica never has such rows, since Tail never passes the minimum Ack and an Ack never
+passes what is durable; :mod:`storage_node.replication.bootstrap` keeps replicas that lack them out
+of elections), and a warning names them.
 """
 
 from __future__ import annotations
@@ -75,7 +82,19 @@ def adopt_channels(
             continue
         verify_chain([r.record for r in records], prev_hash=None)
         tables = [versioned_rows(r.record.rows(schema), r.record.gtid) for r in records]
-        covered = WalRange(replica.partition_id, placement, min(start, records[0].offset), records[-1].offset + 1)
+        first = records[0].offset
+        if first > start:
+            log.warning(
+                "%s: WAL channel %s starts at %d, above the %d this replica's segments cover; "
+                "offsets [%d, %d) are not claimed",
+                replica.name,
+                topic,
+                first,
+                start,
+                start,
+                first,
+            )
+        covered = WalRange(replica.partition_id, placement, first, records[-1].offset + 1)
         record = replica.write_adopted(tables, covered, epoch)
         out.append(record)
         log.info(

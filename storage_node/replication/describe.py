@@ -6,6 +6,11 @@ newest version per key by GTID, tombstones hidden) *with* their GTID columns, so
 key, so the hash is independent of the order writes arrived in, of how they are split into
 segments, and of Arrow chunking; two replicas agree iff they hold the same versions of the same
 rows.
+
+``catch_up`` is the replica's catch-up state (:mod:`storage_node.replication.bootstrap`): ``state``
+SERVING or BOOTSTRAPPING, the reason, and progress (segments-channel offsets fetched / target, WAL
+offsets, segments and bytes fetched, seconds), for ``shoal table describe`` and the lifecycle
+commands.
 """
 
 from __future__ import annotations
@@ -44,4 +49,5 @@ def describe_replica(replica: PartitionReplica) -> dict[str, Any]:
         "content_hash": content_hash(rows, list(replica.key_columns)),
         "overlay_records": 0 if overlay is None else overlay.records,
         "memtable_rows": replica.memtable.rows,
+        "catch_up": replica.catch_up.snapshot().as_dict(),
     }

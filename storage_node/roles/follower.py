@@ -27,6 +27,19 @@ then show lag 0 on an idle channel. No data record lies between, so the Ack's me
 The Ack on the leader's WAL channel and the Consume index follow the same rule with the WAL tail's EOF.
 The leader is read from the election's epoch znode (its placement id); when it
 changes, the follower switches to the new leader's channel, from that group's committed offset.
+
+Bootstrap (:mod:`storage_node.replication.bootstrap`): when the replica is BOOTSTRAPPING, or
+positioning on a channel shows its Ack below the channel's Tail (LinDB's handshake rule), the
+follower does not trust its committed offsets: it lowers its Acks to what it holds, reads the
+segments channel from the latest major (fast-forward, not re-insert) and the WAL channel from what
+those segments cover, and reports progress until it is caught up. A replica still recorded as the
+leader (it restarted before its session expired) bootstraps from its own channels.
+
+An INVALID segment given up after ``max_refetches`` is not replayed again: the manifests based on
+it are skipped too (no ack) until a major that is not referenced arrives and is fast-forward-added,
+so the follower neither loops OUT_OF_ORDER nor acks what it does not hold. The overlay keeps the
+WAL channel's hash chain and GTID order across records: a record that does not chain from the last
+accepted one is reported and skipped, the chain position stays at the last accepted record.
 """
 
 from __future__ import annotations
@@ -42,6 +55,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaExcepti
 from shoal.errors import KafkaOperationError, ShoalError
 from shoal.kafka import clients
 from shoal.kafka.admin import create_topic
+from shoal.kafka.indexes import channel_indexes
 from shoal.kafka.settings import KafkaSettings
 from shoal.segments import ReceiveOutcome, file_sha256, write_segment_bytes
 from shoal.segments.channel import KIND_CHUNK, KIND_MANIFEST, from_wire, message_kind
@@ -54,12 +68,13 @@ from shoal.segments.errors import (
 from shoal.segments.parquet_io import segment_path
 from shoal.topics import TopicNames
 from shoal.wire.ingest import ingest_schema
+from shoal.wire.records import Gtid, HashChainError, SegmentChunk, WalRecord, verify_chain
 from shoal.wire.records import ManifestRecord as WireManifest
-from shoal.wire.records import SegmentChunk, WalRecord, verify_chain
 from shoal.worker import Deadline, Worker
 from storage_node.config import consumer_overrides
 from storage_node.errors import ChunkError
 from storage_node.replica import PartitionReplica, WalOverlay, versioned_rows
+from storage_node.replication import bootstrap
 from storage_node.replication.collect import collect_on_follower
 from storage_node.replication.publish import SEGMENTS_TOPIC_CONFIG, push_segments
 from storage_node.replication.receive import ApplyResult, InFlightBudget, ReceiveStats, apply_segment
@@ -109,9 +124,15 @@ class PartitionFollower(Worker):
         self._wal: Consumer | None = None
         self._wal_topic: str | None = None
         self._wal_prev_hash: bytes | None = None
+        self._wal_next: Gtid | None = None
+        """The lowest GTID the next WAL record may carry (after the last accepted record's rows)."""
         self._wal_acked = -1
         self._next_leader_check = 0.0
         self._refetches: dict[str, int] = {}
+        self._given_up: set[str] = set()
+        """Segments skipped as INVALID after ``max_refetches``, and those based on them (never acked)."""
+        self._bootstrap_topic: str | None = None
+        """The segments channel the current bootstrap positioned on (None: not bootstrapping)."""
         self._repair: set[str] = set()
         self._acked = -1
         self._out_of_order: dict[str, int] = {}
@@ -163,6 +184,7 @@ class PartitionFollower(Worker):
             else:
                 self._ack_past_markers()
             self._tail_wal()
+            self._check_caught_up()
         except (ShoalError, KafkaException, OSError, ChunkError) as exc:
             self.stats.errors += 1
             log.warning("%s: follower step failed, retrying: %s", self.replica.name, exc)
@@ -186,9 +208,10 @@ class PartitionFollower(Worker):
         except ShoalError as exc:
             log.warning("%s: cannot read the leader: %s", self.replica.name, exc)
             return
-        if leader == self.replica.placement_id:
+        bootstrapping = self.replica.catch_up.bootstrapping
+        if leader == self.replica.placement_id and not bootstrapping:
             leader = None
-        if leader == self.leader_placement_id:
+        if leader == self.leader_placement_id and not (bootstrapping and self._bootstrap_topic != self.topic):
             return
         self._close_consumer()
         self.leader_placement_id = leader
@@ -216,12 +239,102 @@ class PartitionFollower(Worker):
             consumer.close()
             raise KafkaOperationError(f"cannot read the committed offset of {self.group_id} on {topic}: {exc}") from exc
         self._acked, self._delivered, self._eof = committed, -1, None
-        start = committed if committed >= 0 and not self._repair else OFFSET_BEGINNING
+        self._bootstrap_topic = None
+        try:
+            reason = self._bootstrap_reason(topic, leader, committed)
+            if reason is not None:
+                start = self._begin_bootstrap(consumer, topic, leader, reason)
+            else:
+                start = committed if committed >= 0 and not self._repair else OFFSET_BEGINNING
+        except BaseException:
+            consumer.close()
+            raise
         consumer.assign([TopicPartition(topic, 0, start)])
         self._consumer, self.topic = consumer, topic
-        if self.config.tail_wal:
+        if self.config.tail_wal and self._bootstrap_topic is None:  # a bootstrap opens it after the segments
             self._open_wal(leader)
-        log.info("%s: following placement %d on %s from offset %s", self.replica.name, leader, topic, committed)
+        log.info("%s: following placement %d on %s from offset %s", self.replica.name, leader, topic, start)
+
+    # -- bootstrap (storage_node.replication.bootstrap) -------------------------------------------
+
+    def _bootstrap_reason(self, topic: str, leader: int, committed: int) -> str | None:
+        """BOOTSTRAPPING already, or an Ack below a channel's Tail (LinDB's handshake rule)."""
+        if self.replica.catch_up.bootstrapping:
+            return self.replica.catch_up.snapshot().reason or "requested"
+        segments = channel_indexes(self.config.kafka, topic, timeout_s=10)
+        wal_topic = self.config.topics.wal(self.replica.partition_id, leader)
+        try:
+            wal = channel_indexes(self.config.kafka, wal_topic, (self.group_id,), timeout_s=10)
+            wal_ack, wal_tail = wal.ack(self.group_id), wal.tail
+        except KafkaOperationError:  # the leader has not created its WAL channel yet
+            wal_ack, wal_tail = None, 0
+        return bootstrap.bootstrap_reason(
+            bootstrap.ReplicaPosition(
+                empty=self.replica.empty,
+                segments_ack=committed if committed >= 0 else None,
+                segments_tail=segments.tail,
+                wal_ack=wal_ack,
+                wal_tail=wal_tail,
+            )
+        )
+
+    def _begin_bootstrap(self, consumer: Consumer, topic: str, leader: int, reason: str) -> int:
+        """Position on the latest major; lower the Acks to what this replica holds; set the targets."""
+        bootstrap.request_bootstrap(self.replica, reason)
+        segments = channel_indexes(self.config.kafka, topic, timeout_s=10)
+        latest = bootstrap.find_latest_major(self.config.kafka, topic, tail=segments.tail, end=segments.append)
+        start = bootstrap.start_offset(segments.tail, latest)
+        wal_topic = self.config.topics.wal(self.replica.partition_id, leader)
+        covered = self._leader_channel_end(leader)
+        try:
+            wal_end = channel_indexes(self.config.kafka, wal_topic, timeout_s=10).append
+        except KafkaOperationError:
+            wal_end = 0
+        offsets = [TopicPartition(topic, 0, start)]
+        if wal_end > 0:
+            offsets.append(TopicPartition(wal_topic, 0, covered))
+        consumer.commit(offsets=offsets, asynchronous=False)  # Ack = what is durable here, nothing more
+        self._acked, self._wal_acked = start, covered
+        self._bootstrap_topic = topic
+        self.replica.catch_up.targets(topic, start, segments.append, covered, wal_end)
+        log.warning(
+            "%s: bootstrapping (%s) from %s offset %d (latest major %s) to %d; WAL %s [%d, %d)",
+            self.replica.name,
+            reason,
+            topic,
+            start,
+            latest,
+            segments.append,
+            wal_topic,
+            covered,
+            wal_end,
+        )
+        return start
+
+    def _check_caught_up(self) -> None:
+        catch_up = self.replica.catch_up
+        if not catch_up.bootstrapping or self._bootstrap_topic is None or self._bootstrap_topic != self.topic:
+            return
+        snap = catch_up.snapshot()
+        leader = self.leader_placement_id
+        if self._acked >= snap.target_offset and self._wal is None and self.config.tail_wal and leader is not None:
+            self._open_wal(leader)  # segments first, then the WAL channel from what they cover
+        wal = -1
+        if self._wal is not None and leader is not None:
+            wal = max(self._wal_delivered, self._wal_eof or 0, self._wal_acked, self._leader_channel_end(leader))
+            catch_up.progress(wal_fetched=wal)
+        done = bootstrap.caught_up(
+            segments_acked=self._acked,
+            segments_target=snap.target_offset,
+            wal_position=wal,
+            wal_target=snap.wal_target,
+            tail_wal=self.config.tail_wal,
+        )
+        if done:
+            catch_up.finish()
+            self._bootstrap_topic = None
+            info = catch_up.snapshot().as_dict()
+            log.warning("%s: bootstrap done, eligible again: %s", self.replica.name, info)
 
     def _close_consumer(self) -> None:
         for c in (self._consumer, self._wal):
@@ -249,7 +362,7 @@ class PartitionFollower(Worker):
         )
         start = self._leader_channel_end(leader)
         consumer.assign([TopicPartition(topic, 0, start)])
-        self._wal, self._wal_topic, self._wal_prev_hash = consumer, topic, None
+        self._wal, self._wal_topic, self._wal_prev_hash, self._wal_next = consumer, topic, None, None
         self._wal_acked, self._wal_delivered, self._wal_eof = -1, -1, None
         if self.replica.overlay is None:
             self.replica.overlay = WalOverlay()
@@ -273,9 +386,14 @@ class PartitionFollower(Worker):
             table = self.replica.table
             schema = ingest_schema(table.arrow_schema(), table.primary_key)
             for m in data:
+                rows = None
                 try:
                     record = WalRecord.from_bytes(m.value())
-                    verify_chain([record], prev_hash=self._wal_prev_hash)
+                    self._check_wal_chain(record)
+                    # it chains: it is the leader's record, so the chain moves on even if its rows
+                    # do not decode (a record that does not chain leaves the position where it was)
+                    self._wal_prev_hash = record.hash
+                    self._wal_next = Gtid(record.gtid.epoch, record.gtid.seq + max(record.row_count, 1))
                     rows = versioned_rows(record.rows(schema), record.gtid)
                 except ShoalError as exc:
                     self.stats.invalid += 1
@@ -287,12 +405,19 @@ class PartitionFollower(Worker):
                         exc,
                     )
                     continue
-                self._wal_prev_hash = record.hash
                 overlay.add(channel, int(m.offset() or 0), rows, coverage)
                 self.stats.wal_records_tailed += 1
             with contextlib.suppress(KafkaException):
                 self._wal.commit(asynchronous=True)  # the Consume (Replica) index, for monitoring
         self._ack_wal()
+
+    def _check_wal_chain(self, record: WalRecord) -> None:
+        """The record chains from the last accepted one (hash) and its GTID follows its rows."""
+        verify_chain([record], prev_hash=self._wal_prev_hash)
+        after = self._wal_next
+        gtid = record.gtid
+        if after is not None and (gtid.epoch, gtid.seq) < (after.epoch, after.seq):
+            raise HashChainError(0, gtid, f"gtid does not follow the previous record's rows (expected >= {after})")
 
     def _ack_wal(self) -> None:
         """Ack index on the leader's WAL channel = what this replica's durable segments cover, or the
@@ -322,10 +447,14 @@ class PartitionFollower(Worker):
         if err is not None:
             if err.code() == KafkaError._PARTITION_EOF:
                 self._eof = int(msg.offset() or 0)
+                if self._bootstrap_topic is not None:
+                    self.replica.catch_up.progress(fetched=self._eof)
             else:
                 log.warning("%s: segments consumer: %s", self.replica.name, err)
             return None
         self._delivered, self._eof = int(msg.offset() or 0) + 1, None
+        if self._bootstrap_topic is not None:
+            self.replica.catch_up.progress(fetched=self._delivered)
         return msg
 
     def _seek(self, offset: int) -> None:
@@ -370,6 +499,8 @@ class PartitionFollower(Worker):
         if wire.segment_id in self._repair:
             self._repair_file(wire, chunks, offset, last)
             return
+        if self._skip_given_up(manifest.segment_id, manifest.base_segment_id, manifest.is_major, offset):
+            return
         try:
             result = apply_segment(
                 self.replica, manifest, chunks, leader_placement_id=self.leader_placement_id, budget=self.budget
@@ -383,6 +514,10 @@ class PartitionFollower(Worker):
             if outcome is ReceiveOutcome.SEGMENT_EXISTS:
                 for _ in chunks:  # skip the chunks, then ack past them
                     pass
+            elif self._bootstrap_topic is not None:
+                self.replica.catch_up.progress(segment_bytes=result.bytes_written)
+            if manifest.is_major and outcome is not ReceiveOutcome.SEGMENT_EXISTS:
+                self._given_up.clear()  # a new major replaces whatever was skipped
             self._ack(last[0] + 1)
             self._refetches.pop(sid, None)
             self._out_of_order.pop(sid, None)
@@ -395,6 +530,14 @@ class PartitionFollower(Worker):
             if n <= self.config.max_refetches:
                 self.stats.refetches += 1
                 self._seek(offset)  # fetch it again
+            else:
+                self._given_up.add(sid)
+                log.error(
+                    "%s: segment %s skipped after %d attempts; waiting for a major that replaces it",
+                    self.replica.name,
+                    sid,
+                    n,
+                )
         elif outcome is ReceiveOutcome.OVERLOADED:
             log.info("%s: OVERLOADED, pausing: %s", self.replica.name, result.reason)
             self.stopping.wait(self.config.overload_pause_s)
@@ -417,6 +560,20 @@ class PartitionFollower(Worker):
             if n > 1:
                 self.stopping.wait(self.config.out_of_order_pause_s)
             self._seek(target if target is not None and target < offset else OFFSET_BEGINNING)
+
+    def _skip_given_up(self, sid: str, base: str | None, is_major: bool, offset: int) -> bool:
+        """A segment given up as INVALID, or a minor based on one, is skipped without an ack and not
+        replayed (its chunks are skipped as they arrive): only a major can replace it."""
+        if not self._given_up or is_major:
+            return False
+        if sid not in self._given_up and base not in self._given_up:
+            return False
+        if sid not in self._given_up:
+            self._given_up.add(sid)
+            log.error(
+                "%s: segment %s at offset %d is based on a skipped segment; skipped too", self.replica.name, sid, offset
+            )
+        return True
 
     def _collect(self) -> None:
         """Source 3.5 follower procedure, DELETE: the major is durable here, drop what it folds."""

@@ -1,0 +1,121 @@
+"""A replica whose disk is wiped re-bootstraps from Kafka and never leads with missing data.
+
+DESIGN.md sections 6 and 7, :mod:`storage_node.replication.bootstrap`. Three node processes, real
+Kafka and ZooKeeper, one partition with three replicas.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fault_support import NODES, Cluster3, wait_until
+
+from metadata.election import candidates
+
+pytestmark = pytest.mark.integration
+
+
+def _catch_up(c: Cluster3, server: str) -> dict[str, Any]:
+    return dict((c.describe(server) or {}).get("catch_up") or {})
+
+
+def _placement(c: Cluster3, server: str) -> int:
+    d = c.describe(server)
+    assert d is not None
+    return int(d["placement_id"])
+
+
+def _written(c: Cluster3, n: int = 300) -> tuple[set[int], set[int]]:
+    """Write at least ``n`` acknowledged rows and wait until every replica holds them."""
+    w = c.writer()
+    assert wait_until(lambda: len(w.acked) >= n, 90), (len(w.acked), w.error)
+    w.stop()
+    acked, sent = set(w.acked), set(w.sent)
+    assert wait_until(lambda: c.converged(acked, sent), 120), c.summary()
+    return acked, sent
+
+
+def _holds(c: Cluster3, servers: list[str], acked: set[int]) -> bool:
+    for s in servers:
+        try:
+            keys = c.keys_on(s)
+        except Exception:
+            return False
+        if len(keys) != len(set(keys)) or not acked <= set(keys):
+            return False
+    return True
+
+
+def test_wiped_follower_rebootstraps_from_segments_and_leads_only_when_caught_up(
+    cluster: Any, zk_hosts: str, topic_prefix: str, tmp_path: Path
+) -> None:
+    with Cluster3(tmp_path, cluster, zk_hosts, topic_prefix) as c:
+        acked, sent = _written(c)
+        leader = c.leader()
+        wiped = next(n for n in NODES if n != leader)
+        placement = _placement(c, wiped)
+
+        # wipe a follower's data dir and restart it: it bootstraps from the leader's segments channel
+        c.nodes.stop(wiped)
+        shutil.rmtree(c.nodes.data_dir(wiped))
+        c.nodes.start(wiped)
+        seen_bootstrapping = False
+
+        def served_again() -> bool:
+            nonlocal seen_bootstrapping
+            line = {x.placement_id for x in candidates(c.client.zk, c.client.layout, c.pid)}
+            state = _catch_up(c, wiped)
+            if state.get("state") == "BOOTSTRAPPING":
+                seen_bootstrapping = True
+                assert placement not in line, "a bootstrapping replica campaigns"
+            return state.get("state") == "SERVING" and state.get("reason") is not None
+
+        assert wait_until(served_again, 120), (_catch_up(c, wiped), c.describe(wiped))
+        d = c.describe(wiped)
+        assert d is not None
+        stats, state = d["follower"], d["catch_up"]
+        assert state["segments_fetched"] >= 1 and state["bytes_fetched"] > 0, state
+        applied = stats["fast_forwards"] + stats["fast_forward_adds"]
+        assert applied >= state["segments_fetched"] >= 1 and stats["rows_decoded_to_apply"] == 0, stats
+        assert wait_until(
+            lambda: placement in {x.placement_id for x in candidates(c.client.zk, c.client.layout, c.pid)}, 60
+        )
+        assert wait_until(lambda: _holds(c, [wiped], acked), 60), c.summary()
+        print("bootstrap", state, "seen BOOTSTRAPPING:", seen_bootstrapping)
+
+        # kill the leader: whoever leads next holds every acknowledged row
+        epoch0 = c.epoch()[0]
+        assert leader is not None
+        c.nodes.kill(leader)
+        assert wait_until(lambda: c.epoch()[0] > epoch0 and c.leader() not in (None, leader), 90)
+        live = [n for n in NODES if n != leader]
+        assert wait_until(lambda: _holds(c, live, acked), 120), c.summary()
+        c.nodes.start(leader)
+        assert wait_until(lambda: c.converged(acked, sent), 180), c.summary()
+
+
+def test_empty_replica_never_leads_with_missing_data(
+    cluster: Any, zk_hosts: str, topic_prefix: str, tmp_path: Path
+) -> None:
+    """The only live replica was wiped: it must catch up from the dead leader's channels before it
+    leads (it used to lead at once, adopt what was left of the WAL channel and publish a first
+    major without the older rows, which the other replicas then fast-forwarded)."""
+    with Cluster3(tmp_path, cluster, zk_hosts, topic_prefix) as c:
+        acked, sent = _written(c)
+        leader = c.leader()
+        assert leader is not None
+        wiped, other = (n for n in NODES if n != leader)
+        c.nodes.stop(other)
+        c.nodes.stop(wiped)
+        shutil.rmtree(c.nodes.data_dir(wiped))
+        epoch0 = c.epoch()[0]
+        c.nodes.kill(leader)
+        c.nodes.start(wiped)
+        assert wait_until(lambda: c.epoch()[0] > epoch0 and c.leader() == wiped, 120), c.epoch()
+        assert wait_until(lambda: _holds(c, [wiped], acked), 60), c.summary()
+        c.nodes.start(other)
+        c.nodes.start(leader)
+        assert wait_until(lambda: c.converged(acked, sent), 180), c.summary()

@@ -1,0 +1,306 @@
+"""Replica bootstrap: the pure decisions, the catch-up state, eligibility, and two follower fixes.
+
+The follower tests drive :class:`PartitionFollower` with scripted consumers (no Kafka): an INVALID
+segment given up after ``max_refetches`` must not loop OUT_OF_ORDER forever, and the WAL overlay
+keeps its hash chain and GTID order across a bad record.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from confluent_kafka import KafkaError, TopicPartition
+
+from metadata.table import Column, ColumnType, TableDefinition
+from shoal.errors import PartitionUnavailableError
+from shoal.ids import new_partition_id
+from shoal.kafka.settings import KafkaSettings
+from shoal.segments import SegmentRecord
+from shoal.segments.channel import KIND_CHUNK, KIND_HEADER, KIND_MANIFEST, to_wire
+from shoal.segments.parquet_io import segment_path
+from shoal.topics import TopicNames
+from shoal.wire.arrow_ipc import encode_batch
+from shoal.wire.ingest import ingest_schema
+from shoal.wire.records import GENESIS_HASH, Gtid, SegmentChunk, WalRecord
+from storage_node.node import HeldPartition, StorageNode
+from storage_node.replica import CatchUpPhase, PartitionReplica, versioned_rows
+from storage_node.replica.overlay import WalOverlay
+from storage_node.replication import bootstrap
+from storage_node.replication.bootstrap import ReplicaPosition, bootstrap_reason, caught_up, start_offset
+from storage_node.roles.follower import FollowerConfig, PartitionFollower
+
+TABLE = TableDefinition(
+    "events", (Column("k", ColumnType.UINT64, False), Column("v", ColumnType.STRING)), ("k",), "k", 1
+)
+TOPICS = TopicNames("t1")
+LEADER, FOLLOWER = 1, 2
+
+
+# -- pure decisions ------------------------------------------------------------------------------
+
+
+def test_an_empty_replica_with_history_bootstraps_a_fresh_one_does_not() -> None:
+    assert bootstrap_reason(ReplicaPosition(empty=True)) is None  # a new partition: nothing to fetch
+    assert bootstrap_reason(ReplicaPosition(empty=True, acked_history=True)) == bootstrap.REASON_EMPTY_WITH_HISTORY
+    assert (
+        bootstrap_reason(ReplicaPosition(empty=True, partition_has_data=True))
+        == bootstrap.REASON_EMPTY_PARTITION_HAS_DATA
+    )
+    assert bootstrap_reason(ReplicaPosition(empty=False, interrupted=True)) == bootstrap.REASON_INTERRUPTED
+
+
+def test_lindb_handshake_an_ack_below_tail_rebootstraps() -> None:
+    assert bootstrap_reason(ReplicaPosition(empty=False, segments_ack=10, segments_tail=10)) is None
+    assert bootstrap_reason(ReplicaPosition(empty=False, segments_ack=None, segments_tail=10)) is None
+    assert (
+        bootstrap_reason(ReplicaPosition(empty=False, segments_ack=9, segments_tail=10))
+        == bootstrap.REASON_ACK_BELOW_TAIL
+    )
+    assert (
+        bootstrap_reason(ReplicaPosition(empty=False, segments_ack=50, wal_ack=3, wal_tail=7))
+        == bootstrap.REASON_WAL_ACK_BELOW_TAIL
+    )
+    assert bootstrap_reason(ReplicaPosition(empty=False, wal_ack=7, wal_tail=7)) is None
+
+
+def test_start_point_is_the_latest_major_never_below_tail() -> None:
+    assert start_offset(0, None) == 0
+    assert start_offset(5, None) == 5
+    assert start_offset(5, 40) == 40
+    assert start_offset(50, 40) == 50
+
+
+def test_caught_up_needs_segments_and_wal_targets() -> None:
+    assert not caught_up(segments_acked=9, segments_target=10, wal_position=5, wal_target=5, tail_wal=True)
+    assert not caught_up(segments_acked=10, segments_target=10, wal_position=4, wal_target=5, tail_wal=True)
+    assert caught_up(segments_acked=10, segments_target=10, wal_position=5, wal_target=5, tail_wal=True)
+    assert caught_up(segments_acked=10, segments_target=10, wal_position=0, wal_target=5, tail_wal=False)
+
+
+def test_most_advanced_prefers_durable_wal_coverage_then_segments_ack() -> None:
+    assert bootstrap.most_advanced([2, 3], [None, None], [None, None]) is None
+    assert bootstrap.most_advanced([2, 3], [10, 12], [40, 5]) == 3  # covers more of the old leader's WAL
+    assert bootstrap.most_advanced([2, 3], [12, 12], [40, 41]) == 3
+    assert bootstrap.most_advanced([2, 3], [0, None], [0, 30]) == 2  # no WAL Ack ranks below any WAL Ack
+    assert bootstrap.most_advanced([], [], []) is None
+
+
+# -- catch-up state and eligibility --------------------------------------------------------------
+
+
+def test_a_bootstrap_survives_a_restart_until_it_finishes(tmp_path: Path) -> None:
+    pid = new_partition_id()
+    replica = PartitionReplica(TABLE, pid, FOLLOWER, tmp_path)
+    assert replica.empty and replica.catch_up.eligible
+    bootstrap.request_bootstrap(replica, "wiped")
+    replica.catch_up.targets("seg", 10, 30, 0, 7)
+    replica.catch_up.progress(fetched=20, segment_bytes=1000)
+    info = replica.catch_up.snapshot().as_dict()
+    assert info["state"] == "BOOTSTRAPPING" and info["offsets_fetched"] == 10 and info["offsets_target"] == 20
+    assert info["progress"] == 0.5 and info["bytes_fetched"] == 1000 and info["segments_fetched"] == 1
+    replica.close()
+
+    again = PartitionReplica(TABLE, pid, FOLLOWER, tmp_path)  # a crash half way: still not eligible
+    assert again.catch_up.phase is CatchUpPhase.BOOTSTRAPPING and not again.catch_up.eligible
+    again.catch_up.finish()
+    again.close()
+    assert PartitionReplica(TABLE, pid, FOLLOWER, tmp_path).catch_up.eligible
+
+
+def test_a_bootstrapping_replica_may_not_campaign(tmp_path: Path) -> None:
+    replica = PartitionReplica(TABLE, new_partition_id(), FOLLOWER, tmp_path)
+    held = HeldPartition(TABLE, replica.partition_id, FOLLOWER, None, replica)  # type: ignore[arg-type]
+    assert not StorageNode._may_campaign(held)  # the empty-replica check has not run yet
+    held.bootstrap_checked = True
+    assert StorageNode._may_campaign(held)
+    bootstrap.request_bootstrap(replica, "out of sync")
+    assert not StorageNode._may_campaign(held)
+
+
+# -- follower: scripted consumers ----------------------------------------------------------------
+
+
+class FakeError:
+    def __init__(self, offset: int) -> None:
+        self._offset = offset
+
+    def code(self) -> int:
+        return KafkaError._PARTITION_EOF
+
+
+@dataclass
+class FakeMessage:
+    _offset: int
+    _value: bytes | None
+    _headers: list[tuple[str, bytes]]
+    _error: FakeError | None = None
+
+    def offset(self) -> int:
+        return self._offset
+
+    def value(self) -> bytes | None:
+        return self._value
+
+    def headers(self) -> list[tuple[str, bytes]]:
+        return self._headers
+
+    def error(self) -> FakeError | None:
+        return self._error
+
+
+class FakeChannel:
+    """A consumer on a fixed list of messages: ``assign`` seeks, ``poll`` reads, ``commit`` records."""
+
+    def __init__(self, messages: Sequence[tuple[bytes, bytes]]) -> None:
+        self.messages = [FakeMessage(i, v, [(KIND_HEADER, k)]) for i, (k, v) in enumerate(messages)]
+        self.position = 0
+        self.seeks: list[int] = []
+        self.commits: list[int] = []
+
+    def assign(self, tps: list[TopicPartition]) -> None:
+        self.position = tps[0].offset
+        self.seeks.append(tps[0].offset)
+
+    def poll(self, _timeout: float) -> FakeMessage | None:
+        if self.position >= len(self.messages):
+            return FakeMessage(self.position, None, [], FakeError(self.position))
+        msg = self.messages[self.position]
+        self.position += 1
+        return msg
+
+    def consume(self, n: int, _timeout: float) -> list[FakeMessage]:
+        out = []
+        while len(out) < n and self.position < len(self.messages):
+            out.append(self.messages[self.position])
+            self.position += 1
+        return out
+
+    def commit(self, offsets: list[TopicPartition] | None = None, asynchronous: bool = True) -> None:
+        if offsets:
+            self.commits.append(offsets[0].offset)
+
+    def close(self) -> None:
+        pass
+
+
+def _follower(replica: PartitionReplica, **config: Any) -> PartitionFollower:
+    cfg = FollowerConfig(
+        KafkaSettings("localhost:1"),
+        TOPICS,
+        tail_wal=False,
+        out_of_order_pause_s=0,
+        overload_pause_s=0,
+        leader_check_s=3600,
+        **config,
+    )
+    f = PartitionFollower(replica, cfg, lambda: LEADER)
+    f.leader_placement_id = LEADER
+    f._next_leader_check = float("inf")
+    return f
+
+
+def _ingest(keys: list[int]) -> pa.Table:
+    return pa.table(
+        {
+            "k": pa.array(keys, pa.uint64()),
+            "v": pa.array([f"v{k}" for k in keys], pa.string()),
+            "_shoal_deleted": [False] * len(keys),
+        },
+        schema=ingest_schema(TABLE.arrow_schema()),
+    )
+
+
+def _segments(tmp: Path, pid: str, n: int) -> tuple[PartitionReplica, list[SegmentRecord]]:
+    leader = PartitionReplica(TABLE, pid, LEADER, tmp / "leader")
+    out = []
+    for i in range(n):
+        leader.append(versioned_rows(_ingest([i * 10, i * 10 + 1]), Gtid(1, i * 2)), i)
+        record = leader.flush(1)
+        assert record is not None
+        out.append(record)
+    return leader, out
+
+
+def _published(leader: PartitionReplica, record: SegmentRecord, *, corrupt: bool = False) -> list[tuple[bytes, bytes]]:
+    wire = to_wire(record, table="events", partition_id=leader.partition_id, topics=TOPICS, latest_major_offset=0)
+    data = segment_path(leader.directory, record.segment_id).read_bytes()
+    if corrupt:
+        data = data[:-1] + bytes([data[-1] ^ 0xFF])
+    chunk = SegmentChunk(record.segment_id, 0, 1, data)
+    assert wire.chunk_count == 1
+    return [(KIND_MANIFEST, wire.to_bytes()), (KIND_CHUNK, chunk.to_bytes())]
+
+
+def test_an_invalid_segment_given_up_does_not_loop_out_of_order(tmp_path: Path) -> None:
+    pid = new_partition_id()
+    leader, (major, bad, after) = _segments(tmp_path, pid, 3)
+    channel = FakeChannel(_published(leader, major) + _published(leader, bad, corrupt=True) + _published(leader, after))
+    replica = PartitionReplica(TABLE, pid, FOLLOWER, tmp_path / "follower")
+    f = _follower(replica, max_refetches=2)
+    f._consumer, f.topic = channel, TOPICS.segments(pid, LEADER)  # type: ignore[assignment]
+    for _ in range(200):
+        f._step()
+    assert replica.chain.root == major.segment_id  # the bad segment and the one based on it: not applied
+    assert f.stats.invalid == 3 and f.stats.refetches == 2
+    assert len(channel.seeks) <= 10, f"the follower keeps replaying: {len(channel.seeks)} seeks"
+    assert channel.commits == [2]  # acked the major only
+    assert channel.position == len(channel.messages)  # it waits at the channel's end for a new major
+
+
+def _wal(records: list[WalRecord]) -> FakeChannel:
+    return FakeChannel([(b"", r.to_bytes()) for r in records])
+
+
+def _record(keys: list[int], gtid: Gtid, prev: bytes, pid: str, *, payload: bytes | None = None) -> WalRecord:
+    body = payload if payload is not None else encode_batch(_ingest(keys))
+    return WalRecord.create(
+        partition_id=pid, placement_id=LEADER, gtid=gtid, row_count=len(keys), payload=body, prev_hash=prev
+    )
+
+
+def _tail(replica: PartitionReplica, records: list[WalRecord]) -> PartitionFollower:
+    f = _follower(replica)
+    f._wal, f._wal_topic = _wal(records), TOPICS.wal(replica.partition_id, LEADER)  # type: ignore[assignment]
+    replica.overlay = WalOverlay()
+    f._tail_wal()
+    return f
+
+
+def test_overlay_chain_moves_past_a_record_whose_rows_do_not_decode(tmp_path: Path) -> None:
+    pid = new_partition_id()
+    r1 = _record([1], Gtid(1, 0), GENESIS_HASH, pid)
+    r2 = _record([2], Gtid(1, 1), r1.hash, pid, payload=b"not arrow")  # the leader's, chained, rows unreadable
+    r3 = _record([3], Gtid(1, 2), r2.hash, pid)
+    replica = PartitionReplica(TABLE, pid, FOLLOWER, tmp_path)
+    f = _tail(replica, [r1, r2, r3])
+    assert f.stats.invalid == 1
+    assert sorted(replica.scan().column("k").to_pylist()) == [1, 3]  # r3 chains from r2: it is accepted
+
+
+def test_overlay_checks_gtid_order_and_a_forged_record_does_not_move_the_chain(tmp_path: Path) -> None:
+    pid = new_partition_id()
+    r1 = _record([1, 2], Gtid(1, 10), GENESIS_HASH, pid)
+    backwards = _record([3], Gtid(1, 11), r1.hash, pid)  # chains, but its GTID is inside r1's rows
+    forged = _record([4], Gtid(1, 12), b"\x01" * 32, pid)  # does not chain from r1
+    r2 = _record([5], Gtid(1, 12), r1.hash, pid)
+    replica = PartitionReplica(TABLE, pid, FOLLOWER, tmp_path)
+    f = _tail(replica, [r1, backwards, forged, r2])
+    assert f.stats.invalid == 2
+    assert sorted(replica.scan().column("k").to_pylist()) == [1, 2, 5]
+
+
+def test_scan_of_a_bootstrapping_replica_is_refused(tmp_path: Path) -> None:
+    replica = PartitionReplica(TABLE, new_partition_id(), FOLLOWER, tmp_path)
+    node = StorageNode.__new__(StorageNode)  # only the held-replica table is used
+    node._lock, node._held = threading.RLock(), {}
+    node._held[replica.partition_id] = HeldPartition(TABLE, replica.partition_id, FOLLOWER, None, replica)  # type: ignore[arg-type]
+    assert node.replicas("events", None) == [replica]
+    bootstrap.request_bootstrap(replica, "wiped")
+    with pytest.raises(PartitionUnavailableError, match="bootstrapping"):
+        node.replicas("events", None)
