@@ -32,28 +32,16 @@ from collections.abc import Sequence
 
 import pyarrow as pa
 
-from shoal.errors import KafkaOperationError
 from shoal.kafka import clients
 from shoal.kafka.readers import read_wal_channel
 from shoal.kafka.settings import KafkaSettings
-from shoal.kafka.transaction import TransactionalChannel
+from shoal.kafka.transaction import fence
 from shoal.segments import SegmentRecord, WalRange
 from shoal.topics import TopicNames
 from shoal.wire.records import verify_chain
 from storage_node.replica import PartitionReplica, versioned_rows
 
 log = logging.getLogger(__name__)
-
-
-def fence_channel(kafka: KafkaSettings, topic: str) -> None:
-    """Fence every earlier producer of ``topic``'s transactional id (aborting its open transaction)."""
-    channel = TransactionalChannel(kafka, topic, call_timeout_s=30)
-    try:
-        channel.open()
-    except KafkaOperationError as exc:
-        raise KafkaOperationError(f"cannot fence WAL channel {topic}: {exc}", exc.kafka_error) from exc
-    finally:
-        channel.close()
 
 
 def adopt_channels(
@@ -74,7 +62,7 @@ def adopt_channels(
         topic = topics.wal(replica.partition_id, placement)
         if topic not in existing:
             continue  # that placement never led
-        fence_channel(kafka, topic)
+        fence(kafka, topic, what="WAL channel")
         channel = (replica.partition_id, placement)
         start = max((r.end_offset for r in replica.chain.coverage() if r.channel == channel), default=0)
         records = list(read_wal_channel(kafka, topic, start))
