@@ -10,6 +10,7 @@ unit-tested with fakes (``tests/unit/faults/test_chaos_checker.py``).
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -56,9 +57,7 @@ def check_replica(
         allowed = writes.allowed()
         expected = [f"{key}:{v}" for v in sorted(allowed)]
         if len(found) > 1:
-            out.append(
-                KeyViolation(server_id=server_id, key=key, problem="duplicated", found=shown, expected=expected)
-            )
+            out.append(KeyViolation(server_id=server_id, key=key, problem="duplicated", found=shown, expected=expected))
             continue
         version = decode_value(key, found[0])
         if version in allowed:
@@ -125,7 +124,7 @@ def _version_order(observations: Sequence[WalObservation]) -> list[GtidViolation
                 where = [f"{g} {at}" for g, v, at in rows if v == version]
                 out.append(GtidViolation(problem="restamped", detail=f"key {key} version {version} stamped {where}"))
         rows.sort()
-        for (g1, v1, at1), (g2, v2, at2) in zip(rows, rows[1:], strict=False):
+        for (g1, v1, at1), (g2, v2, at2) in itertools.pairwise(rows):
             if v2 < v1 or (g1 == g2 and v1 != v2):  # a tie is as bad: last-writer-wins cannot order them
                 out.append(
                     GtidViolation(

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from enum import Enum
+from enum import StrEnum
 
 from shoal.shapes import Shape
 
 
-class FaultKind(str, Enum):
+class FaultKind(StrEnum):
     """One kind of fault the nemesis injects; each heals within a bound (its ``duration_s``)."""
 
     KILL_LEADER = "kill_leader"
@@ -116,6 +116,8 @@ class CheckResult(Shape):
 class ChaosRun(Shape):
     """One run: its seed, schedule, what happened, and the checker's result."""
 
+    ok: bool
+    """The checker found nothing and the replicas converged within the bound."""
     seed: int
     schedule: list[Fault]
     events: list[FaultEvent]
