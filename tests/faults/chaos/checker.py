@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from chaos.history import KeyWrites, decode_value
-from chaos.models import ChaosCounts, CheckResult, GtidViolation, KeyViolation
+from chaos.models import ChannelSummary, ChaosCounts, CheckResult, GtidViolation, KeyViolation
 
 Gtid = tuple[int, int]
 
@@ -135,6 +135,25 @@ def _version_order(observations: Sequence[WalObservation]) -> list[GtidViolation
     return out
 
 
+def summarize_channels(observations: Sequence[WalObservation]) -> list[ChannelSummary]:
+    by_channel: dict[str, list[WalObservation]] = defaultdict(list)
+    for obs in observations:
+        by_channel[obs.channel].append(obs)
+    out = []
+    for channel, records in sorted(by_channel.items()):
+        records = sorted(records, key=lambda r: r.offset)
+        out.append(
+            ChannelSummary(
+                channel=channel,
+                records=len(records),
+                epochs=sorted({r.epoch for r in records}),
+                first=f"{records[0].first}@{records[0].offset}",
+                last=f"{records[-1].last}@{records[-1].offset}",
+            )
+        )
+    return out
+
+
 def check(
     history: Mapping[int, KeyWrites],
     replicas: Mapping[str, Sequence[tuple[int, str | None]] | None],
@@ -175,4 +194,5 @@ def check(
         gtid_violations=gtid_violations[:limit],
         replicas_identical=identical,
         verify_ok=verify_ok,
+        channels=summarize_channels(observations),
     )

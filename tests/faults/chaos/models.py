@@ -24,6 +24,12 @@ class FaultKind(StrEnum):
     """kill -9 one of the three Kafka brokers, restart it in place after ``duration_s``."""
     WIPE_FOLLOWER = "wipe_follower"
     """kill -9 a follower, delete its data dir (disk loss), restart it empty."""
+    QUIET_ZK_BLIP = "quiet_zk_blip"
+    """Writers idle for ``duration_s`` (segments flush, Tail truncates the WAL), then a ZooKeeper blip:
+    a leader that goes SUSPENDED and back starts a new role with nothing left to replay."""
+    WIPE_THEN_FAILOVER = "wipe_then_failover"
+    """A follower's data dir wiped (kill -9, delete, restart), then at once the leader killed for
+    ``duration_s``: may the empty replica lead?"""
 
 
 class Fault(Shape):
@@ -65,6 +71,16 @@ class GtidViolation(Shape):
 
     problem: str
     detail: str
+
+
+class ChannelSummary(Shape):
+    """What the WAL observer read from one channel: records, epochs, first and last GTID."""
+
+    channel: str
+    records: int
+    epochs: list[int]
+    first: str
+    last: str
 
 
 class ChaosCounts(Shape):
@@ -111,6 +127,7 @@ class CheckResult(Shape):
     gtid_violations: list[GtidViolation]
     replicas_identical: bool
     verify_ok: bool | None
+    channels: list[ChannelSummary] = []
 
 
 class ChaosRun(Shape):

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from chaos.models import Fault, FaultEvent, FaultKind
+from chaos.schedule import ZK_BLIP_S
 from metadata.client import MetadataClient
 from metadata.election import read_epoch
 from shoal.cluster_file import ClusterInfo
@@ -38,10 +39,13 @@ class Nemesis:
         kafka_heap_mb: int,
         clock: Callable[[], float],
         halt: threading.Event,
+        quiet: threading.Event,
     ) -> None:
         self.info, self.client, self.pid = info, client, partition_id
         self.cache_dir, self.kafka_heap_mb = cache_dir, kafka_heap_mb
         self.clock, self.halt = clock, halt
+        self.quiet = quiet
+        """Set while the writers must stay idle (they wait on it between writes)."""
         self.paused: set[str] = set()
 
     # -- targets ----------------------------------------------------------------------------------
@@ -66,7 +70,7 @@ class Nemesis:
     def _target(self, fault: Fault) -> tuple[str, str]:
         """(process name, note) for ``fault``."""
         kind = fault.kind
-        if kind in (FaultKind.ZK_BLIP, FaultKind.ZK_RESTART):
+        if kind in (FaultKind.ZK_BLIP, FaultKind.ZK_RESTART, FaultKind.QUIET_ZK_BLIP):
             return "zookeeper", ""
         if kind is FaultKind.BROKER_RESTART:
             return f"kafka-{fault.pick % self.info.brokers + 1}", ""
@@ -87,6 +91,24 @@ class Nemesis:
         kind = fault.kind
         if kind in (FaultKind.PAUSE_LEADER, FaultKind.PAUSE_FOLLOWER, FaultKind.ZK_BLIP):
             self._pause(name, fault.duration_s)
+        elif kind is FaultKind.QUIET_ZK_BLIP:
+            self.quiet.set()
+            try:
+                self.halt.wait(fault.duration_s)
+                note = f"leader {self.leader(0.0)} before the blip"
+                self._pause(name, ZK_BLIP_S)
+            finally:
+                self.quiet.clear()
+        elif kind is FaultKind.WIPE_THEN_FAILOVER:
+            self._kill(name)
+            self._wipe(name)
+            self._restart(name)
+            leader = self.leader()
+            note += f"; then leader {leader} killed"
+            if leader is not None:
+                self._kill(leader)
+                self.halt.wait(fault.duration_s)
+                self._restart(leader)
         else:
             self._kill(name)
             if kind is FaultKind.WIPE_FOLLOWER:

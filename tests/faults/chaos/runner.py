@@ -119,7 +119,10 @@ def run_once(
             history = History()
             observer = WalObserver(KafkaSettings(info.bootstrap_servers), prefix, pid)
             observer.start()
-            team = [ChaosWriter(connection, history, index=i, count=writers, seed=seed) for i in range(writers)]
+            quiet = threading.Event()
+            team = [
+                ChaosWriter(connection, history, index=i, count=writers, seed=seed, quiet=quiet) for i in range(writers)
+            ]
             for w in team:
                 w.start()
 
@@ -131,7 +134,14 @@ def run_once(
             log(f"cluster up, leader {leader()}, {acked()} writes acknowledged; faults start")
             clock, halt = elapsed_clock(), threading.Event()
             nemesis = Nemesis(
-                info, client, pid, cache_dir=config.cache_dir, kafka_heap_mb=KAFKA_HEAP_MB, clock=clock, halt=halt
+                info,
+                client,
+                pid,
+                cache_dir=config.cache_dir,
+                kafka_heap_mb=KAFKA_HEAP_MB,
+                clock=clock,
+                halt=halt,
+                quiet=quiet,
             )
             try:
                 for fault in schedule:

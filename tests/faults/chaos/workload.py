@@ -43,6 +43,7 @@ class ChaosWriter(threading.Thread):
         overwrites: int = 5,
         pause_s: float = 0.05,
         sync_timeout_s: float = 20.0,
+        quiet: threading.Event | None = None,
     ) -> None:
         super().__init__(daemon=True, name=f"chaos-writer-{index}")
         self.connection, self.history = connection, history
@@ -51,6 +52,8 @@ class ChaosWriter(threading.Thread):
         self.new_keys, self.overwrites = new_keys, overwrites
         self.pause_s, self.sync_timeout_s = pause_s, sync_timeout_s
         self.halt = threading.Event()
+        self.quiet = quiet or threading.Event()
+        """While set, the writer stays idle (the nemesis's quiet phases)."""
         self.failures = 0
         self.error: BaseException | None = None
         self._next = 0
@@ -75,6 +78,9 @@ class ChaosWriter(threading.Thread):
         pending: list[tuple[WriteResult, list[tuple[int, int]]]] = []
         failed_in_row = 0
         while not self.halt.is_set() and failed_in_row < 6:
+            if self.quiet.is_set():
+                self.halt.wait(0.2)
+                continue
             keys = [self.index + self.count * (self._next + i) for i in range(self.new_keys)]
             self._next += self.new_keys
             old = self.rng.sample(self._mine, min(self.overwrites, len(self._mine)))

@@ -87,6 +87,8 @@ def test_channels_with_increasing_gtids_pass() -> None:
         _obs("wal.1", 5, 3, 0, (1, 3)),  # the first placement leads again with a fresh epoch
     ]
     assert check_channels(observations) == []
+    summary = check({}, {}, observations).channels
+    assert [(c.channel, c.records, c.epochs) for c in summary] == [("wal.1", 3, [1, 3]), ("wal.2", 1, [2])]
 
 
 def test_a_gtid_reused_after_suspended_is_caught() -> None:
