@@ -17,7 +17,7 @@ from pathlib import Path
 
 from chaos.checker import check
 from chaos.history import History
-from chaos.models import ChaosRun, FaultKind
+from chaos.models import ChaosRun, FaultEvent, FaultKind
 from chaos.nemesis import NODES, Nemesis, elapsed_clock
 from chaos.schedule import describe, make_schedule
 from chaos.workload import TABLE, ChaosWriter, WalObserver
@@ -97,7 +97,7 @@ def run_once(
     log(f"seed {seed}, schedule of {len(schedule)} faults:\n{describe(schedule)}")
     wall = time.monotonic()
     errors: list[str] = []
-    events = []
+    events: list[FaultEvent] = []
     with own_cluster(data_dir, prefix, jars.cache_dir_from(os.environ)) as config:
         info = cluster_file.read(config.cluster_file)
         connection = ConnectionSettings.plain(info.bootstrap_servers, info.zk_connect, topic_prefix=prefix)

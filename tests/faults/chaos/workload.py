@@ -130,11 +130,8 @@ class WalObserver(threading.Thread):
         self._seen: set[tuple[str, int]] = set()
 
     def run(self) -> None:
-        consumer: Any = clients.consumer(
-            self.kafka,
-            group_id=f"{self.stem}chaos-observer",
-            **{"auto.offset.reset": "earliest", "fetch.message.max.bytes": 64 * 1024 * 1024},
-        )
+        overrides: dict[str, Any] = {"auto.offset.reset": "earliest", "fetch.message.max.bytes": 64 * 1024 * 1024}
+        consumer: Any = clients.consumer(self.kafka, group_id=f"{self.stem}chaos-observer", **overrides)
         assigned: set[str] = set()
         try:
             polls = 0
