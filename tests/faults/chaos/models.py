@@ -27,6 +27,9 @@ class FaultKind(StrEnum):
     QUIET_ZK_BLIP = "quiet_zk_blip"
     """Writers idle for ``duration_s`` (segments flush, Tail truncates the WAL), then a ZooKeeper blip:
     a leader that goes SUSPENDED and back starts a new role with nothing left to replay."""
+    QUIET_PAUSE_LEADER = "quiet_pause_leader"
+    """Writers idle for ``duration_s`` (flush, Tail), then writing again while the leader is SIGSTOPped
+    for less than its session: it resumes with a batch waiting and its ZooKeeper connection SUSPENDED."""
     WIPE_THEN_FAILOVER = "wipe_then_failover"
     """A follower's data dir wiped (kill -9, delete, restart), then at once the leader killed for
     ``duration_s``: may the empty replica lead?"""

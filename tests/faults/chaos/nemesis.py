@@ -75,7 +75,7 @@ class Nemesis:
         if kind is FaultKind.BROKER_RESTART:
             return f"kafka-{fault.pick % self.info.brokers + 1}", ""
         leader = self.leader()
-        if kind in (FaultKind.KILL_LEADER, FaultKind.PAUSE_LEADER):
+        if kind in (FaultKind.KILL_LEADER, FaultKind.PAUSE_LEADER, FaultKind.QUIET_PAUSE_LEADER):
             if leader is not None:
                 return leader, "leader"
             return NODES[fault.pick % len(NODES)], "no leader within 30 s: a node picked instead"
@@ -99,6 +99,13 @@ class Nemesis:
                 self._pause(name, ZK_BLIP_S)
             finally:
                 self.quiet.clear()
+        elif kind is FaultKind.QUIET_PAUSE_LEADER:
+            self.quiet.set()
+            try:
+                self.halt.wait(fault.duration_s)
+            finally:
+                self.quiet.clear()
+            self._pause(name, ZK_BLIP_S)
         elif kind is FaultKind.WIPE_THEN_FAILOVER:
             self._kill(name)
             self._wipe(name)

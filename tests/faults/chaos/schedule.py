@@ -28,10 +28,11 @@ DURATIONS: dict[FaultKind, tuple[tuple[float, float], ...]] = {
     FaultKind.WIPE_FOLLOWER: ((1.0, 4.0),),
     # idle long enough for the memtable to flush (10 s, FlushPolicy.max_age_s) and Tail to truncate
     FaultKind.QUIET_ZK_BLIP: ((14.0, 24.0),),
+    FaultKind.QUIET_PAUSE_LEADER: ((14.0, 24.0),),
     FaultKind.WIPE_THEN_FAILOVER: ((2.0, 6.0),),
 }
 ZK_BLIP_S = ZK_SESSION_TIMEOUT_S * 0.78
-"""How long the blip of a quiet_zk_blip fault holds ZooKeeper."""
+"""How long the blip of a quiet_zk_blip fault holds ZooKeeper, and quiet_pause_leader its leader."""
 GAP_S = (2.0, 6.0)
 
 ALL_KINDS: tuple[FaultKind, ...] = tuple(FaultKind)
