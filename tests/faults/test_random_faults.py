@@ -23,11 +23,25 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 SEED = 1
 SHORT_KINDS = (
     FaultKind.KILL_LEADER,
+    FaultKind.PAUSE_LEADER,
     FaultKind.PAUSE_FOLLOWER,
     FaultKind.ZK_BLIP,
     FaultKind.BROKER_RESTART,
 )
-"""Fault kinds of the short schedule (``make chaos`` runs every kind)."""
+"""Fault kinds of the short schedule; ``make chaos`` runs every kind.
+
+Left out until their guarantee holds on main (then add them here):
+
+- ``wipe_follower`` and ``wipe_then_failover`` (disk loss): DESIGN.md section 7, "a replica that is
+  empty, re-bootstrapping or out of sync is never eligible while an in-sync one exists". Today a
+  wiped follower keeps its placement and offsets and can win the next election; it then leads from
+  nothing and every replica converges on its rows (seed 4, one wipe_then_failover: acknowledged
+  writes lost on every replica while ``shoal verify`` says the replicas agree).
+- ``quiet_zk_blip`` and ``quiet_pause_leader``: DESIGN.md section 7, "every new leader role, even on
+  the same node after a ZooKeeper SUSPENDED, takes a fresh epoch by CAS"; a role restarted in the same
+  epoch after Tail truncated its WAL restarts its sequence at 0.
+- ``zk_restart``, ``kill_follower``: pass, left out only to keep the short run near 3 minutes.
+"""
 
 
 def test_a_short_random_fault_schedule_keeps_every_acknowledged_write(tmp_path: Path, topic_prefix: str) -> None:

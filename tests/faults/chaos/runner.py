@@ -7,13 +7,13 @@ servers. The table has one partition with replication factor 3 on the three node
 
 from __future__ import annotations
 
-import contextlib
-import os
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+
+from fault_support import own_cluster
 
 from chaos.checker import check
 from chaos.history import History
@@ -26,12 +26,10 @@ from metadata.election import read_epoch
 from metadata.node_registry import lookup_node
 from metadata.table import Column, ColumnType, TableDefinition
 from shoal import cluster_file
-from shoal.jvm import jars
 from shoal.kafka.settings import ConnectionSettings, KafkaSettings
 from shoal.scan import ScanRequest, scan_remote
 from shoal.worker import poll_until
 from shoal_app.cli.verify import verify
-from shoal_app.runtime import launcher
 
 KAFKA_HEAP_MB = 384
 
@@ -40,27 +38,6 @@ Log = Callable[[str], None]
 
 def stderr_log(line: str) -> None:
     print(f"[chaos {time.strftime('%H:%M:%S')}] {line}", file=sys.stderr, flush=True)
-
-
-@contextlib.contextmanager
-def own_cluster(data_dir: Path, prefix: str, cache_dir: Path) -> Iterator[launcher.LocalClusterConfig]:
-    """ZooKeeper, three brokers, three nodes of our own, always stopped (by pid) at the end."""
-    config = launcher.LocalClusterConfig(
-        data_dir=data_dir,
-        cache_dir=cache_dir,
-        brokers=3,
-        nodes=len(NODES),
-        topic_prefix=prefix,
-        kafka_heap_mb=KAFKA_HEAP_MB,
-        start_timeout_s=180,
-        fresh=True,
-    )
-    try:
-        launcher.up(config)
-        yield config
-    finally:
-        if config.cluster_file.exists():
-            launcher.down(config.cluster_file, timeout_s=15)
 
 
 def _rows(client: MetadataClient, server: str, partition_id: str) -> list[tuple[int, str | None]] | None:
@@ -98,7 +75,7 @@ def run_once(
     wall = time.monotonic()
     errors: list[str] = []
     events: list[FaultEvent] = []
-    with own_cluster(data_dir, prefix, jars.cache_dir_from(os.environ)) as config:
+    with own_cluster(data_dir, prefix, brokers=3, nodes=len(NODES), kafka_heap_mb=KAFKA_HEAP_MB) as config:
         info = cluster_file.read(config.cluster_file)
         connection = ConnectionSettings.plain(info.bootstrap_servers, info.zk_connect, topic_prefix=prefix)
         meta = MetadataConfig(zk_hosts=info.zk_connect, bootstrap_servers=info.bootstrap_servers, topic_prefix=prefix)
