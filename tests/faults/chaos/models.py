@@ -25,8 +25,9 @@ class FaultKind(StrEnum):
     WIPE_FOLLOWER = "wipe_follower"
     """kill -9 a follower, delete its data dir (disk loss), restart it empty."""
     QUIET_ZK_BLIP = "quiet_zk_blip"
-    """Writers idle for ``duration_s`` (segments flush, Tail truncates the WAL), then a ZooKeeper blip:
-    a leader that goes SUSPENDED and back starts a new role with nothing left to replay."""
+    """Writers idle for ``duration_s`` (segments flush, Tail truncates the WAL), then a ZooKeeper blip
+    with the writers starting again near its end: the leader's next batch meets SUSPENDED, and the
+    role that starts on reconnect (same session, same epoch) has nothing left to replay."""
     QUIET_PAUSE_LEADER = "quiet_pause_leader"
     """Writers idle for ``duration_s`` (flush, Tail), then writing again while the leader is SIGSTOPped
     for less than its session: it resumes with a batch waiting and its ZooKeeper connection SUSPENDED."""

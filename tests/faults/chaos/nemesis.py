@@ -26,6 +26,8 @@ from shoal_app.runtime.process import is_running, kill
 from shoal_app.runtime.restart import restart_process, start_missing
 
 NODES = ("node-1", "node-2", "node-3")
+RELEASE_BEFORE_END_S = 1.5
+"""quiet_zk_blip: the writers resume this long before ZooKeeper does."""
 
 
 class Nemesis:
@@ -93,11 +95,16 @@ class Nemesis:
             self._pause(name, fault.duration_s)
         elif kind is FaultKind.QUIET_ZK_BLIP:
             self.quiet.set()
+            # the writers start again just before the end of the blip, when the nodes' clients have seen
+            # their read timeout (SUSPENDED): the leader's first batch after the quiet phase meets it
+            release = threading.Timer(ZK_BLIP_S - RELEASE_BEFORE_END_S, self.quiet.clear)
             try:
                 self.halt.wait(fault.duration_s)
                 note = f"leader {self.leader(0.0)} before the blip"
+                release.start()
                 self._pause(name, ZK_BLIP_S)
             finally:
+                release.cancel()
                 self.quiet.clear()
         elif kind is FaultKind.QUIET_PAUSE_LEADER:
             self.quiet.set()
