@@ -26,8 +26,8 @@ from shoal_app.runtime.process import is_running, kill
 from shoal_app.runtime.restart import restart_process, start_missing
 
 NODES = ("node-1", "node-2", "node-3")
-RELEASE_BEFORE_END_S = 1.5
-"""quiet_zk_blip: the writers resume this long before ZooKeeper does."""
+RELEASE_BEFORE_END_S = (0.3, 1.8)
+"""quiet_zk_blip: the writers resume this long before ZooKeeper does (by the fault's pick, in this range)."""
 
 
 class Nemesis:
@@ -97,10 +97,12 @@ class Nemesis:
             self.quiet.set()
             # the writers start again just before the end of the blip, when the nodes' clients have seen
             # their read timeout (SUSPENDED): the leader's first batch after the quiet phase meets it
-            release = threading.Timer(ZK_BLIP_S - RELEASE_BEFORE_END_S, self.quiet.clear)
+            low, high = RELEASE_BEFORE_END_S
+            early = low + (fault.pick % 10) / 10 * (high - low)
+            release = threading.Timer(ZK_BLIP_S - early, self.quiet.clear)
             try:
                 self.halt.wait(fault.duration_s)
-                note = f"leader {self.leader(0.0)} before the blip"
+                note = f"leader {self.leader(0.0)} before the blip, writers back {early:.2f} s before its end"
                 release.start()
                 self._pause(name, ZK_BLIP_S)
             finally:
