@@ -9,6 +9,7 @@ seed's schedule for ``--duration`` seconds of faults, heals, waits for convergen
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import json
 import tempfile
 import time
@@ -38,6 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--prefix", default="chaos")
     parser.add_argument("--output", choices=("text", "json"), default="text")
     args = parser.parse_args(argv)
+    faulthandler.enable(all_threads=True)  # a crash inside a native client prints every thread's stack
     seed = args.seed if args.seed is not None else time.time_ns() % 1_000_000
     faults = args.faults if args.faults is not None else max(1, int(args.duration / MEAN_FAULT_S))
     kinds = _kinds(args.kinds)
