@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
-from chaos.models import FaultKind
-from chaos.runner import run_once
+from chaos.models import ChaosReport, FaultKind
+
+from shoal_app.runtime import launcher
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -49,16 +52,26 @@ Left out until their guarantee holds on main (then add them here):
 
 
 def test_a_short_random_fault_schedule_keeps_every_acknowledged_write(tmp_path: Path, topic_prefix: str) -> None:
+    """The run is a child process (``python -m chaos``): a crash inside a native client there fails this
+    test with the child's stack dumps, and its cluster is stopped here whatever happened to the child."""
     seed = int(os.environ.get("SHOAL_CHAOS_SEED", SEED))
     print(f"chaos seed {seed} (SHOAL_CHAOS_SEED={seed} reproduces the schedule)")
-    run = run_once(
-        seed,
-        faults=len(SHORT_KINDS),
-        kinds=SHORT_KINDS,
-        data_dir=tmp_path / "chaos",
-        prefix=topic_prefix,
-        converge_timeout_s=120,
-    )
-    print(json.dumps(run.to_json(), indent=2))
+    here = Path(__file__).parent
+    argv = [
+        *(sys.executable, "-m", "chaos", "--seed", str(seed), "--faults", str(len(SHORT_KINDS))),
+        *("--kinds", ",".join(k.value for k in SHORT_KINDS), "--converge-timeout", "120"),
+        *("--data-dir", str(tmp_path), "--prefix", topic_prefix, "--output", "json"),
+    ]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(here), os.environ.get("PYTHONPATH", "")])}
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=600, check=False)
+    finally:
+        for cluster in tmp_path.glob("run-*/cluster.json"):  # stopped by pid even if the child died
+            launcher.down(cluster, timeout_s=15)
+    print(proc.stderr[-20_000:])
+    assert proc.returncode in (0, 1), f"python -m chaos exited {proc.returncode}:\n{proc.stderr[-20_000:]}"
+    report = ChaosReport.model_validate(json.loads(proc.stdout))
+    print(json.dumps(report.to_json(), indent=2))
+    [run] = report.runs
     assert run.result.counts.acked > 0, run.errors
     assert run.ok, (run.seed, run.result.to_json(), run.errors)
