@@ -11,14 +11,12 @@ from __future__ import annotations
 import logging
 import random
 import threading
-from typing import Any
-
-from confluent_kafka import OFFSET_BEGINNING, KafkaError, TopicPartition
 
 from chaos.checker import WalObservation
 from chaos.history import History, encode_value
 from producer import Producer, ProducerConfig, WriteResult
 from shoal.kafka import clients
+from shoal.kafka.readers import read_wal_channel
 from shoal.kafka.settings import ConnectionSettings, KafkaSettings
 from shoal.wire.records import WalRecord
 
@@ -118,57 +116,41 @@ class ChaosWriter(threading.Thread):
 
 
 class WalObserver(threading.Thread):
-    """Reads every WAL channel ``<prefix>.wal.<partition_id>.*`` from its start (read_committed),
-    picking up new channels as they appear, and keeps one :class:`WalObservation` per record."""
+    """Reads every WAL channel ``<prefix>.wal.<partition_id>.*`` from its start, once a second from where
+    it left off, picking up new channels as they appear, and keeps one :class:`WalObservation` per record.
+
+    Each round uses :func:`shoal.kafka.readers.read_wal_channel` (a short-lived read_committed consumer,
+    as ``shoal verify`` reads a channel); a round that fails (a broker down) is retried the next second.
+    A record truncated by Tail before a round reached it is not observed.
+    """
 
     def __init__(self, kafka: KafkaSettings, prefix: str, partition_id: str) -> None:
         super().__init__(daemon=True, name="chaos-wal-observer")
         self.kafka, self.stem = kafka, f"{prefix}.wal.{partition_id}."
         self.observations: list[WalObservation] = []
         self.errors: list[str] = []
+        self.failed_rounds = 0
         self.halt = threading.Event()
-        self._seen: set[tuple[str, int]] = set()
+        self._next: dict[str, int] = {}
 
     def run(self) -> None:
-        overrides: dict[str, Any] = {"auto.offset.reset": "earliest", "fetch.message.max.bytes": 64 * 1024 * 1024}
-        consumer: Any = clients.consumer(self.kafka, group_id=f"{self.stem}chaos-observer", **overrides)
-        assigned: set[str] = set()
-        try:
-            polls = 0
-            while not self.halt.is_set():
-                if polls % 8 == 0:
-                    assigned |= self._assign_new(consumer, assigned)
-                polls += 1
-                msg = consumer.poll(0.25)
-                if msg is None:
-                    continue
-                if msg.error() is not None:
-                    if msg.error().code() != KafkaError._PARTITION_EOF:
-                        self.errors.append(str(msg.error()))
-                    continue
-                self._observe(str(msg.topic()), int(msg.offset() or 0), msg.value())
-        except BaseException as exc:
-            self.errors.append(f"observer stopped: {exc}")
-        finally:
-            consumer.close()
+        while not self.halt.is_set():
+            self.read_round()
+            self.halt.wait(1.0)
 
-    def _assign_new(self, consumer: Any, assigned: set[str]) -> set[str]:
+    def read_round(self) -> None:
         try:
-            topics = consumer.list_topics(timeout=5).topics
-        except Exception as exc:
-            self.errors.append(f"list_topics: {exc}")
-            return set()
-        new = {t for t in topics if t.startswith(self.stem) and t not in assigned}
-        if new:
-            consumer.incremental_assign([TopicPartition(t, 0, OFFSET_BEGINNING) for t in sorted(new)])
-        return new
+            topics = clients.admin(self.kafka).list_topics(timeout=10).topics
+            for topic in sorted(t for t in topics if t.startswith(self.stem)):
+                for item in read_wal_channel(self.kafka, topic, self._next.get(topic, 0), timeout_s=10):
+                    self._observe(topic, item.offset, item.record)
+                    self._next[topic] = item.offset + 1
+        except Exception as exc:  # a broker down, a coordinator moving: the next round reads on
+            self.failed_rounds += 1
+            log.info("WAL observer round failed: %s", exc)
 
-    def _observe(self, topic: str, offset: int, value: bytes | None) -> None:
-        if (topic, offset) in self._seen:  # a re-fetch after a broker restart
-            return
-        self._seen.add((topic, offset))
+    def _observe(self, topic: str, offset: int, record: WalRecord) -> None:
         try:
-            record = WalRecord.from_bytes(value)
             table = record.rows()
             rows = tuple(zip(table.column("k").to_pylist(), table.column("v").to_pylist(), strict=True))
         except Exception as exc:
@@ -176,6 +158,8 @@ class WalObserver(threading.Thread):
             return
         self.observations.append(WalObservation(topic, offset, record.gtid.epoch, record.gtid.seq, rows))
 
-    def stop(self, timeout_s: float = 30.0) -> None:
+    def stop(self, timeout_s: float = 60.0) -> None:
+        """Stop after one last round (everything written up to now)."""
         self.halt.set()
         self.join(timeout_s)
+        self.read_round()
