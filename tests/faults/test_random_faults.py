@@ -29,7 +29,7 @@ SHORT_KINDS = (
     FaultKind.PAUSE_LEADER,
     FaultKind.PAUSE_FOLLOWER,
     FaultKind.ZK_BLIP,
-    FaultKind.BROKER_RESTART,
+    FaultKind.KILL_FOLLOWER,
 )
 """Fault kinds of the short schedule; ``make chaos`` runs every kind.
 
@@ -46,8 +46,12 @@ Left out until their guarantee holds on main (then add them here):
   truncated its WAL restarts its sequence at 0 (one fault is enough: seed 33 of ``--kinds
   quiet_zk_blip --faults 1`` stamps GTID (1, 0) again after (1, 484), and 34 keys keep an older
   acknowledged value on every replica while ``shoal verify`` says the replicas agree).
-- ``zk_restart``, ``kill_follower``, ``quiet_pause_leader``: pass; left out only to keep this run
-  near 2 minutes.
+- ``broker_restart``: shoal's guarantees hold (no run found a lost or stale write), but the runner's
+  own Kafka clients (the writers' producers and their admin clients, the WAL observer's readers, all
+  librdkafka 2.16.0) crashed the runner process right after a broker kill -9 in 3 of about 8 runs:
+  SIGSEGV without a Python frame, or ``rd_kafka_enq_once_del_source_return: Assertion
+  `eonce->refcnt > 0' failed`` (abort). ``tests/faults/test_broker_faults.py`` covers broker loss.
+- ``zk_restart``, ``quiet_pause_leader``: pass; left out only to keep this run near 2 minutes.
 """
 
 
