@@ -48,7 +48,7 @@ Left out until their guarantee holds on main (then add them here):
   acknowledged value on every replica while ``shoal verify`` says the replicas agree).
 - ``broker_restart``: shoal's guarantees hold (no run found a lost or stale write), but the runner's
   own Kafka clients (the writers' producers and their admin clients, the WAL observer's readers, all
-  librdkafka 2.16.0) crashed the runner process right after a broker kill -9 in 3 of about 8 runs:
+  librdkafka 2.16.0) crashed the runner process right after a broker kill -9 in 3 (or 4) of 10 runs:
   SIGSEGV without a Python frame, or ``rd_kafka_enq_once_del_source_return: Assertion
   `eonce->refcnt > 0' failed`` (abort). ``tests/faults/test_broker_faults.py`` covers broker loss.
 - ``zk_restart``, ``quiet_pause_leader``: pass; left out only to keep this run near 2 minutes.
