@@ -7,12 +7,13 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: setup system-deps jars demo test lint typecheck unit integration clean-cluster help bench
+.PHONY: setup system-deps jars demo test lint typecheck unit integration clean-cluster help bench chaos
 
 help:
 	@echo "make demo   - set up, then the full demo: 3 nodes, Spark ingest, a leader killed, compaction, verify"
 	@echo "make test   - set up, lint, type-check and run every test (starts its own cluster)"
 	@echo "make bench  - the write-path and fast-forward benchmarks with small defaults (a few minutes)"
+	@echo "make chaos  - randomized faults under writes, every fault kind (CHAOS_SEED, CHAOS_DURATION=600 s, CHAOS_RUNS)"
 
 system-deps:
 	@bash scripts/system-deps.sh
@@ -56,3 +57,10 @@ bench: setup
 	$(PY) -m bench.write_path --rows $(BENCH_ROWS)
 	$(PY) -m bench.fast_forward --sizes $(BENCH_SIZES) --repeat 3
 	$(PY) -m bench.replication --sizes $(BENCH_SIZES) --rows $(BENCH_ROWS) --repeat 3
+
+CHAOS_SEED ?=
+CHAOS_DURATION ?= 600
+CHAOS_RUNS ?= 1
+
+chaos: setup
+	PYTHONPATH=tests/faults $(PY) -m chaos $(if $(CHAOS_SEED),--seed $(CHAOS_SEED)) --duration $(CHAOS_DURATION) --runs $(CHAOS_RUNS)

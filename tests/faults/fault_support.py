@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import sys
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,13 +18,40 @@ from metadata.client import MetadataClient, MetadataConfig
 from metadata.election import read_epoch
 from metadata.node_registry import lookup_node
 from producer import Producer, ProducerConfig
+from shoal.jvm import jars
 from shoal.kafka.settings import ConnectionSettings
 from shoal.scan import ScanRequest, describe_remote, scan_remote
 from shoal_app.cli.verify import verify_table
+from shoal_app.runtime import launcher
 from shoal_app.testing.wait import wait_until
 
 NODES = ("node-1", "node-2", "node-3")
-__all__ = ["NODES", "NodeProcesses", "Writer", "make_table", "wait_until"]
+__all__ = ["NODES", "NodeProcesses", "Writer", "make_table", "own_cluster", "wait_until"]
+
+
+@contextlib.contextmanager
+def own_cluster(
+    data_dir: Path, prefix: str, *, brokers: int, nodes: int, kafka_heap_mb: int = 384, start_timeout_s: float = 150
+) -> Iterator[launcher.LocalClusterConfig]:
+    """A local cluster of our own (``shoal up`` in ``data_dir``: ZooKeeper, ``brokers`` KRaft brokers,
+    ``nodes`` storage nodes), so restarting ZooKeeper or a broker hurts nobody else's servers; always
+    stopped (every process by pid) at the end."""
+    config = launcher.LocalClusterConfig(
+        data_dir=data_dir,
+        cache_dir=jars.cache_dir_from(os.environ),
+        brokers=brokers,
+        nodes=nodes,
+        topic_prefix=prefix,
+        kafka_heap_mb=kafka_heap_mb,
+        start_timeout_s=start_timeout_s,
+        fresh=True,
+    )
+    try:
+        launcher.up(config)
+        yield config
+    finally:
+        if config.cluster_file.exists():
+            launcher.down(config.cluster_file, timeout_s=15)
 
 
 class Writer(threading.Thread):

@@ -16,20 +16,19 @@ reports identical replicas and intact WAL chains.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
+from fault_support import own_cluster
 
 from metadata.client import MetadataClient, MetadataConfig
 from metadata.election import read_epoch
@@ -38,12 +37,10 @@ from metadata.table import Column, ColumnType, TableDefinition
 from producer import Producer, ProducerConfig
 from shoal import cluster_file
 from shoal.cluster_file import ClusterInfo, ProcessRecord
-from shoal.jvm import jars
 from shoal.kafka.settings import ConnectionSettings
 from shoal.scan import ScanRequest, scan_remote
 from shoal.topics import TopicNames
 from shoal_app.cli.verify import verify_table
-from shoal_app.runtime import launcher
 from shoal_app.runtime.process import is_running, kill
 from shoal_app.runtime.restart import restart_process
 from shoal_app.testing.wait import wait_until
@@ -53,35 +50,10 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 TABLE = "events"
 
 
-def _cache_dir() -> Path:
-    return jars.cache_dir_from(os.environ)
-
-
 def _table(replication_factor: int) -> TableDefinition:
     return TableDefinition(
         TABLE, (Column("k", ColumnType.UINT64, False), Column("v", ColumnType.STRING)), ("k",), "k", replication_factor
     )
-
-
-@contextlib.contextmanager
-def own_cluster(data_dir: Path, prefix: str, *, brokers: int, nodes: int) -> Iterator[launcher.LocalClusterConfig]:
-    """A local cluster of our own, always stopped (every process by pid) at the end."""
-    config = launcher.LocalClusterConfig(
-        data_dir=data_dir,
-        cache_dir=_cache_dir(),
-        brokers=brokers,
-        nodes=nodes,
-        topic_prefix=prefix,
-        kafka_heap_mb=384,
-        start_timeout_s=150,
-        fresh=True,
-    )
-    try:
-        launcher.up(config)
-        yield config
-    finally:
-        if config.cluster_file.exists():
-            launcher.down(config.cluster_file, timeout_s=15)
 
 
 class RetryingWriter(threading.Thread):

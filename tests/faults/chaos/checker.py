@@ -1,0 +1,198 @@
+"""The checker (pure functions): did the converged cluster keep every acknowledged write, once,
+with its newest value, on every live replica, and were GTIDs never reused or out of order?
+
+DESIGN.md section 10: no acknowledged write is lost; all live replicas converge to the same rows;
+GTIDs of a partition strictly increase; no two leaders share an epoch. The inputs are plain data
+(the writers' :class:`~chaos.history.History`, each replica's scanned rows, what a WAL observer
+read from every WAL channel before Tail truncated it, ``shoal verify``'s verdict), so the rules are
+unit-tested with fakes (``tests/unit/faults/test_chaos_checker.py``).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter, defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from chaos.history import KeyWrites, decode_value
+from chaos.models import ChannelSummary, ChaosCounts, CheckResult, GtidViolation, KeyViolation
+
+Gtid = tuple[int, int]
+
+
+@dataclass(frozen=True)
+class WalObservation:
+    """One WAL record as the observer read it: where, its first GTID, and the (key, value) of each row."""
+
+    channel: str
+    offset: int
+    epoch: int
+    seq: int
+    rows: tuple[tuple[int, str | None], ...]
+
+    @property
+    def first(self) -> Gtid:
+        return (self.epoch, self.seq)
+
+    @property
+    def last(self) -> Gtid:
+        return (self.epoch, self.seq + max(len(self.rows) - 1, 0))
+
+
+def check_replica(
+    server_id: str, rows: Sequence[tuple[int, str | None]], history: Mapping[int, KeyWrites]
+) -> list[KeyViolation]:
+    """Every violation on one replica: lost, duplicated, stale or unexpected keys."""
+    out: list[KeyViolation] = []
+    values: dict[int, list[str | None]] = defaultdict(list)
+    for key, value in rows:
+        values[key].append(value)
+    for key, found in values.items():
+        shown = [str(v) for v in found]
+        writes = history.get(key)
+        if writes is None:
+            out.append(KeyViolation(server_id=server_id, key=key, problem="unexpected", found=shown, expected=[]))
+            continue
+        allowed = writes.allowed()
+        expected = [f"{key}:{v}" for v in sorted(allowed)]
+        if len(found) > 1:
+            out.append(KeyViolation(server_id=server_id, key=key, problem="duplicated", found=shown, expected=expected))
+            continue
+        version = decode_value(key, found[0])
+        if version in allowed:
+            continue
+        written = version is not None and (version in writes.acked or version in writes.uncertain)
+        problem = "stale" if written else "unexpected"
+        out.append(KeyViolation(server_id=server_id, key=key, problem=problem, found=shown, expected=expected))
+    for key, writes in history.items():
+        if key not in values and not writes.may_be_absent():
+            expected = [f"{key}:{v}" for v in sorted(writes.allowed())]
+            out.append(KeyViolation(server_id=server_id, key=key, problem="lost", found=[], expected=expected))
+    return out
+
+
+def check_channels(observations: Sequence[WalObservation]) -> list[GtidViolation]:
+    """GTID rules over every WAL record observed on a partition's channels.
+
+    - on each channel, each record's first GTID is above the previous record's last one: the same
+      epoch going back is ``gtid_reused``, an older epoch is ``out_of_order``;
+    - an epoch belongs to one leader role, so to one channel: ``epoch_shared`` otherwise;
+    - the versions of a key are written in order, so their GTIDs must increase with the version:
+      ``version_inverted`` otherwise (the newer write would lose to the older one), ``restamped``
+      when one version got two GTIDs.
+    """
+    out: list[GtidViolation] = []
+    by_channel: dict[str, list[WalObservation]] = defaultdict(list)
+    for obs in observations:
+        by_channel[obs.channel].append(obs)
+    epochs: dict[int, set[str]] = defaultdict(set)
+    for channel, records in sorted(by_channel.items()):
+        records.sort(key=lambda r: r.offset)
+        previous: WalObservation | None = None
+        for rec in records:
+            epochs[rec.epoch].add(channel)
+            if previous is not None and rec.first <= previous.last:
+                problem = "gtid_reused" if rec.epoch == previous.epoch else "out_of_order"
+                out.append(
+                    GtidViolation(
+                        problem=problem,
+                        detail=f"{channel} offset {rec.offset}: gtid {rec.first} after {previous.last} "
+                        f"(offset {previous.offset})",
+                    )
+                )
+            previous = rec
+    for epoch, channels in sorted(epochs.items()):
+        if len(channels) > 1:
+            out.append(GtidViolation(problem="epoch_shared", detail=f"epoch {epoch} on {sorted(channels)}"))
+    out += _version_order(observations)
+    return out
+
+
+def _version_order(observations: Sequence[WalObservation]) -> list[GtidViolation]:
+    stamped: dict[int, list[tuple[Gtid, int, str]]] = defaultdict(list)
+    for obs in observations:
+        for i, (key, value) in enumerate(obs.rows):
+            version = decode_value(key, value)
+            if version is not None:
+                stamped[key].append(((obs.epoch, obs.seq + i), version, f"{obs.channel}@{obs.offset}"))
+    out: list[GtidViolation] = []
+    for key, rows in sorted(stamped.items()):
+        counts = Counter(version for _, version, _ in rows)
+        for version, n in sorted(counts.items()):
+            if n > 1:
+                where = [f"{g} {at}" for g, v, at in rows if v == version]
+                out.append(GtidViolation(problem="restamped", detail=f"key {key} version {version} stamped {where}"))
+        rows.sort()
+        for (g1, v1, at1), (g2, v2, at2) in itertools.pairwise(rows):
+            if v2 < v1 or (g1 == g2 and v1 != v2):  # a tie is as bad: last-writer-wins cannot order them
+                out.append(
+                    GtidViolation(
+                        problem="version_inverted",
+                        detail=f"key {key}: version {v1} has gtid {g1} ({at1}), version {v2} has {g2} ({at2})",
+                    )
+                )
+    return out
+
+
+def summarize_channels(observations: Sequence[WalObservation]) -> list[ChannelSummary]:
+    by_channel: dict[str, list[WalObservation]] = defaultdict(list)
+    for obs in observations:
+        by_channel[obs.channel].append(obs)
+    out = []
+    for channel, records in sorted(by_channel.items()):
+        records = sorted(records, key=lambda r: r.offset)
+        out.append(
+            ChannelSummary(
+                channel=channel,
+                records=len(records),
+                epochs=sorted({r.epoch for r in records}),
+                first=f"{records[0].first}@{records[0].offset}",
+                last=f"{records[-1].last}@{records[-1].offset}",
+            )
+        )
+    return out
+
+
+def check(
+    history: Mapping[int, KeyWrites],
+    replicas: Mapping[str, Sequence[tuple[int, str | None]] | None],
+    observations: Sequence[WalObservation] = (),
+    *,
+    verify_ok: bool | None = None,
+    limit: int = 20,
+) -> CheckResult:
+    """The verdict on a converged cluster. ``replicas`` maps every live replica to its rows (None:
+    it could not be scanned, which counts every acknowledged key as lost there)."""
+    key_violations: list[KeyViolation] = []
+    for server_id, rows in sorted(replicas.items()):
+        key_violations += check_replica(server_id, rows if rows is not None else [], history)
+    gtid_violations = check_channels(observations)
+    problems = Counter(v.problem for v in key_violations)
+    states = {tuple(sorted(rows, key=lambda r: r[0])) if rows is not None else None for rows in replicas.values()}
+    identical = len(states) <= 1 and None not in states
+    counts = ChaosCounts(
+        runs=1,
+        writes=sum(w.sent for w in history.values()),
+        acked=sum(len(w.acked) for w in history.values()),
+        uncertain=sum(len(w.uncertain) for w in history.values()),
+        keys=len(history),
+        lost=problems["lost"],
+        duplicated=problems["duplicated"],
+        stale=problems["stale"],
+        unexpected=problems["unexpected"],
+        gtid_violations=len(gtid_violations),
+        wal_records_observed=len(observations),
+        verify_failures=int(verify_ok is False),
+    )
+    ok = not key_violations and not gtid_violations and identical and verify_ok is not False
+    counts = counts.model_copy(update={"failed_runs": int(not ok)})
+    return CheckResult(
+        ok=ok,
+        counts=counts,
+        key_violations=key_violations[:limit],
+        gtid_violations=gtid_violations[:limit],
+        replicas_identical=identical,
+        verify_ok=verify_ok,
+        channels=summarize_channels(observations),
+    )

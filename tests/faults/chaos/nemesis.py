@@ -1,0 +1,193 @@
+"""The nemesis: injects one planned :class:`~chaos.models.Fault` into a local cluster and heals it.
+
+Processes are the cluster file's (``shoal up``), acted on by pid only: kill -9 and restart in place
+(:func:`shoal_app.runtime.restart.restart_process`: same data dir, ports and command line), SIGSTOP
+and SIGCONT. Targets are resolved when the fault starts: the partition's leader from its epoch
+znode, a follower or a broker by the fault's ``pick``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from chaos.models import Fault, FaultEvent, FaultKind
+from chaos.schedule import ZK_BLIP_S
+from metadata.client import MetadataClient
+from metadata.election import read_epoch
+from shoal.cluster_file import ClusterInfo
+from shoal.worker import poll_until
+from shoal_app.runtime.process import is_running, kill
+from shoal_app.runtime.restart import restart_process, start_missing
+
+NODES = ("node-1", "node-2", "node-3")
+RELEASE_BEFORE_END_S = (0.3, 1.8)
+"""quiet_zk_blip: the writers resume this long before ZooKeeper does (by the fault's pick, in this range)."""
+
+
+class Nemesis:
+    def __init__(
+        self,
+        info: ClusterInfo,
+        client: MetadataClient,
+        partition_id: str,
+        *,
+        cache_dir: Path,
+        kafka_heap_mb: int,
+        clock: Callable[[], float],
+        halt: threading.Event,
+        quiet: threading.Event,
+    ) -> None:
+        self.info, self.client, self.pid = info, client, partition_id
+        self.cache_dir, self.kafka_heap_mb = cache_dir, kafka_heap_mb
+        self.clock, self.halt = clock, halt
+        self.quiet = quiet
+        """Set while the writers must stay idle (they wait on it between writes)."""
+        self.paused: set[str] = set()
+
+    # -- targets ----------------------------------------------------------------------------------
+
+    def leader(self, timeout_s: float = 30.0) -> str | None:
+        """The partition's leader (a running node), waiting up to ``timeout_s`` for one."""
+        found: list[str] = []
+
+        def probe() -> bool:
+            try:
+                server = read_epoch(self.client.zk, self.client.layout, self.pid).server_id
+            except Exception:
+                return False
+            record = self.info.process(server) if server else None
+            if server and record is not None and is_running(record):
+                found.append(server)
+                return True
+            return False
+
+        return found[-1] if poll_until(probe, timeout_s, interval_s=0.5) else None
+
+    def _target(self, fault: Fault) -> tuple[str, str]:
+        """(process name, note) for ``fault``."""
+        kind = fault.kind
+        if kind in (FaultKind.ZK_BLIP, FaultKind.ZK_RESTART, FaultKind.QUIET_ZK_BLIP):
+            return "zookeeper", ""
+        if kind is FaultKind.BROKER_RESTART:
+            return f"kafka-{fault.pick % self.info.brokers + 1}", ""
+        leader = self.leader()
+        if kind in (FaultKind.KILL_LEADER, FaultKind.PAUSE_LEADER, FaultKind.QUIET_PAUSE_LEADER):
+            if leader is not None:
+                return leader, "leader"
+            return NODES[fault.pick % len(NODES)], "no leader within 30 s: a node picked instead"
+        followers = sorted(n for n in NODES if n != leader)
+        return followers[fault.pick % len(followers)], f"follower (leader {leader})"
+
+    # -- faults -----------------------------------------------------------------------------------
+
+    def inject(self, fault: Fault) -> FaultEvent:
+        """Inject ``fault``, hold it for its duration, heal it; what was done."""
+        name, note = self._target(fault)
+        started = self.clock()
+        kind = fault.kind
+        if kind in (FaultKind.PAUSE_LEADER, FaultKind.PAUSE_FOLLOWER, FaultKind.ZK_BLIP):
+            self._pause(name, fault.duration_s)
+        elif kind is FaultKind.QUIET_ZK_BLIP:
+            self.quiet.set()
+            # the writers start again just before the end of the blip, when the nodes' clients have seen
+            # their read timeout (SUSPENDED): the leader's first batch after the quiet phase meets it
+            low, high = RELEASE_BEFORE_END_S
+            early = low + (fault.pick % 10) / 10 * (high - low)
+            release = threading.Timer(ZK_BLIP_S - early, self.quiet.clear)
+            try:
+                self.halt.wait(fault.duration_s)
+                note = f"leader {self.leader(0.0)} before the blip, writers back {early:.2f} s before its end"
+                release.start()
+                self._pause(name, ZK_BLIP_S)
+            finally:
+                release.cancel()
+                self.quiet.clear()
+        elif kind is FaultKind.QUIET_PAUSE_LEADER:
+            self.quiet.set()
+            try:
+                self.halt.wait(fault.duration_s)
+            finally:
+                self.quiet.clear()
+            self._pause(name, ZK_BLIP_S)
+        elif kind is FaultKind.WIPE_THEN_FAILOVER:
+            self._kill(name)
+            self._wipe(name)
+            self._restart(name)
+            leader = self.leader()
+            note += f"; then leader {leader} killed"
+            if leader is not None:
+                self._kill(leader)
+                self.halt.wait(fault.duration_s)
+                self._restart(leader)
+        else:
+            self._kill(name)
+            if kind is FaultKind.WIPE_FOLLOWER:
+                self._wipe(name)
+            self.halt.wait(fault.duration_s)
+            self._restart(name)
+        return FaultEvent(
+            index=fault.index,
+            kind=kind,
+            target=name,
+            started_s=round(started, 2),
+            healed_s=round(self.clock(), 2),
+            note=note,
+        )
+
+    def _pause(self, name: str, seconds: float) -> None:
+        record = self.info.process(name)
+        assert record is not None and is_running(record), name
+        os.kill(record.pid, signal.SIGSTOP)
+        self.paused.add(name)
+        try:
+            self.halt.wait(seconds)
+        finally:
+            os.kill(record.pid, signal.SIGCONT)
+            self.paused.discard(name)
+
+    def _kill(self, name: str) -> None:
+        record = self.info.process(name)
+        assert record is not None, name
+        kill(record)
+        if not poll_until(lambda: not is_running(record), 30.0, interval_s=0.1):
+            raise RuntimeError(f"{name} (pid {record.pid}) still runs 30 s after kill -9")
+
+    def _wipe(self, name: str) -> None:
+        """Disk loss: everything in the node's data dir goes, except its log."""
+        data = Path(self.info.data_dir) / "nodes" / name
+        for child in data.iterdir():
+            if child.name == "node.log":
+                continue
+            if child.is_dir():
+                shutil.rmtree(child)
+            else:
+                child.unlink()
+
+    def _restart(self, name: str) -> None:
+        self.info = restart_process(
+            self.info, name, cache_dir=self.cache_dir, kafka_heap_mb=self.kafka_heap_mb, timeout_s=150.0
+        )
+
+    def heal_all(self) -> list[str]:
+        """SIGCONT anything still paused and start every process that does not run (in place)."""
+        for name in list(self.paused):
+            record = self.info.process(name)
+            if record is not None and is_running(record):
+                os.kill(record.pid, signal.SIGCONT)
+            self.paused.discard(name)
+        self.info, started = start_missing(
+            self.info, cache_dir=self.cache_dir, kafka_heap_mb=self.kafka_heap_mb, timeout_s=150.0
+        )
+        return started
+
+
+def elapsed_clock() -> Callable[[], float]:
+    """Seconds since this call (the run's time axis)."""
+    t0 = time.monotonic()
+    return lambda: time.monotonic() - t0

@@ -1,0 +1,189 @@
+"""One chaos run: its own local cluster, writers, the nemesis schedule, healing, convergence, the checker.
+
+The cluster is our own (``shoal_app.runtime.launcher.up`` in a directory of its own: ZooKeeper, three
+KRaft brokers, three storage nodes), so restarting ZooKeeper or a broker never touches anybody else's
+servers. The table has one partition with replication factor 3 on the three nodes.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from fault_support import own_cluster
+
+from chaos.checker import check
+from chaos.history import History
+from chaos.models import ChaosRun, FaultEvent, FaultKind
+from chaos.nemesis import NODES, Nemesis, elapsed_clock
+from chaos.schedule import describe, make_schedule
+from chaos.workload import TABLE, ChaosWriter, WalObserver
+from metadata.client import MetadataClient, MetadataConfig
+from metadata.election import read_epoch
+from metadata.node_registry import lookup_node
+from metadata.table import Column, ColumnType, TableDefinition
+from shoal import cluster_file
+from shoal.kafka.settings import ConnectionSettings, KafkaSettings
+from shoal.scan import ScanRequest, scan_remote
+from shoal.worker import poll_until
+from shoal_app.cli.verify import verify
+
+KAFKA_HEAP_MB = 384
+
+Log = Callable[[str], None]
+
+
+def stderr_log(line: str) -> None:
+    print(f"[chaos {time.strftime('%H:%M:%S')}] {line}", file=sys.stderr, flush=True)
+
+
+def _rows(client: MetadataClient, server: str, partition_id: str) -> list[tuple[int, str | None]] | None:
+    try:
+        location = lookup_node(client.zk, client.layout, server)
+        table = scan_remote(location, ScanRequest(TABLE, partition_id), timeout_s=30)
+    except Exception:
+        return None
+    return list(zip(table.column("k").to_pylist(), table.column("v").to_pylist(), strict=True))
+
+
+def _verify_ok(client: MetadataClient) -> bool | None:
+    try:
+        return verify(client, TABLE).ok
+    except Exception:
+        return None
+
+
+def run_once(
+    seed: int,
+    *,
+    faults: int,
+    kinds: Sequence[FaultKind],
+    data_dir: Path,
+    prefix: str,
+    duration_s: float = 3_600.0,
+    converge_timeout_s: float = 180.0,
+    writers: int = 2,
+    log: Log = stderr_log,
+) -> ChaosRun:
+    """Run ``faults`` faults of ``make_schedule(seed, faults, kinds)`` (stopping early once
+    ``duration_s`` of faults have passed), heal, wait for convergence, check."""
+    schedule = make_schedule(seed, faults, kinds)
+    log(f"seed {seed}, schedule of {len(schedule)} faults:\n{describe(schedule)}")
+    wall = time.monotonic()
+    errors: list[str] = []
+    events: list[FaultEvent] = []
+    with own_cluster(data_dir, prefix, brokers=3, nodes=len(NODES), kafka_heap_mb=KAFKA_HEAP_MB) as config:
+        info = cluster_file.read(config.cluster_file)
+        connection = ConnectionSettings.plain(info.bootstrap_servers, info.zk_connect, topic_prefix=prefix)
+        meta = MetadataConfig(zk_hosts=info.zk_connect, bootstrap_servers=info.bootstrap_servers, topic_prefix=prefix)
+        with MetadataClient(meta) as client:
+            definition = TableDefinition(
+                TABLE, (Column("k", ColumnType.UINT64, False), Column("v", ColumnType.STRING)), ("k",), "k", 3
+            )
+            pid = client.coordinator.create_table(definition, list(NODES)).partitions[0].partition_id
+
+            def leader() -> str | None:
+                try:
+                    return read_epoch(client.zk, client.layout, pid).server_id
+                except Exception:
+                    return None
+
+            if not poll_until(lambda: leader() is not None, 120, interval_s=0.5):
+                errors.append("no leader elected within 120 s of creating the table")
+            history = History()
+            observer = WalObserver(KafkaSettings(info.bootstrap_servers), prefix, pid)
+            observer.start()
+            quiet = threading.Event()
+            team = [
+                ChaosWriter(connection, history, index=i, count=writers, seed=seed, quiet=quiet) for i in range(writers)
+            ]
+            for w in team:
+                w.start()
+
+            def acked() -> int:
+                return sum(len(k.acked) for k in history.snapshot().values())
+
+            if not poll_until(lambda: acked() >= 100, 120, interval_s=0.5):
+                errors.append(f"writes did not start: {acked()} acknowledged after 120 s")
+            log(f"cluster up, leader {leader()}, {acked()} writes acknowledged; faults start")
+            clock, halt = elapsed_clock(), threading.Event()
+            nemesis = Nemesis(
+                info,
+                client,
+                pid,
+                cache_dir=config.cache_dir,
+                kafka_heap_mb=KAFKA_HEAP_MB,
+                clock=clock,
+                halt=halt,
+                quiet=quiet,
+            )
+            try:
+                for fault in schedule:
+                    if clock() > duration_s:
+                        log(f"duration {duration_s:.0f} s reached after {len(events)} faults")
+                        break
+                    halt.wait(fault.gap_s)
+                    try:
+                        event = nemesis.inject(fault)
+                    except Exception as exc:
+                        errors.append(f"fault #{fault.index} {fault.kind.value}: {type(exc).__name__}: {exc}")
+                        log(errors[-1])
+                        nemesis.heal_all()
+                        continue
+                    events.append(event)
+                    log(
+                        f"#{event.index} {event.kind.value} on {event.target} ({event.note or '-'}) "
+                        f"{event.started_s:.1f}-{event.healed_s:.1f}s, {acked()} acknowledged"
+                    )
+            finally:
+                started = nemesis.heal_all()
+                if started:
+                    log(f"healed: started {started}")
+            before = acked()
+            if not poll_until(lambda: acked() >= before + 50, 180, interval_s=0.5):
+                errors.append(f"writes did not resume after healing ({before} -> {acked()} acknowledged in 180 s)")
+            for w in team:
+                w.stop()
+                if w.is_alive() or w.error is not None:
+                    errors.append(f"{w.name}: alive={w.is_alive()} error={w.error!r}")
+            final = history.snapshot()
+            log(f"writers stopped ({sum(w.failures for w in team)} failed calls); waiting for convergence")
+
+            def converged() -> bool:
+                """Every replica holds what the history allows, they are identical, and verify agrees."""
+                replicas = {s: _rows(client, s, pid) for s in NODES}
+                if not check(final, replicas).ok:
+                    return False
+                return _verify_ok(client) is True
+
+            done = poll_until(converged, converge_timeout_s, interval_s=2.0)
+            observer.stop()
+            replicas = {s: _rows(client, s, pid) for s in NODES}
+            result = check(final, replicas, observer.observations, verify_ok=_verify_ok(client))
+            errors += observer.errors[:10]
+    verdict = result
+    faults_done: dict[str, int] = {}
+    for e in events:
+        faults_done[e.kind.value] = faults_done.get(e.kind.value, 0) + 1
+    verdict = verdict.model_copy(
+        update={
+            "counts": verdict.counts.model_copy(
+                update={"faults": faults_done, "failed_runs": int(not (verdict.ok and done))}
+            )
+        }
+    )
+    run = ChaosRun(
+        ok=verdict.ok and done,
+        seed=seed,
+        schedule=schedule,
+        events=events,
+        converged=done,
+        wall_s=round(time.monotonic() - wall, 1),
+        result=verdict,
+        errors=errors,
+    )
+    log(f"seed {seed}: {'OK' if run.ok else 'FAILED'} converged={done} counts={verdict.counts.to_json()}")
+    return run

@@ -1,0 +1,165 @@
+"""The live workload: writers that record every write in a :class:`~chaos.history.History`, and an
+observer that reads every WAL channel of the table as it is written (before Tail truncates it).
+
+A write is acknowledged when its delivery succeeded and a later ``Producer.sync()`` returned (the
+leader accepted everything delivered so far, README "Guarantees"); a write whose delivery failed,
+or that was delivered but never covered by a successful ``sync()``, stays uncertain.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+
+from chaos.checker import WalObservation
+from chaos.history import History, encode_value
+from producer import Producer, ProducerConfig, WriteResult
+from shoal.kafka import clients
+from shoal.kafka.readers import read_wal_channel
+from shoal.kafka.settings import ConnectionSettings, KafkaSettings
+from shoal.wire.records import WalRecord
+
+log = logging.getLogger(__name__)
+
+TABLE = "events"
+
+
+class ChaosWriter(threading.Thread):
+    """Writer ``index`` of ``count``: owns the keys ``index + count * j``; each batch creates
+    ``new_keys`` keys and overwrites up to ``overwrites`` of its earlier keys with their next version."""
+
+    def __init__(
+        self,
+        connection: ConnectionSettings,
+        history: History,
+        *,
+        index: int,
+        count: int,
+        seed: int,
+        new_keys: int = 10,
+        overwrites: int = 5,
+        pause_s: float = 0.05,
+        sync_timeout_s: float = 20.0,
+        quiet: threading.Event | None = None,
+    ) -> None:
+        super().__init__(daemon=True, name=f"chaos-writer-{index}")
+        self.connection, self.history = connection, history
+        self.index, self.count = index, count
+        self.rng = random.Random(seed * 1_000 + index)
+        self.new_keys, self.overwrites = new_keys, overwrites
+        self.pause_s, self.sync_timeout_s = pause_s, sync_timeout_s
+        self.halt = threading.Event()
+        self.quiet = quiet or threading.Event()
+        """While set, the writer stays idle (the nemesis's quiet phases)."""
+        self.failures = 0
+        self.error: BaseException | None = None
+        self._next = 0
+        self._mine: list[int] = []
+
+    def _config(self) -> ProducerConfig:
+        # a short delivery timeout: messages produced during an outage fail instead of waiting it out
+        return ProducerConfig(self.connection, kafka_config={"message.timeout.ms": 10_000})
+
+    def run(self) -> None:
+        try:
+            while not self.halt.is_set():
+                with Producer(self._config()) as producer:
+                    self._write_with(producer)
+        except BaseException as exc:
+            self.error = exc
+            log.exception("chaos writer %d failed", self.index)
+
+    def _write_with(self, producer: Producer) -> None:
+        """Write until halted, or until six calls in a row failed (then the caller makes a new producer:
+        writes still pending on this one are never acknowledged, they stay uncertain)."""
+        pending: list[tuple[WriteResult, list[tuple[int, int]]]] = []
+        failed_in_row = 0
+        while not self.halt.is_set() and failed_in_row < 6:
+            if self.quiet.is_set():
+                self.halt.wait(0.2)
+                continue
+            keys = [self.index + self.count * (self._next + i) for i in range(self.new_keys)]
+            self._next += self.new_keys
+            old = self.rng.sample(self._mine, min(self.overwrites, len(self._mine)))
+            self._mine += keys
+            pairs = [(k, self.history.sent(k)) for k in keys + old]
+            try:
+                result = producer.write(TABLE, [{"k": k, "v": encode_value(k, v)} for k, v in pairs])
+            except Exception as exc:
+                self._failed(f"write: {exc}")
+                failed_in_row += 1
+                self.halt.wait(0.5)
+                continue
+            pending.append((result, pairs))
+            try:
+                producer.sync(timeout=self.sync_timeout_s)
+            except Exception as exc:
+                self._failed(f"sync: {exc}")
+                failed_in_row += 1
+                self.halt.wait(0.5)
+                continue
+            failed_in_row = 0
+            for done, done_pairs in pending:
+                if all(f.done() and f.exception() is None for f in done.futures):
+                    self.history.acknowledge(done_pairs)
+            pending = []
+            self.halt.wait(self.pause_s)
+
+    def _failed(self, what: str) -> None:
+        self.failures += 1
+        log.info("chaos writer %d: %s", self.index, what[:300])
+
+    def stop(self, timeout_s: float = 120.0) -> None:
+        self.halt.set()
+        self.join(timeout_s)
+
+
+class WalObserver(threading.Thread):
+    """Reads every WAL channel ``<prefix>.wal.<partition_id>.*`` from its start, once a second from where
+    it left off, picking up new channels as they appear, and keeps one :class:`WalObservation` per record.
+
+    Each round uses :func:`shoal.kafka.readers.read_wal_channel` (a short-lived read_committed consumer,
+    as ``shoal verify`` reads a channel); a round that fails (a broker down) is retried the next second.
+    A record truncated by Tail before a round reached it is not observed.
+    """
+
+    def __init__(self, kafka: KafkaSettings, prefix: str, partition_id: str) -> None:
+        super().__init__(daemon=True, name="chaos-wal-observer")
+        self.kafka, self.stem = kafka, f"{prefix}.wal.{partition_id}."
+        self.observations: list[WalObservation] = []
+        self.errors: list[str] = []
+        self.failed_rounds = 0
+        self.halt = threading.Event()
+        self._next: dict[str, int] = {}
+
+    def run(self) -> None:
+        while not self.halt.is_set():
+            self.read_round()
+            self.halt.wait(1.0)
+
+    def read_round(self) -> None:
+        try:
+            topics = clients.admin(self.kafka).list_topics(timeout=10).topics
+            for topic in sorted(t for t in topics if t.startswith(self.stem)):
+                for item in read_wal_channel(self.kafka, topic, self._next.get(topic, 0), timeout_s=10):
+                    self._observe(topic, item.offset, item.record)
+                    self._next[topic] = item.offset + 1
+        except Exception as exc:  # a broker down, a coordinator moving: the next round reads on
+            self.failed_rounds += 1
+            log.info("WAL observer round failed: %s", exc)
+
+    def _observe(self, topic: str, offset: int, record: WalRecord) -> None:
+        try:
+            table = record.rows()
+            rows = tuple(zip(table.column("k").to_pylist(), table.column("v").to_pylist(), strict=True))
+        except Exception as exc:
+            self.errors.append(f"{topic}@{offset}: {exc}")
+            return
+        self.observations.append(WalObservation(topic, offset, record.gtid.epoch, record.gtid.seq, rows))
+
+    def stop(self, timeout_s: float = 60.0) -> None:
+        """Stop after one last round (everything written up to now)."""
+        self.halt.set()
+        self.join(timeout_s)
+        self.read_round()

@@ -1,0 +1,116 @@
+"""The chaos runner's pure parts: schedule from a seed, write history, checker rules (with fakes)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parents[2] / "faults"))
+
+from chaos.checker import WalObservation, check, check_channels, check_replica
+from chaos.history import History, KeyWrites, decode_value, encode_value
+from chaos.models import ChaosCounts, FaultKind
+from chaos.schedule import ALL_KINDS, ZK_SESSION_TIMEOUT_S, make_schedule
+
+
+def test_a_seed_reproduces_its_schedule_and_every_kind_comes_first() -> None:
+    a, b = make_schedule(7, 12), make_schedule(7, 12)
+    assert a == b
+    assert {f.kind for f in a[: len(ALL_KINDS)]} == set(ALL_KINDS)
+    assert make_schedule(8, 12) != a
+    for f in make_schedule(1, 200):
+        if f.kind is FaultKind.ZK_BLIP:
+            assert f.duration_s < ZK_SESSION_TIMEOUT_S
+        assert f.duration_s > 0 and f.gap_s > 0
+
+
+def test_values_encode_key_and_version() -> None:
+    assert decode_value(5, encode_value(5, 3)) == 3
+    assert decode_value(5, encode_value(6, 3)) is None
+    assert decode_value(5, "garbage") is None
+    assert decode_value(5, None) is None
+
+
+def test_history_acknowledges_versions() -> None:
+    h = History()
+    assert h.sent(1) == 0 and h.sent(1) == 1 and h.sent(2) == 0
+    h.acknowledge([(1, 0), (2, 0)])
+    snap = h.snapshot()
+    assert snap[1] == KeyWrites(acked={0}, uncertain={1}, sent=2)
+    assert snap[2].allowed() == {0}
+    assert snap[1].allowed() == {0, 1}  # the uncertain overwrite may have landed
+
+
+def _history() -> dict[int, KeyWrites]:
+    return {
+        1: KeyWrites(acked={0, 1}, uncertain=set(), sent=2),  # must hold 1:1
+        2: KeyWrites(acked={0}, uncertain={1}, sent=2),  # 2:0 or 2:1
+        3: KeyWrites(acked=set(), uncertain={0}, sent=1),  # absent or 3:0
+    }
+
+
+def test_a_converged_replica_passes() -> None:
+    assert check_replica("n1", [(1, "1:1"), (2, "2:1")], _history()) == []
+    assert check_replica("n1", [(1, "1:1"), (2, "2:0"), (3, "3:0")], _history()) == []
+
+
+def test_lost_duplicated_stale_and_unexpected_keys() -> None:
+    found = check_replica("n1", [(1, "1:0"), (3, "3:0"), (3, "3:0"), (9, "9:0")], _history())
+    problems = {(v.key, v.problem) for v in found}
+    assert problems == {(1, "stale"), (3, "duplicated"), (9, "unexpected"), (2, "lost")}
+    assert check_replica("n1", [(1, "1:7"), (2, "2:0")], _history())[0].problem == "unexpected"
+
+
+def test_check_counts_per_replica_and_requires_identical_replicas() -> None:
+    history = _history()
+    good = [(1, "1:1"), (2, "2:1")]
+    result = check(history, {"n1": good, "n2": list(good), "n3": [(1, "1:1")]}, verify_ok=True)
+    assert not result.ok and result.counts.lost == 1 and not result.replicas_identical
+    assert result.counts.writes == 5 and result.counts.acked == 3 and result.counts.uncertain == 2
+    assert result.counts.failed_runs == 1
+    ok = check(history, {"n1": good, "n2": list(reversed(good))}, verify_ok=True)
+    assert ok.ok and ok.replicas_identical and ok.counts.failed_runs == 0
+    assert not check(history, {"n1": good}, verify_ok=False).ok
+    unreachable = check(history, {"n1": good, "n2": None})
+    assert not unreachable.ok and unreachable.counts.lost == 2
+
+
+def _obs(channel: str, offset: int, epoch: int, seq: int, *rows: tuple[int, int]) -> WalObservation:
+    return WalObservation(channel, offset, epoch, seq, tuple((k, encode_value(k, v)) for k, v in rows))
+
+
+def test_channels_with_increasing_gtids_pass() -> None:
+    observations = [
+        _obs("wal.1", 0, 1, 0, (1, 0), (2, 0)),
+        _obs("wal.1", 2, 1, 2, (1, 1)),
+        _obs("wal.2", 0, 2, 0, (1, 2)),
+        _obs("wal.1", 5, 3, 0, (1, 3)),  # the first placement leads again with a fresh epoch
+    ]
+    assert check_channels(observations) == []
+    summary = check({}, {}, observations).channels
+    assert [(c.channel, c.records, c.epochs) for c in summary] == [("wal.1", 3, [1, 3]), ("wal.2", 1, [2])]
+
+
+def test_a_gtid_reused_after_suspended_is_caught() -> None:
+    # a new leader role with the same epoch restarting its sequence at 0 (the SUSPENDED bug)
+    observations = [_obs("wal.1", 0, 4, 0, (1, 0), (2, 0)), _obs("wal.1", 3, 4, 0, (1, 1))]
+    problems = {v.problem for v in check_channels(observations)}
+    assert problems == {"gtid_reused", "version_inverted"}
+
+
+def test_out_of_order_shared_epochs_and_restamped_versions() -> None:
+    assert [v.problem for v in check_channels([_obs("a", 0, 5, 0, (1, 0)), _obs("a", 1, 4, 9, (2, 0))])] == [
+        "out_of_order"
+    ]
+    shared = check_channels([_obs("a", 0, 5, 0, (1, 0)), _obs("b", 0, 5, 10, (2, 0))])
+    assert [v.problem for v in shared] == ["epoch_shared"]
+    twice = check_channels([_obs("a", 0, 5, 0, (1, 0)), _obs("b", 0, 6, 0, (1, 0))])
+    assert [v.problem for v in twice] == ["restamped"]
+
+
+def test_counts_add_up_over_runs() -> None:
+    a = ChaosCounts(runs=1, faults={"kill_leader": 2}, writes=10, lost=1)
+    b = ChaosCounts(runs=1, faults={"kill_leader": 1, "zk_blip": 1}, writes=5)
+    total = a.add(b)
+    assert total.runs == 2 and total.writes == 15 and total.lost == 1
+    assert total.faults == {"kill_leader": 3, "zk_blip": 1}
