@@ -31,8 +31,18 @@ TOP = {
     "problems",
 }
 WINDOW = {"samples", "interval_s", "warn_samples"}
-TABLE = {"table", "status", "partitions"}
-PARTITION = {"partition_id", "status", "leader", "epoch", "leader_changes", "ingest", "wal", "segments"}
+TABLE = {"table", "status", "partitions", "leaders_per_node", "on_preferred_leader"}
+PARTITION = {
+    "partition_id",
+    "status",
+    "leader",
+    "epoch",
+    "leader_changes",
+    "ingest",
+    "wal",
+    "segments",
+    "preferred_leader",
+}
 LEADER = {"server_id", "placement_id", "alive"}
 LAG = {"lag_records", "lag_seconds", "lag_bytes_estimate", "status", "reason", "series"}
 INGEST = {"topic", "exists", "log_start", "log_end", "group", "accepted_index"} | LAG
