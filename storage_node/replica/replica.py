@@ -272,6 +272,22 @@ class PartitionReplica:
             chain = self._list.chain
             return [r for r in self._list.records() if not chain.is_referenced(r.segment_id)]
 
+    def drop_memtable(self) -> int:
+        """Start the memtable again from what the durable segments cover; returns the rows dropped.
+
+        For a replica whose leader term ended in this process (a handover, a resumed SUSPENDED
+        leadership, a failed role): its memtable rows are accepted records of its own WAL channel,
+        which the next leader adopts (keeping their GTIDs) and which a new term of this replica
+        replays. A follower's view is its segments plus the current leader's WAL overlay; a leader's
+        is its segments plus what its recovery replays. Kept, the old term's rows would shadow both.
+        """
+        with self._lock:
+            dropped = self.memtable.rows
+            self.memtable = Memtable(start_offset=self.covered_end())
+        if dropped:
+            log.info("%s: dropped %d memtable rows of an ended leader term", self.name, dropped)
+        return dropped
+
     def rewind(self, segment_id: str | None) -> SegmentChain:
         """Move root back to ``segment_id`` (see SegmentChain.rewind); the overlay is emptied."""
         with self._lock:

@@ -160,6 +160,7 @@ class PartitionFollower(Worker):
                     sorted(self._repair),
                 )
             self._collect()  # weak segments left by a crash between a major's apply and their deletion
+            self.replica.drop_memtable()  # rows of a leader term that ended here: the next leader adopts them
             while not self.stopping.is_set():
                 self._step()
         except BaseException:

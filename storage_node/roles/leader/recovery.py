@@ -56,6 +56,7 @@ def replay_wal(
     replica: PartitionReplica, kafka: KafkaSettings, wal_topic: str, schema: pa.Schema, position: ChainPosition
 ) -> Replayed:
     """Replay ``wal_topic`` from what the durable segments cover into the memtable; moves ``position``."""
+    replica.drop_memtable()  # a term that ended in this process: its rows come back from the WAL below
     start = replica.covered_end()
     prev: bytes | None = GENESIS_HASH
     if start > 0:

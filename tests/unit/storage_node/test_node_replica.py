@@ -113,3 +113,17 @@ def test_flight_scan_roundtrip(tmp_path: Path) -> None:
     finally:
         server.shutdown()
         r.close()
+
+
+def test_an_ended_leader_terms_memtable_is_dropped(tmp_path: Path) -> None:
+    """A handover keeps the process: the old term's memtable must not shadow the segments the next
+    leader publishes (it adopted those rows) nor double with what a new term of this replica replays."""
+    r = PartitionReplica(TABLE, new_partition_id(), 3, tmp_path)
+    r.append(versioned_rows(ingest([1], ["a"]), Gtid(1, 0)), 0)
+    assert r.flush(1) is not None
+    r.append(versioned_rows(ingest([1, 2], ["a2", "b"]), Gtid(1, 1)), 1)  # accepted, not flushed
+    assert r.drop_memtable() == 2
+    assert r.memtable.start_offset == r.covered_end() == 1 and r.memtable.empty
+    assert r.scan().to_pylist() == [{"k": 1, "v": "a"}]
+    assert r.drop_memtable() == 0
+    r.close()
