@@ -66,6 +66,7 @@ import contextlib
 import logging
 import signal
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from types import FrameType
@@ -114,6 +115,11 @@ from storage_node.roles.split import PartitionSplitter
 from storage_node.serve import FlightServing, ScanServer
 
 log = logging.getLogger(__name__)
+
+REBALANCE_CHECK_S = 5.0
+"""How often a leader checks whether to hand leadership to its partition's preferred leader."""
+REBALANCE_BACKOFF_S = 30.0
+"""The pause after a check that failed (ZooKeeper or Kafka unavailable)."""
 
 
 @dataclass
@@ -218,6 +224,8 @@ class StorageNode:
         self._watchers: dict[str, TableWatcher] = {}
         self._client: MetadataClient | None = None
         self._rebalancer: LeaderRebalancer | None = None
+        self._rebalance_not_before: dict[str, float] = {}
+        """partition id -> monotonic time before which :meth:`_rebalance` does not check again."""
         self.location: str | None = None
         self.metrics_url: str | None = None
         """``http://host:port/metrics`` when the node's Prometheus exporter runs."""
@@ -627,10 +635,22 @@ class StorageNode:
             return
         if election.state is not LeaderState.LEADER:
             return
+        now = time.monotonic()
+        if now < self._rebalance_not_before.get(held.partition_id, 0.0):
+            return
+        # at most one check per interval, and a longer pause after a failed one: during a broker outage
+        # many short admin requests are what librdkafka 2.16 aborts the process on (an eonce assertion)
+        self._rebalance_not_before[held.partition_id] = now + REBALANCE_CHECK_S
         try:
             decision = self._rebalancer.check(held.table.name, held.partition_id, held.placement_id, held.preferred)
-        except Exception as exc:  # ZooKeeper or Kafka unavailable for a moment: the next tick checks again
-            log.warning("%s: cannot check the preferred leader: %s", held.replica.name, exc)
+        except Exception as exc:  # ZooKeeper or Kafka unavailable for a moment: check again later
+            self._rebalance_not_before[held.partition_id] = now + REBALANCE_BACKOFF_S
+            log.warning(
+                "%s: cannot check the preferred leader (again in %.0f s): %s",
+                held.replica.name,
+                REBALANCE_BACKOFF_S,
+                exc,
+            )
             return
         if decision.yield_now:
             held.leader_changes += 1  # this replica stops being leader (the role is stopped before the LOST)

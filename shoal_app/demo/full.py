@@ -610,6 +610,8 @@ def _split(run: _Run) -> None:
             f"child {c['partition_id'][:12]} [{c['begin']}, {c['end']}) on "
             f"{', '.join(p['server_id'] for p in c['servers'])}"
         )
+    # a promoted child serves scans once its leader is ready (and no replica of it still bootstraps)
+    run.wait("the children to serve scans", lambda: observe.count_rows(run.md, cfg.table) is not None, timeout_s=90)
     after = observe.count_rows(run.md, cfg.table)
     if after != before:
         run.errors.append(f"split: {before} rows before, {after} after")
