@@ -88,7 +88,7 @@ from metadata.node_registry import node_path, register_node
 from metadata.notify import TableWatcher
 from metadata.placements import preferred_leader
 from metadata.table import TableDefinition
-from shoal.errors import KafkaOperationError, PartitionUnavailableError
+from shoal.errors import KafkaOperationError, PartitionUnavailableError, ShoalError
 from shoal.kafka.indexes import channel_indexes
 from shoal.worker import Worker
 from storage_node.config import NodeConfig
@@ -891,7 +891,12 @@ class StorageNode:
             if held.table.name != table:
                 continue
             role = "leader" if held.leader is not None and not held.leader.stopped.is_set() else "follower"
-            info = describe_replica(held.replica)
+            try:
+                info = describe_replica(held.replica)
+            except ShoalError:
+                if held.state in (ReplicaState.UNLOAD, ReplicaState.UNLOAD_FINAL):
+                    continue  # UNLOAD_FINAL is removing its files right now: nothing left to describe
+                raise
             info.update(server_id=self.config.server_id, role=role, lifecycle_state=held.state.value)
             if held.lifecycle is not None:
                 info["lifecycle_progress"] = held.lifecycle.stats.progress
