@@ -42,6 +42,7 @@ from producer.routing import route
 from producer.validation import Limits, to_ingest, validate_keys, validate_rows
 from shoal.errors import KafkaOperationError
 from shoal.kafka import clients
+from shoal.kafka.errors import classify
 from shoal.wire.ingest import TABLE_HEADER
 from shoal.worker import Worker
 
@@ -151,6 +152,7 @@ class Producer:
         self._map_loader = map_loader
         self._kafka = kafka_producer
         self._admin = admin
+        self._admin_owned = admin is None
         self._offsets_reader = offsets_reader
         self._limits = Limits(config.max_value_bytes, config.max_row_bytes)
         self._lock = threading.RLock()
@@ -214,6 +216,15 @@ class Producer:
             if self._admin is None:
                 self._admin = clients.admin(self.config.kafka)
             return self._admin
+
+    def _drop_admin(self) -> None:
+        """Forget an admin client this producer made itself, so that the next offset read makes a fresh one.
+
+        librdkafka's admin requests can keep timing out on a connection made before a broker restarted.
+        """
+        with self._lock:
+            if self._offsets_reader is None and self._admin is not None and self._admin_owned:
+                self._admin = None
 
     def _metadata_client(self) -> MetadataClient:
         with self._lock:
@@ -400,10 +411,20 @@ class Producer:
         self.flush(timeout)
         remaining = self.written()
         committed: dict[str, int | None] = {}
+        last_error: KafkaOperationError | None = None
         intervals = policy.intervals()
         while True:
             for topic, (partition_id, last) in list(remaining.items()):
-                offset = self._committed(self.topics.leader_group(partition_id), topic)
+                try:
+                    offset = self._committed(self.topics.leader_group(partition_id), topic)
+                except KafkaOperationError as exc:
+                    if exc.fatal:
+                        raise
+                    # a broker restart or a coordinator move: ask again (on a fresh admin client) until the deadline
+                    last_error = exc
+                    log.info("sync: %s; asking again on a fresh admin client", exc)
+                    self._drop_admin()
+                    continue
                 committed[topic] = offset
                 if offset is not None and offset > last:
                     del remaining[topic]
@@ -416,9 +437,10 @@ class Producer:
                     f"{t} (leader group {self.topics.leader_group(pid)} committed {committed.get(t)}, needs > {last})"
                     for t, (pid, last) in sorted(remaining.items())
                 )
+                cause = f"; last offset read failed: {last_error}" if last_error is not None else ""
                 raise SyncTimeoutError(
                     f"sync: {len(remaining)} partition(s) not accepted by their leader within {timeout}s "
-                    f"(is a leader running?): {detail}",
+                    f"(is a leader running?): {detail}{cause}",
                     lagging,
                 )
             policy.sleep(min(next(intervals), max(0.0, deadline - now)))
@@ -433,7 +455,9 @@ class Producer:
             futures = self.admin.list_consumer_group_offsets(request, request_timeout=10)
             result = futures[group].result(timeout=15)
         except KafkaException as exc:
-            raise KafkaOperationError(f"cannot read committed offsets of group {group}: {exc}") from exc
+            raise classify(exc, f"cannot read committed offsets of group {group}") from exc
+        except TimeoutError as exc:
+            raise KafkaOperationError(f"cannot read committed offsets of group {group}: no answer in 15s") from exc
         for tp in result.topic_partitions or []:
             if tp.topic == topic and tp.partition == 0:
                 if tp.error is not None:

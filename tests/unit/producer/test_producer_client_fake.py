@@ -143,3 +143,40 @@ def test_poll_thread_is_a_worker_stopped_by_close() -> None:
     assert isinstance(poller, Worker) and poller.alive and poller.name == "shoal-producer-poll"
     producer.close()
     assert not poller.alive and poller.state is WorkerState.STOPPED
+
+
+def test_sync_keeps_polling_through_a_failed_offset_read() -> None:
+    """A broker restart makes an offset read time out: sync asks again until its deadline instead of failing."""
+    from confluent_kafka import KafkaError
+
+    from shoal.errors import KafkaOperationError
+
+    kafka = FakeKafka()
+    clock = FakeClock()
+    answers: list[int | Exception | None] = [
+        KafkaOperationError("timed out", KafkaError(KafkaError._TIMED_OUT, retriable=True)),
+        None,
+        1,
+    ]
+
+    def reader(group: str, topic: str) -> int | None:
+        answer = answers.pop(0) if answers else 1
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    producer, _ = _producer(kafka, clock, offsets_reader=reader)
+    producer.write("events", [{"k": 1, "ts": 1}])
+    producer.sync(timeout=5)
+    assert answers == []
+
+    answers[:] = [KafkaOperationError("timed out", KafkaError(KafkaError._TIMED_OUT, retriable=True))] * 50
+    producer.write("events", [{"k": 2, "ts": 1}])
+    with pytest.raises(SyncTimeoutError, match="last offset read failed: timed out"):
+        producer.sync(timeout=2)
+    fatal = KafkaOperationError("fatal", KafkaError(KafkaError._FATAL, fatal=True))
+    answers[:] = [fatal]
+    with pytest.raises(KafkaOperationError) as raised:
+        producer.sync(timeout=2)
+    assert raised.value is fatal
+    producer.close()
