@@ -353,6 +353,10 @@ class ReplicaDescription(BaseModel):
     chain: list[str]
     row_count: int
     content_hash: str
+    key_min: int | str | None = None
+    """The lowest partition key the replica holds (None when it holds no rows)."""
+    key_max: int | str | None = None
+    """The highest partition key the replica holds (None when it holds no rows)."""
 
 
 class WalChannelCheck(Shape):
@@ -379,11 +383,15 @@ class PartitionVerification(Shape):
     """Every channel's GTIDs in order (DESIGN.md section 10) and no epoch written by two placements."""
     gtid_error: str | None
     """Why the GTIDs are not in order across channels (an epoch two placements used), else None."""
+    in_range: bool = True
+    """Every replica's rows lie inside the partition's key range (EventQL table partitioning, section 2)."""
+    range_error: str | None = None
+    """Which replicas hold keys outside the partition's key range, else None."""
 
 
 class Verification(Shape):
-    """``shoal verify``: ``ok`` when every partition's replicas agree, every WAL chain is intact and every
-    channel's GTIDs are in order."""
+    """``shoal verify``: ``ok`` when every partition's replicas agree and hold only keys of its range,
+    every WAL chain is intact and every channel's GTIDs are in order."""
 
     table: str
     ok: bool

@@ -7,7 +7,9 @@ and content hash). For each placement's WAL channel the GTID hash chain (TokuMX,
 checked from the channel's Tail to its end (from the genesis hash when nothing was truncated), and
 the GTID order of every channel (DESIGN.md section 10, :mod:`shoal_app.cli.verify_gtids`): each WAL
 channel's and each segments channel's GTIDs in channel order, every WAL record above the segments
-before it, and no epoch used by two placements. Channels are streamed, never loaded whole.
+before it, and no epoch used by two placements. Channels are streamed, never loaded whole. And
+each replica's lowest and highest partition key lie inside the partition's key range: replicas that
+agree on rows another partition owns (a wrong split, a misrouted write) are a mismatch.
 
 Exit code 0 when everything agrees and every chain is intact, 1 otherwise (2 for errors such as an
 unknown table). Meant for a quiet table: rows still in a leader's memtable and not yet in a
@@ -23,6 +25,8 @@ from typing import Any, Protocol, TypeVar
 import click
 
 from metadata.client import MetadataClient
+from metadata.errors import InvalidKeyError
+from metadata.keyspace import KeyRange, Keyspace
 from shoal.errors import ShoalError
 from shoal.kafka.readers import ChannelRecord
 from shoal.kafka.settings import KafkaSettings
@@ -149,6 +153,25 @@ def check_wal_channel(
     return _check_channel(channels, topic, "no channel (this placement never led)", run)
 
 
+def outside_range(replicas: list[ReplicaDescription], key_range: KeyRange, keyspace: Keyspace) -> str | None:
+    """Which replicas hold a partition key outside ``key_range`` (their lowest and highest keys against
+    its bounds), or None when every one stays inside. A bound that is not a key of ``keyspace`` is out."""
+    wrong = []
+    for r in replicas:
+        for what, key in (("lowest", r.key_min), ("highest", r.key_max)):
+            if key is None:
+                continue
+            try:
+                inside = key_range.contains(keyspace.encode(key))
+            except InvalidKeyError:
+                inside = False
+            if not inside:
+                wrong.append(f"{r.server_id}#{r.placement_id} holds {what} key {key!r:.40}")
+    if not wrong:
+        return None
+    return f"keys outside {key_range.describe(keyspace)}: " + "; ".join(wrong)
+
+
 def verify(
     client: MetadataClient,
     table: str,
@@ -168,7 +191,7 @@ def verify(
     describe_node = describe or (lambda server: describe_remote(lookup_node(client.zk, client.layout, server), table))
     described: dict[str, list[dict[str, Any]] | str] = {}
     partitions = []
-    for entry in file.partitions:
+    for entry, key_range in file.ranges():
         replicas: list[ReplicaError | ReplicaDescription] = []
         for placement in entry.servers:
             server = placement.server_id
@@ -197,6 +220,7 @@ def verify(
         described_ok = [r for r in replicas if isinstance(r, ReplicaDescription)]
         states = {(r.row_count, r.content_hash) for r in described_ok}
         agree = len(described_ok) == len(replicas) and len(states) == 1
+        range_error = outside_range(described_ok, key_range, file.table.keyspace)
         chains = {tuple(r.chain) if isinstance(r, ReplicaDescription) else () for r in replicas}
         wal_checks, segment_checks, epochs = [], [], {}
         for p in entry.servers:
@@ -221,9 +245,11 @@ def verify(
                 segments_channels=segment_checks,
                 gtids_ok=shared is None and all(c.ok for c in (*wal_checks, *segment_checks)),
                 gtid_error=shared,
+                in_range=range_error is None,
+                range_error=range_error,
             )
         )
-    ok = all(p.agree and p.wal_chains_ok and p.gtids_ok for p in partitions)
+    ok = all(p.agree and p.wal_chains_ok and p.gtids_ok and p.in_range for p in partitions)
     return Verification(table=table, ok=ok, partitions=partitions)
 
 
@@ -252,7 +278,9 @@ def verify_command(table_name: str, output: str, **conn: Any) -> None:
             show(
                 f"  partition {p.partition_id}: replicas {'agree' if p.agree else 'DIFFER'}, "
                 f"WAL chains {'ok' if p.wal_chains_ok else 'BROKEN'}, "
-                f"GTIDs {'in order' if p.gtids_ok else 'OUT OF ORDER'}" + (f" ({p.gtid_error})" if p.gtid_error else "")
+                f"GTIDs {'in order' if p.gtids_ok else 'OUT OF ORDER'}"
+                + (f" ({p.gtid_error})" if p.gtid_error else "")
+                + ("" if p.in_range else f", KEYS OUT OF RANGE ({p.range_error})")
             )
             replicas = new_table("replica", "rows", "content hash", "chain", right=("rows",))
             for r in p.replicas:

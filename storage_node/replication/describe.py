@@ -19,6 +19,7 @@ import hashlib
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from storage_node.replica import PartitionReplica
 
@@ -34,6 +35,16 @@ def content_hash(rows: pa.Table, key_columns: list[str]) -> str:
     return hashlib.sha256(sink.getvalue().to_pybytes()).hexdigest()
 
 
+def key_bounds(rows: pa.Table, partition_key: str) -> dict[str, Any]:
+    """The lowest and highest partition key this replica holds (None when empty): ``shoal verify``
+    checks them against the partition's key range (EventQL table partitioning, section 2), so rows a
+    split or a misrouted write left in the wrong partition cannot pass as agreement."""
+    if rows.num_rows == 0:
+        return {"key_min": None, "key_max": None}
+    bounds = pc.min_max(rows.column(partition_key))
+    return {"key_min": bounds["min"].as_py(), "key_max": bounds["max"].as_py()}
+
+
 def describe_replica(replica: PartitionReplica) -> dict[str, Any]:
     chain = replica.chain
     rows = replica.scan(include_system=True)
@@ -47,6 +58,7 @@ def describe_replica(replica: PartitionReplica) -> dict[str, Any]:
         "segments": len(chain),
         "row_count": rows.num_rows,
         "content_hash": content_hash(rows, list(replica.key_columns)),
+        **key_bounds(rows, replica.table.partition_key),
         "overlay_records": 0 if overlay is None else overlay.records,
         "memtable_rows": replica.memtable.rows,
         "catch_up": replica.catch_up.snapshot().as_dict(),

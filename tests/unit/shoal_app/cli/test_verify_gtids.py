@@ -186,3 +186,47 @@ def test_segments_channel_order() -> None:
     future = _manifest(pid, 1, 1, (4, 6), (Gtid(1, 30), Gtid(2, 0)), segment_id="05" * 16, is_major=False)
     with pytest.raises(GtidOrderError, match="epoch after its writer's"):
         check_manifests(enumerate([first, future]), topic="s", placement_id=1, own_wal_topic=own)
+
+
+def test_replicas_that_agree_on_keys_outside_their_range_are_a_mismatch() -> None:
+    """Two partitions split at 100: a replica of the low one holding key 150 (rows a split left in the wrong
+    child, or a misrouted write) makes verify fail although its replicas agree (EventQL partitioning, s. 2)."""
+    from metadata.keyspace import KeyRange, Keyspace
+    from shoal_app.cli.models import ReplicaDescription
+    from shoal_app.cli.verify import outside_range
+
+    def replica(lo: int | None, hi: int | None) -> ReplicaDescription:
+        return ReplicaDescription(
+            server_id="node-1",
+            placement_id=1,
+            partition_id="p",
+            root=None,
+            chain=[],
+            row_count=2,
+            content_hash="h",
+            key_min=lo,
+            key_max=hi,
+        )
+
+    low = KeyRange(b"", Keyspace.UINT64.encode(100))
+    high = KeyRange(Keyspace.UINT64.encode(100), b"")
+    assert outside_range([replica(0, 99), replica(None, None)], low, Keyspace.UINT64) is None
+    error = outside_range([replica(3, 150)], low, Keyspace.UINT64)
+    assert error is not None and "highest key 150" in error and "node-1#1" in error
+    assert outside_range([replica(100, 2**64 - 1)], high, Keyspace.UINT64) is None
+    assert "lowest key 99" in (outside_range([replica(99, 120)], high, Keyspace.UINT64) or "")
+    assert outside_range([replica(-1, 5)], low, Keyspace.UINT64) is not None  # not a key at all
+
+    file = _file()
+    pid = file.partitions[0].partition_id
+    good = _reused_gtid_after_truncation(pid)
+    good.wal[TOPICS.wal(pid, 1)] = (2, _wal(pid, 1, [(2, 0, 5)], first_offset=2))
+    described = [
+        {"partition_id": pid, "placement_id": 1, "row_count": 20, "content_hash": "h", "chain": ["s"], "root": "s"}
+    ]
+    assert verify(_client(file), "events", channels=good, describe=lambda _s: described).ok
+    report = verify(
+        _client(file), "events", channels=good, describe=lambda _s: [{**described[0], "key_min": "x", "key_max": "y"}]
+    )
+    part = report.to_json()["partitions"][0]
+    assert not report.ok and part["agree"] and not part["in_range"] and "lowest key 'x'" in part["range_error"]
