@@ -244,9 +244,11 @@ class KafkaFileStore:
                 leaders_ok = tmeta is not None and all(p.leader >= 0 for p in tmeta.partitions.values())
                 if tmeta is not None and tmeta.error is None and tmeta.partitions and leaders_ok:
                     break
-            except KafkaException as exc:
+            except (KafkaException, TimeoutError) as exc:  # a future's result(timeout) raises TimeoutError
                 if time.monotonic() > deadline:
-                    raise MetadataStoreError(f"cannot describe metadata topic {self.topic}: {exc}") from exc
+                    raise MetadataStoreError(
+                        f"cannot describe metadata topic {self.topic}: {exc or 'no answer in time'}"
+                    ) from exc
             if time.monotonic() > deadline:
                 raise MetadataStoreError(f"metadata topic {self.topic} has no leader after {self.config.timeout_s}s")
             time.sleep(0.1)

@@ -120,6 +120,8 @@ class KafkaOffsets:
                 if error_code(exc) == KafkaError.UNKNOWN_TOPIC_OR_PART:
                     continue
                 raise classify(exc, f"cannot describe topic {name}") from exc
+            except TimeoutError as exc:
+                raise KafkaOperationError(f"cannot describe topic {name}: no answer in time") from exc
         return out
 
     # -- indexes --------------------------------------------------------------------------------
@@ -152,7 +154,7 @@ class KafkaOffsets:
         for name, fut in futures.items():
             try:
                 out[name] = len(fut.result(timeout=self.request_timeout_s).members or [])
-            except KafkaException as exc:
+            except (KafkaException, TimeoutError) as exc:
                 log.debug("describe group %s: %s", name, exc)
                 out[name] = 0
         return out
@@ -162,8 +164,8 @@ class KafkaOffsets:
             res = self.admin.list_consumer_groups(request_timeout=self.request_timeout_s).result(
                 timeout=self.request_timeout_s
             )
-        except KafkaException as exc:
-            raise KafkaOperationError(f"cannot list consumer groups: {exc}") from exc
+        except (KafkaException, TimeoutError) as exc:
+            raise KafkaOperationError(f"cannot list consumer groups: {exc or 'no answer in time'}") from exc
         return sorted(g.group_id for g in (res.valid or []) if g.group_id.startswith(prefix))
 
     # -- records --------------------------------------------------------------------------------
@@ -249,3 +251,5 @@ class KafkaOffsets:
             return int(fut.result(timeout=self.request_timeout_s).low_watermark)
         except KafkaException as exc:
             raise classify(exc, f"cannot delete records of {topic}[{partition}] below {before_offset}") from exc
+        except TimeoutError as exc:
+            raise KafkaOperationError(f"cannot delete records of {topic}[{partition}]: no answer in time") from exc

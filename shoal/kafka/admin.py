@@ -82,6 +82,8 @@ def create_topic(
         if error_code(exc) != KafkaError.TOPIC_ALREADY_EXISTS:
             raise classify(exc, f"cannot create topic {name!r}") from exc
         existed = True
+    except TimeoutError as exc:  # the future's own bound, not librdkafka's request timeout
+        raise KafkaOperationError(f"cannot create topic {name!r}: no answer within {timeout_s}s") from exc
     finally:
         admin.poll(0)  # emit librdkafka's log lines
     if existed:
@@ -132,6 +134,8 @@ def delete_topics(admin: AdminClient, names: list[str], timeout_s: float = 30.0)
         except KafkaException as exc:
             if error_code(exc) != KafkaError.UNKNOWN_TOPIC_OR_PART:
                 raise classify(exc, f"cannot delete topic {name!r}") from exc
+        except TimeoutError as exc:
+            raise KafkaOperationError(f"cannot delete topic {name!r}: no answer within {timeout_s}s") from exc
     admin.poll(0)
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
 
-from shoal.errors import ConfigError, ReassignmentError
+from shoal.errors import ConfigError, KafkaOperationError, ReassignmentError
 from shoal.jvm import jars
 from shoal.jvm.java import java_executable, jvm_options
 from shoal.kafka.errors import classify
@@ -216,6 +216,8 @@ def set_min_insync_replicas(admin: AdminClient, wanted: Mapping[str, int], timeo
             fut.result(timeout=timeout_s)
         except KafkaException as exc:
             raise classify(exc, f"cannot set min.insync.replicas of {res.name}") from exc
+        except TimeoutError as exc:
+            raise KafkaOperationError(f"cannot set min.insync.replicas of {res.name}: no answer in time") from exc
 
 
 def _min_insync_replicas(admin: AdminClient, topics: Sequence[str], timeout_s: float) -> dict[str, int]:
@@ -228,6 +230,8 @@ def _min_insync_replicas(admin: AdminClient, topics: Sequence[str], timeout_s: f
             entry = fut.result(timeout=timeout_s).get("min.insync.replicas")
         except KafkaException as exc:
             raise classify(exc, f"cannot read the configuration of topic {res.name}") from exc
+        except TimeoutError as exc:
+            raise KafkaOperationError(f"cannot read the configuration of topic {res.name}: no answer in time") from exc
         if entry is not None and entry.value is not None:
             out[res.name] = int(entry.value)
     return out

@@ -464,8 +464,8 @@ def remove_replica(replica: PartitionReplica, kafka: KafkaSettings, topics: Topi
             try:
                 fut.result(timeout=15)
                 log.info("%s: UNLOAD_FINAL: deleted consumer group %s", replica.name, group)
-            except KafkaException as exc:
-                log.info("%s: consumer group %s not deleted: %s", replica.name, group, exc)
+            except (KafkaException, TimeoutError) as exc:
+                log.info("%s: consumer group %s not deleted: %s", replica.name, group, exc or "no answer in time")
     channels = [topics.wal(pid, own), topics.segments(pid, own)]
     existing = set(admin.list_topics(timeout=10).topics)
     present = [t for t in channels if t in existing]
