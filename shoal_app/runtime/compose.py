@@ -41,6 +41,9 @@ HOST_BROKER_PORT = 19091
 """Broker i is published on 127.0.0.1:HOST_BROKER_PORT + i (its EXTERNAL listener)."""
 HOST_MONITOR_PORT = 18080
 SPARK_PROFILE = "spark-cluster"
+RESTART = "on-failure"
+"""A server process that dies is started again, as a service manager would (``docker kill`` and
+``docker-compose stop`` are manual stops: Docker does not restart those)."""
 JOBS_MASTER = "${SHOAL_SPARK_MASTER:-local[1]}"
 """Where the ingest and compaction jobs run: local[1] in their container, or a master given at ``up``."""
 
@@ -136,6 +139,7 @@ def services() -> dict[str, Any]:
             "environment": {"ZOO_4LW_COMMANDS_WHITELIST": "srvr,ruok,mntr", "ZOO_ADMINSERVER_ENABLED": "false"},
             "ports": [f"127.0.0.1:{HOST_ZK_PORT}:2181"],
             "labels": _labels(),
+            "restart": RESTART,
             "volumes": ["zookeeper-data:/data", "zookeeper-datalog:/datalog"],
             "healthcheck": _check(["CMD", "/opt/zookeeper/bin/healthcheck.sh"]),
         }
@@ -147,6 +151,7 @@ def services() -> dict[str, Any]:
             "environment": broker_env(i),
             "ports": [f"127.0.0.1:{HOST_BROKER_PORT + i}:{HOST_BROKER_PORT + i}"],
             "labels": _labels(),
+            "restart": RESTART,
             "volumes": [f"kafka-{i}-data:/var/lib/kafka/data"],
             "healthcheck": _check(["CMD", "/opt/kafka/bin/healthcheck.sh"]),
         }
@@ -162,6 +167,7 @@ def services() -> dict[str, Any]:
             "volumes": [f"{spec.server_id}-data:{spec.data_dir}"],
             "depends_on": {name: {"condition": cond} for name, cond in infra.items()},
             "labels": _labels(),
+            "restart": RESTART,
             "healthcheck": _port_check(spec.flight_host, spec.flight_port),
         }
     nodes_healthy = {f"node-{i}": "service_healthy" for i in range(1, NODES + 1)}
@@ -249,18 +255,19 @@ def services() -> dict[str, Any]:
         ],
         spark_ready,
         volumes=["spark-checkpoints:/var/lib/shoal/checkpoints"],
-        restart="on-failure",
+        restart=RESTART,
     )
     out["compact"] = _shoal_service(
         ["shoal", "spark", "compact", "--master", JOBS_MASTER, "--table", DEMO_TABLE, "--check-interval", "300"],
         spark_ready,
-        restart="on-failure",
+        restart=RESTART,
     )
     out["monitor"] = _shoal_service(
         ["shoal", "monitor", "--host", "0.0.0.0", "--port", "8080", "--history-dir", "/var/lib/shoal/monitor"],
         nodes_healthy,
         ports=[f"127.0.0.1:{HOST_MONITOR_PORT}:8080"],
         volumes=["monitor-data:/var/lib/shoal/monitor"],
+        restart=RESTART,
         healthcheck=_python_check("import urllib.request; urllib.request.urlopen('http://localhost:8080/', timeout=3)"),
     )
     return out

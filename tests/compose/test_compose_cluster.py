@@ -91,7 +91,7 @@ def write_from_host(batch: list[dict[str, Any]]) -> None:
             check=False,
         )
         if proc.returncode != 0:
-            say(f"shoal write failed, retrying: {proc.stderr.strip()[-300:]}")
+            say(f"shoal write failed, retrying: {proc.stderr.strip()[-1000:]}")
         return proc.returncode == 0
 
     wait_for(attempt, 180, 2.0, "shoal write from the host")
@@ -108,9 +108,14 @@ def feed_topic(batch: list[dict[str, Any]]) -> None:
     assert producer.flush(60) == 0, "source records not delivered"
 
 
+def shoal_inside(*args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+    """``shoal ARGS`` in a one-off container on the cluster's network (nodes advertise service names)."""
+    return dc("run", "--rm", "--no-deps", "-T", "monitor", "shoal", *args, timeout=timeout, check=False)
+
+
 def table_rows() -> dict[int, str]:
-    """Every row of the table as the leaders serve it (inside the network: nodes advertise service names)."""
-    proc = dc("exec", "-T", "monitor", "shoal", "scan", compose.DEMO_TABLE, "-o", "json", timeout=120, check=False)
+    """Every row of the table as the leaders serve it."""
+    proc = shoal_inside("scan", compose.DEMO_TABLE, "-o", "json", timeout=120)
     if proc.returncode != 0:
         return {}
     out: dict[int, str] = {}
@@ -153,6 +158,19 @@ def show_failing_services() -> None:
         print(f"----- {service} ({state}): last 40 lines -----\n{logs}", flush=True)
 
 
+def restarts() -> dict[str, int]:
+    """Containers that Docker restarted after their process died (``restart: on-failure``)."""
+    out = {}
+    for service in compose.services():
+        cid = container(service)
+        if cid:
+            fmt = "{{.RestartCount}}"
+            count = subprocess.run(["docker", "inspect", "-f", fmt, cid], capture_output=True, text=True, check=False)
+            if count.stdout.strip() not in ("", "0"):
+                out[service] = int(count.stdout.strip())
+    return out
+
+
 def step(name: str, fn: Callable[[], None]) -> None:
     start = time.monotonic()
     fn()
@@ -186,7 +204,7 @@ def test_compose_cluster_end_to_end() -> None:
         step("node-2 and kafka-3 healthy", lambda: wait_healthy(["kafka-3", "node-2"], 240))
 
         def verified() -> bool:
-            proc = dc("exec", "-T", "monitor", "shoal", "verify", compose.DEMO_TABLE, timeout=180, check=False)
+            proc = shoal_inside("verify", compose.DEMO_TABLE)
             if proc.returncode != 0:
                 say(f"shoal verify not yet clean: {(proc.stdout + proc.stderr).strip()[-300:]}")
             return proc.returncode == 0
@@ -200,6 +218,7 @@ def test_compose_cluster_end_to_end() -> None:
                 assert resp.status == 200 and resp.read(), url
 
         step("monitor page answers", monitor_answers)
+        say(f"containers restarted by Docker after their process died: {restarts() or 'none'}")
         ok = True
     finally:
         if not ok:
