@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `make compose-test`: make a Docker engine answer (starting dockerd when none does, stopping only the one it
 # started), build or reuse the images (docker/build-images.sh), then run tests/compose against the compose
-# cluster. Where no engine can start: in CI (CI=true) this fails with the reason, elsewhere it says so and
+# cluster and the integration tests of docker/testcontainers-subset.txt on the testcontainers backend. Where no engine can start: in CI (CI=true) this fails with the reason, elsewhere it says so and
 # exits 0 (`make test` runs it after the main suite).
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
@@ -20,5 +20,9 @@ if ! ensure_dockerd; then
 fi
 trap stop_dockerd_if_started EXIT
 bash docker/build-images.sh --keep-daemon
-SHOAL_COMPOSE_TEST=1 "${PYTHON:-.venv/bin/python}" -m pytest -q -s -p no:cacheprovider tests/compose "$@"
+PY="${PYTHON:-.venv/bin/python}"
+SHOAL_COMPOSE_TEST=1 "$PY" -m pytest -q -s -p no:cacheprovider tests/compose "$@"
+echo "compose-test: the testcontainers backend (SHOAL_TEST_BACKEND=docker) on docker/testcontainers-subset.txt"
+mapfile -t SUBSET < <(grep -v '^\s*#' docker/testcontainers-subset.txt | grep -v '^\s*$')
+SHOAL_TEST_BACKEND=docker TESTCONTAINERS_RYUK_DISABLED=true "$PY" -m pytest -q -p no:cacheprovider "${SUBSET[@]}"
 echo "compose-test: passed in $(( $(date +%s) - START )) s"

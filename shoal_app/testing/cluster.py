@@ -13,6 +13,7 @@ import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from shoal.errors import ConfigError, RuntimeLaunchError
 from shoal_app.runtime import compose, images, launcher
@@ -126,6 +127,12 @@ def _remove_orphans() -> None:  # pragma: no cover - needs a Docker engine
         client.close()
 
 
+def _publish_on_loopback(ports: dict[str, Any], container_port: int, host_port: int) -> None:
+    """docker-py's ``(address, port)`` binding: published on 127.0.0.1 only (testcontainers' own
+    ``with_bind_ports`` binds every interface)."""
+    ports[str(container_port)] = ("127.0.0.1", host_port)
+
+
 def _start_containers() -> TestCluster:  # pragma: no cover - needs a Docker engine
     # Ryuk's image cannot be pulled where no registry is reachable: containers carry our labels instead,
     # are stopped by the fixture, and those of a dead test process are removed at the next start.
@@ -136,20 +143,13 @@ def _start_containers() -> TestCluster:  # pragma: no cover - needs a Docker eng
     _remove_orphans()
     labels = container_labels(os.getpid())
     zk_port = free_port()
-    zk = (
-        DockerContainer(ZOOKEEPER_IMAGE)
-        .with_bind_ports(2181, ("127.0.0.1", zk_port))  # type: ignore[arg-type]
-        .with_env("ZOO_4LW_COMMANDS_WHITELIST", "srvr,ruok")
-        .with_kwargs(labels=labels)
-    )
+    zk = DockerContainer(ZOOKEEPER_IMAGE).with_env("ZOO_4LW_COMMANDS_WHITELIST", "srvr,ruok").with_kwargs(labels=labels)
+    _publish_on_loopback(zk.ports, 2181, zk_port)
     zk.start()
     # The broker advertises the host port it is published on, so the port is fixed before start.
     port = free_port()
-    kafka = (
-        DockerContainer(KAFKA_IMAGE)
-        .with_bind_ports(port, ("127.0.0.1", port))  # type: ignore[arg-type]
-        .with_kwargs(labels=labels)
-    )
+    kafka = DockerContainer(KAFKA_IMAGE).with_kwargs(labels=labels)
+    _publish_on_loopback(kafka.ports, port, port)
     for key, value in docker_kafka_env(port, "127.0.0.1").items():
         kafka = kafka.with_env(key, value)
     try:
