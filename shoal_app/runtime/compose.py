@@ -6,7 +6,8 @@ the same settings ``shoal up`` writes), three storage nodes whose command and en
 and compaction jobs, and the monitor; healthchecks and named volumes. The images are built locally by
 ``docker/build-images.sh`` (:mod:`shoal_app.runtime.images`). The Spark jobs run in ``local[1]`` mode in their
 own containers unless ``SHOAL_SPARK_MASTER`` names a master (``spark://spark-master:7077`` with the
-``spark-cluster`` profile, which starts the master and a worker). From the host, ZooKeeper, each broker
+``spark-cluster`` profile, which starts the master and a worker; executors there cannot reach a driver
+that ``spark_jobs.session`` binds to 127.0.0.1, see docker/README.md). From the host, ZooKeeper, each broker
 (a second listener advertising 127.0.0.1) and the monitor are published on 127.0.0.1 only.
 
     python -m shoal_app.runtime.compose --write    # regenerate docker/docker-compose.yml
