@@ -7,11 +7,13 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: setup system-deps jars demo test lint typecheck unit integration clean-cluster help bench chaos
+.PHONY: setup system-deps jars demo test lint typecheck unit integration clean-cluster help bench chaos images compose-test
 
 help:
 	@echo "make demo   - set up, then the full demo: 3 nodes, Spark ingest, a leader killed, compaction, verify"
-	@echo "make test   - set up, lint, type-check and run every test (starts its own cluster)"
+	@echo "make test   - set up, lint, type-check and run every test (starts its own cluster), then compose-test"
+	@echo "make images - build the Docker images from Debian packages, PyPI and Maven Central (reused when unchanged)"
+	@echo "make compose-test - the docker compose cluster end to end (builds the images, starts dockerd if needed)"
 	@echo "make bench  - the write-path and fast-forward benchmarks with small defaults (a few minutes)"
 	@echo "make chaos  - randomized faults under writes, every fault kind (CHAOS_SEED, CHAOS_DURATION=600 s, CHAOS_RUNS)"
 
@@ -49,6 +51,13 @@ integration: setup
 
 test: setup lint typecheck
 	$(VENV)/bin/pytest $(PYTEST_ARGS)
+	bash docker/compose-test.sh
+
+images: setup
+	bash docker/build-images.sh
+
+compose-test: setup
+	bash docker/compose-test.sh
 
 BENCH_ROWS ?= 200000
 BENCH_SIZES ?= 1000,10000,100000,1000000

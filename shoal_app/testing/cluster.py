@@ -9,9 +9,11 @@ Chosen by the test entry point from the environment:
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from shoal.errors import ConfigError, RuntimeLaunchError
 from shoal_app.runtime import compose, images, launcher
@@ -82,16 +84,73 @@ def start_docker() -> TestCluster:
     return _start_containers()  # pragma: no cover - needs a Docker engine
 
 
+OWNER_LABEL = "org.shoal.owner-pid"
+"""The pid of the test process that started a container: containers of dead owners are removed."""
+
+
+def container_labels(pid: int) -> dict[str, str]:
+    return {images.LABEL: "testcontainers", OWNER_LABEL: str(pid)}
+
+
+def orphans(containers: list[tuple[str, Mapping[str, str]]], alive: Callable[[int], bool]) -> list[str]:
+    """Ids of the backend's containers whose owning test process is gone (Ryuk's job, done by label)."""
+    out = []
+    for cid, labels in containers:
+        if labels.get(images.LABEL) != "testcontainers":
+            continue
+        owner = labels.get(OWNER_LABEL, "")
+        if not owner.isdigit() or not alive(int(owner)):
+            out.append(cid)
+    return out
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _remove_orphans() -> None:  # pragma: no cover - needs a Docker engine
+    import docker
+
+    client = docker.from_env()  # type: ignore[attr-defined]
+    try:
+        found = client.containers.list(all=True, filters={"label": f"{images.LABEL}=testcontainers"})
+        for cid in orphans([(c.id, c.labels) for c in found], _pid_alive):
+            log.info("removing container %s of a test process that is gone", cid[:12])
+            client.containers.get(cid).remove(force=True)
+    finally:
+        client.close()
+
+
+def _publish_on_loopback(ports: dict[str, Any], container_port: int, host_port: int) -> None:
+    """docker-py's ``(address, port)`` binding: published on 127.0.0.1 only (testcontainers' own
+    ``with_bind_ports`` binds every interface)."""
+    ports[str(container_port)] = ("127.0.0.1", host_port)
+
+
 def _start_containers() -> TestCluster:  # pragma: no cover - needs a Docker engine
+    # Ryuk's image cannot be pulled where no registry is reachable: containers carry our labels instead,
+    # are stopped by the fixture, and those of a dead test process are removed at the next start.
+    os.environ.setdefault("TESTCONTAINERS_RYUK_DISABLED", "true")
     from testcontainers.core.container import DockerContainer
     from testcontainers.core.waiting_utils import wait_for_logs
 
-    zk = DockerContainer(ZOOKEEPER_IMAGE).with_exposed_ports(2181).with_env("ZOO_4LW_COMMANDS_WHITELIST", "srvr,ruok")
+    _remove_orphans()
+    labels = container_labels(os.getpid())
+    zk_port = free_port()
+    zk = DockerContainer(ZOOKEEPER_IMAGE).with_env("ZOO_4LW_COMMANDS_WHITELIST", "srvr,ruok").with_kwargs(labels=labels)
+    _publish_on_loopback(zk.ports, 2181, zk_port)
     zk.start()
     # The broker advertises the host port it is published on, so the port is fixed before start.
     port = free_port()
-    kafka = DockerContainer(KAFKA_IMAGE).with_bind_ports(port, port)
-    for key, value in docker_kafka_env(port).items():
+    kafka = DockerContainer(KAFKA_IMAGE).with_kwargs(labels=labels)
+    _publish_on_loopback(kafka.ports, port, port)
+    for key, value in docker_kafka_env(port, "127.0.0.1").items():
         kafka = kafka.with_env(key, value)
     try:
         wait_for_logs(zk, "binding to port", timeout=60)
@@ -106,8 +165,7 @@ def _start_containers() -> TestCluster:  # pragma: no cover - needs a Docker eng
         kafka.stop()
         zk.stop()
 
-    zk_connect = f"{zk.get_container_host_ip()}:{zk.get_exposed_port(2181)}"
-    return TestCluster(f"localhost:{port}", zk_connect, "docker", 1, stop)
+    return TestCluster(f"127.0.0.1:{port}", f"127.0.0.1:{zk_port}", "docker", 1, stop)
 
 
 def from_environment(env: Mapping[str, str], data_dir: Path, cache_dir: Path) -> TestCluster:
