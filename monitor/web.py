@@ -23,7 +23,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from monitor.collector import Collector
 from monitor.http_server import HttpServer
 from monitor.metrics import SnapshotMetrics
-from shoal.worker import Worker
+from shoal.worker import Backoff, Worker
 
 log = logging.getLogger(__name__)
 CHART_COLOUR = "#1f77b4"
@@ -61,14 +61,17 @@ class MonitorService:
         self._poller.start()
         return self
 
-    def poll_once(self) -> None:
-        """One collector poll; a failure is kept in ``last_error`` (shown by /healthz and /api)."""
+    def poll_once(self) -> bool:
+        """One collector poll; a failure is kept in ``last_error`` (shown by /healthz and /api).
+        Returns whether the poll succeeded."""
         try:
             self.collector.poll()
             self.last_error = None
+            return True
         except Exception as exc:
             self.last_error = f"{type(exc).__name__}: {exc}"
             log.warning("monitor poll failed: %s", self.last_error)
+            return False
 
     def close(self) -> None:
         self._poller.stop(timeout=30)
@@ -236,13 +239,24 @@ setInterval(refresh,__REFRESH_MS__);
 
 
 class _Poller(Worker):
-    """``shoal-monitor-poll``: polls the collector every ``interval_s`` until the service closes."""
+    """``shoal-monitor-poll``: polls the collector every ``interval_s`` until the service closes.
+
+    After failed polls (a broker or the metadata store away) it waits longer, up to ten intervals
+    and at most ``FAILED_POLL_MAX_S``: a burst of admin requests during a broker outage is what made librdkafka
+    2.16 abort on its ``eonce->refcnt`` assertion, in the nodes and in the monitor."""
+
+    FAILED_POLL_MAX_S = 60.0
 
     def __init__(self, service: MonitorService) -> None:
         super().__init__("shoal-monitor-poll")
         self._service = service
 
     def run(self) -> None:
+        interval = self._service.collector.config.interval_s
+        backoff = Backoff(initial_s=interval, maximum_s=max(interval, min(10 * interval, self.FAILED_POLL_MAX_S)))
         while not self.stopping.is_set():
-            self._service.poll_once()
-            self.stopping.wait(self._service.collector.config.interval_s)
+            if self._service.poll_once():
+                backoff.reset()
+                self.stopping.wait(interval)
+            else:
+                self.stopping.wait(max(interval, backoff.next_delay()))
