@@ -218,7 +218,12 @@ def test_compose_cluster_end_to_end() -> None:
                 assert resp.status == 200 and resp.read(), url
 
         step("monitor page answers", monitor_answers)
-        say(f"containers restarted by Docker after their process died: {restarts() or 'none'}")
+        restarted = restarts()
+        say(f"containers restarted by Docker after their process died: {restarted or 'none'}")
+        for service in restarted:  # why it died: the lines that name a crash, from its whole log
+            logs = dc("logs", "--no-color", service, check=False).stdout.splitlines()
+            crash = [line for line in logs if any(w in line for w in ("Assertion", "Traceback", "Fatal", "ERROR"))]
+            print(f"----- {service}: crash lines -----\n" + "\n".join(crash[-15:]), flush=True)
         ok = True
     finally:
         if not ok:
