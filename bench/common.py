@@ -177,15 +177,18 @@ def report(
     settings: dict[str, Any],
     output: str,
     notes: Sequence[str] = (),
+    *,
+    ratio: float | None = None,
+    ratio_meaning: str = "",
+    extra: dict[str, Any] | None = None,
 ) -> None:
-    """Print the results: an aligned table with the settings under it, or one JSON document."""
+    """Print the results: an aligned table with the settings under it, or one JSON document.
+
+    ``ratio`` is the benchmark's one number against its baseline (top-level ``ratio`` in JSON, with
+    ``ratio_meaning`` saying which way it points); ``extra`` adds top-level JSON fields."""
     if output == "json":
         print(
-            json.dumps(
-                {"benchmark": title, "settings": settings, "results": list(rows), "notes": list(notes)},
-                indent=2,
-                default=str,
-            )
+            json.dumps(json_document(title, settings, rows, notes, ratio, ratio_meaning, extra), indent=2, default=str)
         )
         return
     cells = [[_fmt(r.get(c)) for c in columns] for r in rows]
@@ -197,6 +200,29 @@ def report(
     print("settings: " + ", ".join(f"{k}={v}" for k, v in settings.items()))
     for note in notes:
         print(note)
+    if ratio is not None or ratio_meaning:
+        print(f"ratio: {_fmt(ratio)}" + (f" ({ratio_meaning})" if ratio_meaning else ""))
+
+
+def json_document(
+    title: str,
+    settings: dict[str, Any],
+    rows: Sequence[dict[str, Any]],
+    notes: Sequence[str] = (),
+    ratio: float | None = None,
+    ratio_meaning: str = "",
+    extra: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The JSON shape every benchmark prints with ``--output json``: a top-level ``ratio`` and the details."""
+    return {
+        "benchmark": title,
+        "ratio": ratio,
+        "ratio_meaning": ratio_meaning,
+        "settings": settings,
+        "results": list(rows),
+        "notes": list(notes),
+        **(extra or {}),
+    }
 
 
 def _fmt(value: Any) -> str:

@@ -26,11 +26,11 @@ import pyarrow as pa
 from bench import common
 
 
-def build_rows(n: int, value_bytes: int) -> pa.Table:
+def build_rows(n: int, value_bytes: int, seed: int = 7) -> pa.Table:
     """``n`` rows with unique keys spread over the uint64 key space and ``value_bytes``-long values."""
     step = (2**64 - 1) // n
     keys = pa.array(np.arange(n, dtype=np.uint64) * np.uint64(step), pa.uint64())
-    rng = np.random.default_rng(7)
+    rng = np.random.default_rng(seed)
     alphabet = np.frombuffer(b"abcdefghijklmnopqrstuvwxyz0123456789", dtype=np.uint8)
     data = alphabet[rng.integers(0, len(alphabet), size=n * value_bytes)].tobytes()
     offsets = pa.array(np.arange(0, (n + 1) * value_bytes, value_bytes, dtype=np.int32), pa.int32())
@@ -269,9 +269,11 @@ def main(argv: list[str] | None = None) -> None:
             "segments",
         ],
         [shoal, raw],
-        {**settings, "ratio": round(ratio, 3)},
+        settings,
         args.output,
         notes,
+        ratio=ratio,
+        ratio_meaning="shoal MB/s / raw produce+consume MB/s (RF 1, one leader node)",
     )
 
 
