@@ -529,7 +529,7 @@ def shoal_latency(c: Cluster, args: argparse.Namespace, rate: float, say: Callab
     accepted: list[float] = []
     visible: list[float] = []
     errors: list[str] = []
-    fine = SyncPolicy(initial_interval_s=0.005, max_interval_s=0.02)
+    fine = SyncPolicy(initial_interval_s=0.01, max_interval_s=0.05)  # resolution of the accepted latency
 
     def see(t0: float, key: int) -> None:
         left = set(locations)
@@ -543,7 +543,7 @@ def shoal_latency(c: Cluster, args: argparse.Namespace, rate: float, say: Callab
                     errors.append(str(exc)[:200])
                     return
             if left:
-                time.sleep(0.002)
+                time.sleep(0.02)  # resolution of the visibility latency; finer polling loads the nodes
         if left:
             errors.append(f"key {key} not visible on {sorted(left)} within 120 s")
         else:
