@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import multiprocessing as mp
+import queue
 import shutil
 import signal
 import tempfile
@@ -220,6 +221,8 @@ class ReplicationCheck:
         self.topics = TopicNames(c.topic_prefix)
         self.kafka = KafkaOffsets(c.bootstrap_servers)
         self.tracker = SegmentsTracker(c.bootstrap_servers)
+        self.read_at = 0.0
+        """Wall time right after the last poll read the indexes: when what it found was true."""
 
     def close(self) -> None:
         self.kafka.close()
@@ -238,6 +241,7 @@ class ReplicationCheck:
                 queries.append(IndexQuery(ch.topic, tuple(r.ack_group for r in ch.readers)))
         _cluster, existing = self.kafka.cluster_and_topics()
         ix = self.kafka.channel_indexes([q for q in queries if q.topic in existing])
+        self.read_at = time.time()  # every index below was read by now; manifests only add what they cover
         out = []
         for p in parts:
             lead = p.leader_placement_id
@@ -269,6 +273,10 @@ class ReplicationCheck:
     def done(self) -> bool:
         parts = self.progress()
         return bool(parts) and all(fully_replicated(p) for p in parts)
+
+    def replicated_at(self) -> float | None:
+        """The wall time the indexes were read if every row was replicated then, else None."""
+        return self.read_at if self.done() else None
 
     def preferred_leaders(self) -> bool:
         """Every partition led by its preferred leader (no handover left to happen during a measurement)."""
@@ -376,17 +384,29 @@ def run_shoal(c: Cluster, args: argparse.Namespace, say: Callable[[str], None]) 
         _collect(out, "ready", len(procs), procs, 180)
         say(f"shoal: {args.producers} producer processes writing {args.rows:,} rows into {args.partitions} partitions")
         go.set()
-        done = _collect(out, "done", len(procs), procs, 1800)
-        t_first = min(d[1] for d in done)
-        t_produced = max(d[2] for d in done)
+        done: list[tuple[Any, ...]] = []
         deadline = time.monotonic() + 1800
         polls = 0
-        while not check.done():
-            polls += 1
+        t_end: float | None = None
+        while t_end is None:
+            # polls while the producers write too, so the manifests are read as they come (incrementally)
             if time.monotonic() > deadline:
                 raise TimeoutError("benchmark: rows not replicated to every replica within 1800 s")
-            time.sleep(args.poll_s)
-        t_end = time.time()
+            with contextlib.suppress(queue.Empty):
+                while len(done) < len(procs):
+                    msg = out.get(timeout=args.poll_s if len(done) < len(procs) else 0)
+                    if msg[0] == "done":
+                        done.append(msg)
+            if any(p.exitcode not in (None, 0) for p in procs):
+                raise RuntimeError("benchmark: a producer process failed")
+            polls += 1
+            at = check.replicated_at()
+            if len(done) == len(procs) and at is not None and at > max(d[2] for d in done):
+                t_end = at
+            elif len(done) == len(procs):
+                time.sleep(args.poll_s)
+        t_first = min(d[1] for d in done)
+        t_produced = max(d[2] for d in done)
         parts = check.progress()
     finally:
         check.close()
@@ -660,8 +680,13 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--batch-bytes", type=common.positive_int, default=1_000_000, help="librdkafka batch.size")
     p.add_argument("--max-message-bytes", type=common.positive_int, default=1_000_000, help="largest ingest message")
     p.add_argument("--poll-s", type=float, default=0.25, help="replication check interval")
-    p.add_argument("--latency-seconds", type=float, default=10.0, help="P4: seconds of writes per pipeline")
-    p.add_argument("--batches-per-s", type=float, default=10.0, help="P4: batches per second")
+    p.add_argument("--latency-seconds", type=float, default=15.0, help="P4: seconds of writes per pipeline")
+    p.add_argument(
+        "--batches-per-s",
+        type=float,
+        default=4.0,
+        help="P4: batches per second (each batch is one ingest message per partition, one leader transaction each)",
+    )
     p.add_argument("--skip-latency", action="store_true", help="P1 only")
     args = p.parse_args(argv)
     say = common.progress_printer(args.output)
