@@ -538,7 +538,12 @@ def _schedule(rate_rows_s: float, batches_per_s: float, seconds: float) -> tuple
 
 
 def shoal_latency(c: Cluster, args: argparse.Namespace, rate: float, say: Callable[[str], None]) -> dict[str, Any]:
-    """Per batch: write -> ``sync()`` returned, and write -> the batch's last key scanned on every node."""
+    """Per batch: write -> ``sync()`` returned, and write -> the batch's last key scanned on every node.
+
+    One thread measures each kind, oldest sample first, so the probes add a bounded load (one
+    ``sync()`` loop, three key scans per pending sample and round) and no sample waits in a queue:
+    a ``sync()`` that started after batch i was written and returned covers batch i; a key is
+    visible once a scan of every node returns it."""
     from producer import Producer
     from producer.config import SyncPolicy
     from shoal.scan import ScanRequest, scan_remote
@@ -546,36 +551,54 @@ def shoal_latency(c: Cluster, args: argparse.Namespace, rate: float, say: Callab
     batch, interval, count = _schedule(rate, args.batches_per_s, args.latency_seconds)
     say(f"P4 shoal: {count} batches of {batch:,} rows every {interval * 1e3:.0f} ms ({rate:,.0f} rows/s)")
     locations = node_locations(c)
+    samples: list[tuple[float, int]] = []  # (write time, the batch's last key), appended by the writer
+    lock = threading.Lock()
     accepted: list[float] = []
     visible: list[float] = []
     errors: list[str] = []
     fine = SyncPolicy(initial_interval_s=0.01, max_interval_s=0.05)  # resolution of the accepted latency
+    deadline = time.monotonic() + args.latency_seconds + 300
 
-    def see(t0: float, key: int) -> None:
-        left = set(locations)
-        deadline = time.monotonic() + 120
-        while left and time.monotonic() < deadline:
-            for loc in list(left):
-                try:
-                    if scan_remote(loc, ScanRequest(TABLE, key=key), timeout_s=10).num_rows:
-                        left.discard(loc)
-                except Exception as exc:  # a scan error is reported, the sample is dropped
-                    errors.append(str(exc)[:200])
-                    return
-            if left:
-                time.sleep(0.02)  # resolution of the visibility latency; finer polling loads the nodes
-        if left:
-            errors.append(f"key {key} not visible on {sorted(left)} within 120 s")
-        else:
-            visible.append(time.perf_counter() - t0)
+    def pending(done: int) -> list[tuple[float, int]]:
+        with lock:
+            return samples[done:]
 
-    def accept(producer: Any, t0: float) -> None:
-        producer.sync(120)
-        accepted.append(time.perf_counter() - t0)
+    def accept(producer: Any) -> None:
+        done = 0
+        while done < count and time.monotonic() < deadline:
+            waiting = pending(done)
+            if not waiting:
+                time.sleep(0.005)
+                continue
+            producer.sync(300)
+            now = time.perf_counter()
+            accepted.extend(now - t0 for t0, _ in waiting)
+            done += len(waiting)
 
-    with Producer(_producer_config(c, args, sync_policy=fine)) as producer, ThreadPoolExecutor(16) as pool:
+    def see() -> None:
+        done = 0
+        seen: dict[int, set[str]] = {}
+        while done < count and time.monotonic() < deadline:
+            waiting = pending(done)
+            if not waiting:
+                time.sleep(0.005)
+                continue
+            for _t0, key in waiting:
+                for loc in set(locations) - seen.setdefault(key, set()):
+                    try:
+                        if scan_remote(loc, ScanRequest(TABLE, key=key), timeout_s=30).num_rows:
+                            seen[key].add(loc)
+                    except Exception as exc:  # reported; the scan is retried next round
+                        errors.append(str(exc)[:200])
+            now = time.perf_counter()
+            while done < count and done < len(samples) and len(seen.get(samples[done][1], ())) == len(locations):
+                visible.append(now - samples[done][0])
+                done += 1
+            time.sleep(0.01)  # resolution of the visibility latency; finer polling loads the nodes
+
+    with Producer(_producer_config(c, args, sync_policy=fine)) as producer, ThreadPoolExecutor(2) as pool:
         producer.partition_map(TABLE)
-        futures = []
+        probes = [pool.submit(accept, producer), pool.submit(see)]
         start = time.perf_counter()
         for i in range(count):
             wait = start + i * interval - time.perf_counter()
@@ -586,10 +609,12 @@ def shoal_latency(c: Cluster, args: argparse.Namespace, rate: float, say: Callab
             last_key = int(rows.column("k")[-1].as_py())
             t0 = time.perf_counter()
             producer.write(TABLE, rows)
-            futures.append(pool.submit(accept, producer, t0))
-            futures.append(pool.submit(see, t0, last_key))
-        for f in futures:
+            with lock:
+                samples.append((t0, last_key))
+        for f in probes:
             f.result()
+    if len(visible) < count:
+        errors.append(f"{count - len(visible)} of {count} batches not visible on every node in time")
     return {
         "batch_rows": batch,
         "rate_rows_s": batch / interval,
