@@ -51,9 +51,10 @@ test: setup lint typecheck
 	$(VENV)/bin/pytest $(PYTEST_ARGS)
 
 BENCH_ROWS ?= 200000
-BENCH_SIZES ?= 1000,10000,100000
+BENCH_SIZES ?= 1000,10000,100000,1000000
+BENCH_RF3_ROWS ?= 500000
 BENCH_COMPACTION_SMALL ?= 20000
-BENCH_COMPACTION_LARGE ?= 100000
+BENCH_COMPACTION_LARGE ?= 200000
 BENCH_OUT ?= build/bench
 
 # Every benchmark, each writing its JSON (top-level "ratio") to $(BENCH_OUT); bench.report turns
@@ -62,7 +63,7 @@ BENCH_OUT ?= build/bench
 bench: setup
 	@mkdir -p $(BENCH_OUT) && rm -f $(BENCH_OUT)/*.json
 	@echo "P1/P4 replicated writes at RF 3 (3 brokers, 3 nodes, 8 partitions) vs raw Kafka"
-	-$(PY) -m bench.replicated --rows $(BENCH_ROWS) --output json > $(BENCH_OUT)/replicated.json
+	-$(PY) -m bench.replicated --rows $(BENCH_RF3_ROWS) --output json > $(BENCH_OUT)/replicated.json
 	@echo "P5 Spark sink vs Spark to Parquet"
 	-$(PY) -m bench.spark_sink --rows $(BENCH_ROWS) --output json > $(BENCH_OUT)/spark_sink.json
 	@echo "P6 compaction vs plain pyarrow, small and larger minors"
