@@ -27,6 +27,13 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--rows-per-round", type=common.positive_int, default=20_000, help="rows per round")
     p.add_argument("--value-bytes", type=common.positive_int, default=64, help="bytes of the string column per row")
     p.add_argument("--master", default="local[2]", help="Spark master")
+    p.add_argument(
+        "--local-max-bytes",
+        type=int,
+        default=None,
+        help="the service's local_max_bytes (inputs up to it skip the Spark job; 0 = always Spark; "
+        "default: the service's default)",
+    )
     args = p.parse_args(argv)
     say = common.progress_printer(args.output)
 
@@ -68,8 +75,9 @@ def main(argv: list[str] | None = None) -> None:
                                 "a segment flush",
                             )
                     spark = build_session(SparkConfig(cache_dir=cache, master=args.master, app_name="bench-compaction"))
+                    local = {} if args.local_max_bytes is None else {"local_max_bytes": args.local_max_bytes}
                     config = CompactionConfig(
-                        meta, CompactionPolicy(min_minors=1), table=table.name, work_dir=work / "out"
+                        meta, CompactionPolicy(min_minors=1), table=table.name, work_dir=work / "out", **local
                     )
                     with CompactionService(spark, config) as service:
                         entries = held.replica.chain.since_latest_major()
@@ -124,6 +132,8 @@ def main(argv: list[str] | None = None) -> None:
         "rows_per_round": args.rows_per_round,
         "value_bytes": args.value_bytes,
         "master": args.master,
+        "local_max_bytes": config.local_max_bytes,
+        "path": "in-process (no Spark job)" if mb * 1e6 <= config.local_max_bytes else "Spark job",
         "cluster": "throwaway local (1 broker)" if ep.started_here else ep.bootstrap_servers,
     }
     notes = [
