@@ -537,6 +537,18 @@ def _schedule(rate_rows_s: float, batches_per_s: float, seconds: float) -> tuple
     return batch, 1.0 / batches_per_s, max(1, int(seconds * batches_per_s))
 
 
+def latency_rows(i: int, batch: int, count: int, value_bytes: int) -> Any:
+    """Batch ``i`` of ``count``: keys strided over the whole key space (every partition gets some, as
+    in P1), odd so that none is one of P1's keys."""
+    import numpy as np
+    import pyarrow as pa
+
+    rows = build_rows(0, batch, batch, value_bytes)
+    step = (2**64 - 1) // (batch * count)
+    index = np.arange(batch, dtype=np.uint64) * np.uint64(count) + np.uint64(i)
+    return rows.set_column(0, "k", pa.array(index * np.uint64(step) | np.uint64(1), pa.uint64()))
+
+
 def shoal_latency(c: Cluster, args: argparse.Namespace, rate: float, say: Callable[[str], None]) -> dict[str, Any]:
     """Per batch: write -> ``sync()`` returned, and write -> the batch's last key scanned on every node.
 
@@ -551,7 +563,7 @@ def shoal_latency(c: Cluster, args: argparse.Namespace, rate: float, say: Callab
     batch, interval, count = _schedule(rate, args.batches_per_s, args.latency_seconds)
     say(f"P4 shoal: {count} batches of {batch:,} rows every {interval * 1e3:.0f} ms ({rate:,.0f} rows/s)")
     locations = node_locations(c)
-    samples: list[tuple[float, int]] = []  # (write time, the batch's last key), appended by the writer
+    samples: list[tuple[float, int, str]] = []  # (write time, the batch's last key, its partition id)
     lock = threading.Lock()
     accepted: list[float] = []
     visible: list[float] = []
@@ -583,10 +595,10 @@ def shoal_latency(c: Cluster, args: argparse.Namespace, rate: float, say: Callab
             if not waiting:
                 time.sleep(0.005)
                 continue
-            for _t0, key in waiting:
+            for _t0, key, pid in waiting:
                 for loc in set(locations) - seen.setdefault(key, set()):
                     try:
-                        if scan_remote(loc, ScanRequest(TABLE, key=key), timeout_s=30).num_rows:
+                        if scan_remote(loc, ScanRequest(TABLE, partition_id=pid, key=key), timeout_s=30).num_rows:
                             seen[key].add(loc)
                     except Exception as exc:  # reported; the scan is retried next round
                         errors.append(str(exc)[:200])
@@ -597,20 +609,19 @@ def shoal_latency(c: Cluster, args: argparse.Namespace, rate: float, say: Callab
             time.sleep(0.01)  # resolution of the visibility latency; finer polling loads the nodes
 
     with Producer(_producer_config(c, args, sync_policy=fine)) as producer, ThreadPoolExecutor(2) as pool:
-        producer.partition_map(TABLE)
+        pmap = producer.partition_map(TABLE)
         probes = [pool.submit(accept, producer), pool.submit(see)]
         start = time.perf_counter()
         for i in range(count):
             wait = start + i * interval - time.perf_counter()
             if wait > 0:
                 time.sleep(wait)
-            first = i * batch  # odd keys of their own key space: never one of P1's keys
-            rows = build_rows(first, first + batch, 2**32, args.value_bytes, key_offset=1)
+            rows = latency_rows(i, batch, count, args.value_bytes)
             last_key = int(rows.column("k")[-1].as_py())
             t0 = time.perf_counter()
             producer.write(TABLE, rows)
             with lock:
-                samples.append((t0, last_key))
+                samples.append((t0, last_key, pmap.lookup(last_key).partition_id))
         for f in probes:
             f.result()
     if len(visible) < count:

@@ -86,3 +86,11 @@ def test_report_table_from_a_run(tmp_path: Path) -> None:
     assert "| P1 |" in lines[2] and "0.31 (no)" in lines[2]
     assert any("P4" in line and "3.00" in line for line in lines)
     assert any("| P3 |" in line and "0.10 (yes)" in line for line in lines)
+
+
+def test_latency_batches_spread_over_the_key_space_with_unique_odd_keys() -> None:
+    batches = [replicated.latency_rows(i, 50, 4, 8) for i in range(4)]
+    keys = [k for b in batches for k in b.column("k").to_pylist()]
+    assert len(set(keys)) == 200 and all(k % 2 == 1 for k in keys)
+    first = batches[0].column("k").to_pylist()
+    assert min(first) < 2**60 and max(first) > 2**63  # one batch reaches every partition
