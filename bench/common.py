@@ -163,6 +163,40 @@ def cluster(args: argparse.Namespace, progress: Callable[[str], None]) -> Iterat
         shutil.rmtree(data_dir, ignore_errors=True)
 
 
+def raw_producer_config(bootstrap: str, args: argparse.Namespace) -> dict[str, Any]:
+    """The raw baseline's producer: plain confluent-kafka, acks=all + idempotence, the same linger,
+    batch size and message bound as shoal's producer (``--linger-ms``, ``--batch-bytes``,
+    ``--max-message-bytes``), no Kafka compression."""
+    return {
+        "bootstrap.servers": bootstrap,
+        "acks": "all",
+        "enable.idempotence": True,
+        "linger.ms": args.linger_ms,
+        "compression.type": "none",
+        "batch.size": args.batch_bytes,
+        "message.max.bytes": max(args.max_message_bytes + 64 * 1024, 1_000_000),
+    }
+
+
+def raw_consumer(bootstrap: str, topic: str, partitions: int) -> Any:
+    """A raw baseline consumer of every partition of ``topic`` from the beginning, connected."""
+    import uuid
+
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"bench-raw-{uuid.uuid4().hex}",
+            "enable.auto.commit": False,
+            "fetch.max.bytes": 64 * 1024 * 1024,
+        }
+    )
+    consumer.assign([TopicPartition(topic, i, OFFSET_BEGINNING) for i in range(partitions)])
+    consumer.poll(0.5)  # connected before the clock starts
+    return consumer
+
+
 def progress_printer(output: str) -> Callable[[str], None]:
     def say(message: str) -> None:
         print(f"  .. {message}", file=sys.stderr, flush=True)

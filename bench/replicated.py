@@ -429,23 +429,11 @@ def run_shoal(c: Cluster, args: argparse.Namespace, say: Callable[[str], None]) 
 # -- P1: the raw Kafka baseline ------------------------------------------------------------------
 
 
-def _raw_producer_conf(c: Cluster, args: argparse.Namespace) -> dict[str, Any]:
-    return {
-        "bootstrap.servers": c.bootstrap_servers,
-        "acks": "all",
-        "enable.idempotence": True,
-        "linger.ms": args.linger_ms,
-        "compression.type": "none",
-        "batch.size": args.batch_bytes,
-        "message.max.bytes": max(args.max_message_bytes + 64 * 1024, 1_000_000),
-    }
-
-
 def _raw_writer(c: Cluster, args: argparse.Namespace, topic: str, span: tuple[int, int], go: Any, out: Any) -> None:
     from confluent_kafka import Producer
 
     payloads = _raw_payloads(args, span)
-    producer = Producer(_raw_producer_conf(c, args))
+    producer = Producer(common.raw_producer_config(c.bootstrap_servers, args))
     producer.list_topics(topic, timeout=30)
     out.put(("ready", 0.0, sum(len(p) for p in payloads)))
     go.wait()
@@ -463,18 +451,7 @@ def _raw_writer(c: Cluster, args: argparse.Namespace, topic: str, span: tuple[in
 
 
 def _raw_reader(c: Cluster, args: argparse.Namespace, topic: str, expect_bytes: Any, go: Any, out: Any) -> None:
-    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
-
-    consumer = Consumer(
-        {
-            "bootstrap.servers": c.bootstrap_servers,
-            "group.id": f"bench-raw-{uuid.uuid4().hex}",
-            "enable.auto.commit": False,
-            "fetch.max.bytes": 64 * 1024 * 1024,
-        }
-    )
-    consumer.assign([TopicPartition(topic, i, OFFSET_BEGINNING) for i in range(args.partitions)])
-    consumer.poll(0.5)
+    consumer = common.raw_consumer(c.bootstrap_servers, topic, args.partitions)
     out.put(("ready", 0.0, 0))
     go.wait()
     got = 0
@@ -661,7 +638,7 @@ def raw_latency(c: Cluster, args: argparse.Namespace, rate: float, say: Callable
     )
     consumer.assign([TopicPartition(topic, i, OFFSET_END) for i in range(args.partitions)])
     consumer.poll(1.0)
-    producer = Producer(_raw_producer_conf(c, args))
+    producer = Producer(common.raw_producer_config(c.bootstrap_servers, args))
     producer.list_topics(topic, timeout=30)
     sent: dict[int, float] = {}
     lat: list[float] = []

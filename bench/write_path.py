@@ -134,7 +134,7 @@ def _payloads(rows: pa.Table, args: argparse.Namespace) -> list[bytes]:
 
 
 def run_raw(ep: common.Endpoints, args: argparse.Namespace, payloads: list[bytes], say: Any) -> dict[str, Any]:
-    from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+    from confluent_kafka import Producer
 
     from shoal.kafka import clients
     from shoal.kafka.admin import create_topic
@@ -145,27 +145,8 @@ def run_raw(ep: common.Endpoints, args: argparse.Namespace, payloads: list[bytes
     create_topic(
         clients.admin(KafkaSettings(ep.bootstrap_servers)), topic, policy=TopicPolicy(), partitions=args.partitions
     )
-    producer = Producer(
-        {
-            "bootstrap.servers": ep.bootstrap_servers,
-            "acks": "all",
-            "enable.idempotence": True,
-            "linger.ms": args.linger_ms,
-            "compression.type": "none",
-            "batch.size": args.batch_bytes,
-            "message.max.bytes": max(args.max_message_bytes + 64 * 1024, 1_000_000),
-        }
-    )
-    consumer = Consumer(
-        {
-            "bootstrap.servers": ep.bootstrap_servers,
-            "group.id": f"bench-raw-{uuid.uuid4().hex}",
-            "enable.auto.commit": False,
-            "fetch.max.bytes": 64 * 1024 * 1024,
-        }
-    )
-    consumer.assign([TopicPartition(topic, i, OFFSET_BEGINNING) for i in range(args.partitions)])
-    consumer.poll(0.5)  # connected before the clock starts
+    producer = Producer(common.raw_producer_config(ep.bootstrap_servers, args))
+    consumer = common.raw_consumer(ep.bootstrap_servers, topic, args.partitions)
     say(f"raw confluent-kafka: producing and consuming the same {len(payloads)} messages")
     counts = {"messages": 0, "bytes": 0}
 
