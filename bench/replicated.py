@@ -561,7 +561,7 @@ def shoal_latency(c: Cluster, args: argparse.Namespace, rate: float, say: Callab
                 continue
             producer.sync(300)
             now = time.perf_counter()
-            accepted.extend(now - t0 for t0, _ in waiting)
+            accepted.extend(now - sample[0] for sample in waiting)
             done += len(waiting)
 
     def see() -> None:
