@@ -548,7 +548,7 @@ def shoal_latency(c: Cluster, args: argparse.Namespace, rate: float, say: Callab
     fine = SyncPolicy(initial_interval_s=0.01, max_interval_s=0.05)  # resolution of the accepted latency
     deadline = time.monotonic() + args.latency_seconds + 300
 
-    def pending(done: int) -> list[tuple[float, int]]:
+    def pending(done: int) -> list[tuple[float, int, str]]:
         with lock:
             return samples[done:]
 
