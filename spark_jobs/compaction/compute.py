@@ -197,20 +197,32 @@ def compute_major_local(
     by_id = {s.segment_id: s for s in sources}
     topic, start, end = _chunk_range(kafka, sources)
     chunks: dict[str, dict[int, bytes]] = {sid: {} for sid in by_id}
-    for msg in read_to_end(kafka, topic, start, what="segments channel", group_id="shoal-compaction-local"):
-        if int(msg.offset() or 0) >= end:
-            break
-        if message_kind(msg.headers()) != KIND_CHUNK:
-            continue
-        chunk = SegmentChunk.from_bytes(msg.value())
-        if chunk.segment_id in by_id:
-            chunks[chunk.segment_id].setdefault(chunk.index, chunk.data)  # a re-published chunk: keep the first
+    missing = sum(s.chunk_count for s in sources)
+    reading = read_to_end(kafka, topic, start, what="segments channel", group_id="shoal-compaction-local")
+    try:
+        for msg in reading:
+            if int(msg.offset() or 0) >= end:
+                break
+            if message_kind(msg.headers()) != KIND_CHUNK:
+                continue
+            chunk = SegmentChunk.from_bytes(msg.value())
+            held = chunks.get(chunk.segment_id)
+            if held is None or chunk.index in held or chunk.index >= by_id[chunk.segment_id].chunk_count:
+                continue  # another segment's, a re-published chunk (the first is kept), or out of range
+            held[chunk.index] = chunk.data
+            missing -= 1
+            if missing == 0:
+                break  # every chunk is here: no need to wait for the end of the channel (a fetch timeout)
+    finally:
+        close = getattr(reading, "close", None)  # a generator: closes its consumer now
+        if close is not None:
+            close()
     tables = []
     for sid, src in by_id.items():
         parts = chunks[sid]
-        missing = [i for i in range(src.chunk_count) if i not in parts]
-        if missing:
-            raise CompactionJobError(f"segment {sid}: chunk {missing[0]} of {src.chunk_count} missing on {src.topic}")
+        absent = [i for i in range(src.chunk_count) if i not in parts]
+        if absent:
+            raise CompactionJobError(f"segment {sid}: chunk {absent[0]} of {src.chunk_count} missing on {src.topic}")
         blob = b"".join(parts[i] for i in range(src.chunk_count))
         if len(blob) != src.size_bytes or hashlib.sha256(blob).hexdigest() != src.sha256:
             raise CompactionJobError(f"segment {sid}: reassembled bytes do not match the manifest's size/sha256")
