@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> None:
                             )
                             / 1e6
                         )
-                        say("Spark compaction (compute + write the major)")
+                        say("compaction service (compute + write the major)")
                         with common.timer() as spark_s:
                             prepared = service.prepare(held.partition_id, force=True)
                         assert prepared is not None
@@ -110,7 +110,7 @@ def main(argv: list[str] | None = None) -> None:
         shutil.rmtree(work, ignore_errors=True)
     rows = [
         {
-            "compaction": "Spark service (Kafka chunks -> major)",
+            "compaction": "compaction service (Kafka chunks -> major)",
             "segments": len(entries),
             "input MB": mb,
             "output rows": out_rows,
