@@ -1,9 +1,10 @@
-"""Compaction benchmark: MB/s of the Spark compaction vs plain pyarrow read + dedup + write of the same segments.
+"""Compaction benchmark: MB/s of the compaction service vs plain pyarrow read + dedup + write of the same segments.
 
 A storage node leads one partition; rounds of overlapping upserts make one major and several minors,
 which the leader publishes on its segments channel. Measured in the same run over the same
-segments: the compaction service computing the major (Spark reads the chunks from Kafka, reassembles
-and checks them, keeps the newest version per key, writes the Parquet major), and the baseline, a
+segments: the compaction service computing the major (the chunks read back from Kafka, reassembled
+and checked, the newest version per key kept, the Parquet major written; by a Spark job, or in the
+service's process for inputs up to ``--local-max-bytes``), and the baseline, a
 single process reading the segment files with pyarrow, ``lww_merge`` and ``write_segment``. MB = the
 input segments' bytes. DESIGN.md sections 5 and 9.
 
