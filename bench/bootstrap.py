@@ -197,6 +197,7 @@ def main(argv: list[str] | None = None) -> None:
             "benchmark": "bootstrap",
             "settings": settings,
             "ratio": ratio,
+            "ratio_meaning": "WAL replay seconds / bootstrap seconds (higher = bootstrap wins)",
             "bytes_ratio": bytes_ratio,
             "cpu_ratio": cpu_ratio,
             **r,

@@ -163,6 +163,40 @@ def cluster(args: argparse.Namespace, progress: Callable[[str], None]) -> Iterat
         shutil.rmtree(data_dir, ignore_errors=True)
 
 
+def raw_producer_config(bootstrap: str, args: argparse.Namespace) -> dict[str, Any]:
+    """The raw baseline's producer: plain confluent-kafka, acks=all + idempotence, the same linger,
+    batch size and message bound as shoal's producer (``--linger-ms``, ``--batch-bytes``,
+    ``--max-message-bytes``), no Kafka compression."""
+    return {
+        "bootstrap.servers": bootstrap,
+        "acks": "all",
+        "enable.idempotence": True,
+        "linger.ms": args.linger_ms,
+        "compression.type": "none",
+        "batch.size": args.batch_bytes,
+        "message.max.bytes": max(args.max_message_bytes + 64 * 1024, 1_000_000),
+    }
+
+
+def raw_consumer(bootstrap: str, topic: str, partitions: int) -> Any:
+    """A raw baseline consumer of every partition of ``topic`` from the beginning, connected."""
+    import uuid
+
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"bench-raw-{uuid.uuid4().hex}",
+            "enable.auto.commit": False,
+            "fetch.max.bytes": 64 * 1024 * 1024,
+        }
+    )
+    consumer.assign([TopicPartition(topic, i, OFFSET_BEGINNING) for i in range(partitions)])
+    consumer.poll(0.5)  # connected before the clock starts
+    return consumer
+
+
 def progress_printer(output: str) -> Callable[[str], None]:
     def say(message: str) -> None:
         print(f"  .. {message}", file=sys.stderr, flush=True)
@@ -177,15 +211,18 @@ def report(
     settings: dict[str, Any],
     output: str,
     notes: Sequence[str] = (),
+    *,
+    ratio: float | None = None,
+    ratio_meaning: str = "",
+    extra: dict[str, Any] | None = None,
 ) -> None:
-    """Print the results: an aligned table with the settings under it, or one JSON document."""
+    """Print the results: an aligned table with the settings under it, or one JSON document.
+
+    ``ratio`` is the benchmark's one number against its baseline (top-level ``ratio`` in JSON, with
+    ``ratio_meaning`` saying which way it points); ``extra`` adds top-level JSON fields."""
     if output == "json":
         print(
-            json.dumps(
-                {"benchmark": title, "settings": settings, "results": list(rows), "notes": list(notes)},
-                indent=2,
-                default=str,
-            )
+            json.dumps(json_document(title, settings, rows, notes, ratio, ratio_meaning, extra), indent=2, default=str)
         )
         return
     cells = [[_fmt(r.get(c)) for c in columns] for r in rows]
@@ -197,6 +234,29 @@ def report(
     print("settings: " + ", ".join(f"{k}={v}" for k, v in settings.items()))
     for note in notes:
         print(note)
+    if ratio is not None or ratio_meaning:
+        print(f"ratio: {_fmt(ratio)}" + (f" ({ratio_meaning})" if ratio_meaning else ""))
+
+
+def json_document(
+    title: str,
+    settings: dict[str, Any],
+    rows: Sequence[dict[str, Any]],
+    notes: Sequence[str] = (),
+    ratio: float | None = None,
+    ratio_meaning: str = "",
+    extra: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The JSON shape every benchmark prints with ``--output json``: a top-level ``ratio`` and the details."""
+    return {
+        "benchmark": title,
+        "ratio": ratio,
+        "ratio_meaning": ratio_meaning,
+        "settings": settings,
+        "results": list(rows),
+        "notes": list(notes),
+        **(extra or {}),
+    }
 
 
 def _fmt(value: Any) -> str:

@@ -178,6 +178,7 @@ def main(argv: list[str] | None = None) -> None:
         "split": split,
         "reinsert": reinsert,
         "ratio": ratio,
+        "ratio_meaning": "re-insert seconds / split seconds (higher = split wins)",
         "bytes_ratio": reinsert["bytes"] / split["bytes"] if split["bytes"] else None,
         "settings": {k: v for k, v in vars(args).items() if k not in ("output", "dir")},
     }

@@ -26,11 +26,11 @@ import pyarrow as pa
 from bench import common
 
 
-def build_rows(n: int, value_bytes: int) -> pa.Table:
+def build_rows(n: int, value_bytes: int, seed: int = 7) -> pa.Table:
     """``n`` rows with unique keys spread over the uint64 key space and ``value_bytes``-long values."""
     step = (2**64 - 1) // n
     keys = pa.array(np.arange(n, dtype=np.uint64) * np.uint64(step), pa.uint64())
-    rng = np.random.default_rng(7)
+    rng = np.random.default_rng(seed)
     alphabet = np.frombuffer(b"abcdefghijklmnopqrstuvwxyz0123456789", dtype=np.uint8)
     data = alphabet[rng.integers(0, len(alphabet), size=n * value_bytes)].tobytes()
     offsets = pa.array(np.arange(0, (n + 1) * value_bytes, value_bytes, dtype=np.int32), pa.int32())
@@ -134,7 +134,7 @@ def _payloads(rows: pa.Table, args: argparse.Namespace) -> list[bytes]:
 
 
 def run_raw(ep: common.Endpoints, args: argparse.Namespace, payloads: list[bytes], say: Any) -> dict[str, Any]:
-    from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+    from confluent_kafka import Producer
 
     from shoal.kafka import clients
     from shoal.kafka.admin import create_topic
@@ -145,27 +145,8 @@ def run_raw(ep: common.Endpoints, args: argparse.Namespace, payloads: list[bytes
     create_topic(
         clients.admin(KafkaSettings(ep.bootstrap_servers)), topic, policy=TopicPolicy(), partitions=args.partitions
     )
-    producer = Producer(
-        {
-            "bootstrap.servers": ep.bootstrap_servers,
-            "acks": "all",
-            "enable.idempotence": True,
-            "linger.ms": args.linger_ms,
-            "compression.type": "none",
-            "batch.size": args.batch_bytes,
-            "message.max.bytes": max(args.max_message_bytes + 64 * 1024, 1_000_000),
-        }
-    )
-    consumer = Consumer(
-        {
-            "bootstrap.servers": ep.bootstrap_servers,
-            "group.id": f"bench-raw-{uuid.uuid4().hex}",
-            "enable.auto.commit": False,
-            "fetch.max.bytes": 64 * 1024 * 1024,
-        }
-    )
-    consumer.assign([TopicPartition(topic, i, OFFSET_BEGINNING) for i in range(args.partitions)])
-    consumer.poll(0.5)  # connected before the clock starts
+    producer = Producer(common.raw_producer_config(ep.bootstrap_servers, args))
+    consumer = common.raw_consumer(ep.bootstrap_servers, topic, args.partitions)
     say(f"raw confluent-kafka: producing and consuming the same {len(payloads)} messages")
     counts = {"messages": 0, "bytes": 0}
 
@@ -269,9 +250,11 @@ def main(argv: list[str] | None = None) -> None:
             "segments",
         ],
         [shoal, raw],
-        {**settings, "ratio": round(ratio, 3)},
+        settings,
         args.output,
         notes,
+        ratio=ratio,
+        ratio_meaning="shoal MB/s / raw produce+consume MB/s (RF 1, one leader node)",
     )
 
 

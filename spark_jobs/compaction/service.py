@@ -40,7 +40,7 @@ from shoal.topics import TopicNames
 from shoal.wire.records import ManifestRecord as WireManifest
 from shoal.worker import Deadline
 from spark_jobs.compaction.book import ChannelBook, ChannelView
-from spark_jobs.compaction.compute import SegmentSource, compute_major, write_major
+from spark_jobs.compaction.compute import SegmentSource, compute_major, compute_major_local, write_major
 from spark_jobs.compaction.policy import CompactionPolicy, decide, minor_run
 from spark_jobs.compaction.publish import CHUNK_BYTES, publish_major
 from spark_jobs.errors import CompactionJobError
@@ -62,12 +62,18 @@ class CompactionConfig:
     check_interval_s: float = 30.0
     commit_timeout_s: float = 120.0
     """How long a published major may stay uncommitted before the partition is considered again."""
+    local_max_bytes: int = 16 * 1024 * 1024
+    """Majors whose input segments total at most this many bytes are computed in this process
+    (``compute_major_local``: same reads, checks and merge order) instead of by a Spark job, whose
+    fixed cost is seconds; 0 = always Spark."""
 
     def __post_init__(self) -> None:
         if self.table is not None:
             validate_table_name(self.table)
         if self.check_interval_s <= 0 or self.commit_timeout_s <= 0:
             raise ConfigError("check_interval_s and commit_timeout_s must be > 0")
+        if self.local_max_bytes < 0:
+            raise ConfigError("local_max_bytes must be >= 0")
 
 
 @dataclass(frozen=True)
@@ -281,9 +287,11 @@ class CompactionService:
         reason = reason or "forced"
         table = self._table(view.table)
         sources = [SegmentSource.of(view.topic, *view.manifests[e.segment_id]) for e in folded]
-        rows = compute_major(
-            self.spark, self.config.connection.kafka, sources, table, drop_tombstones=self.config.policy.full
-        )
+        kafka, full = self.config.connection.kafka, self.config.policy.full
+        if sum(s.size_bytes for s in sources) <= self.config.local_max_bytes:
+            rows = compute_major_local(kafka, sources, table, drop_tombstones=full)
+        else:
+            rows = compute_major(self.spark, kafka, sources, table, drop_tombstones=full)
         segment_id = new_segment_id()
         written = write_major(self.work_dir, segment_id, rows, table)
         entry = compaction_entry(view.chain, segment_id, placement_id=view.placement_id, epoch=epoch)

@@ -104,7 +104,8 @@ def test_compaction_commits_a_major_and_refuses_a_stale_one(
         validate("cli-spark-compact", outcomes)
         assert [o["committed"] for o in outcomes] == [True], outcomes
         assert outcomes[0]["folded"] == len(folded) and outcomes[0]["base_segment_id"] == folded[-1]
-        config = CompactionConfig(sc.meta, CompactionPolicy(min_minors=3), table=sc.table.name)
+        # local_max_bytes=0: this test computes its major with a Spark job; the next one takes the local path
+        config = CompactionConfig(sc.meta, CompactionPolicy(min_minors=3), table=sc.table.name, local_max_bytes=0)
         with CompactionService(spark, config) as service:
             major = held.replica.chain.get(outcomes[0]["segment_id"])
             assert major is not None and major.is_major and held.replica.chain.root == major.segment_id

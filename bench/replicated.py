@@ -1,0 +1,820 @@
+"""Replicated writes at RF 3 against raw Kafka: throughput (P1) and latency (P4), on a throwaway cluster.
+
+Starts its own local cluster (``shoal_app.runtime.launcher``: ZooKeeper, 3 KRaft brokers, then 3
+storage nodes with a short flush age), creates a table of 8 partitions at replication factor 3 and
+measures, side by side in one run:
+
+P1 throughput. Producers in 2 processes write ``--rows`` rows of about 100 bytes. shoal's time runs
+   from the first write until every row is in a segment acked by every replica, read from Kafka the
+   way the monitor reads it (``monitor.topology`` + ``shoal.kafka.indexes`` + ``monitor.segments``):
+   each leader's accepted index (its ingest group's committed offset) is at the ingest log end, its
+   segments cover its WAL channel to the end, and every other replica's Ack index on the leader's
+   segments channel is past the last manifest. The baseline sends the very same Arrow IPC messages
+   with raw confluent-kafka (acks=all, idempotent) from 2 processes to an 8-partition topic with the
+   same topic policy (RF 3) and has 3 consumer processes read all of it; its time runs from the first
+   produce until the third consumer has read everything. ``ratio`` = shoal MB/s / raw MB/s.
+P4 latency at 50% of shoal's measured rate: small batches written on a fixed schedule; per batch the
+   time from ``write`` to ``sync()`` returning (accepted by the leader) and to the batch's sampled
+   key being returned by a scan of every node (its replica's fresh read: a leader's memtable, a
+   follower's WAL overlay). Raw: acks=all produce -> consume of the same bytes at the same rate.
+
+Every process it starts (the cluster by pid, producer and consumer processes) is stopped at the end,
+also on Ctrl-C, SIGTERM or a failure. DESIGN.md sections 3, 4 and 6.
+
+    python -m bench.replicated                      # ~200k rows, a few minutes on 2 cores
+    python -m bench.replicated --rows 2000000 --output json
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import multiprocessing as mp
+import queue
+import shutil
+import signal
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from bench import common
+
+TABLE = "bench"
+NODES = ("node-1", "node-2", "node-3")
+
+
+# -- pure parts (unit-tested) ----------------------------------------------------------------------
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """The ``q``-th percentile (0..100) of ``values`` by linear interpolation; None if empty."""
+    if not values:
+        return None
+    xs = sorted(values)
+    pos = (len(xs) - 1) * q / 100.0
+    lo = int(pos)
+    hi = min(lo + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+def latency_summary(seconds: Sequence[float]) -> dict[str, Any]:
+    """n, p50 and p99 in milliseconds."""
+    p50, p99 = percentile(seconds, 50), percentile(seconds, 99)
+    return {
+        "n": len(seconds),
+        "p50_ms": None if p50 is None else p50 * 1e3,
+        "p99_ms": None if p99 is None else p99 * 1e3,
+    }
+
+
+def throughput_ratio(shoal_mb_s: float, raw_mb_s: float) -> float | None:
+    """shoal MB/s / raw MB/s (None when the baseline moved nothing)."""
+    return shoal_mb_s / raw_mb_s if raw_mb_s > 0 else None
+
+
+def split_evenly(n: int, parts: int) -> list[tuple[int, int]]:
+    """``[start, end)`` ranges that cover ``range(n)`` in ``parts`` nearly equal pieces."""
+    return [(n * i // parts, n * (i + 1) // parts) for i in range(parts)]
+
+
+@dataclass(frozen=True)
+class PartitionProgress:
+    """What the replication check reads for one partition (all offsets from Kafka)."""
+
+    ingest_end: int
+    accepted: int | None
+    wal_append: int
+    wal_covered: int | None
+    """End (exclusive) of the leader's WAL offsets its published segments cover; None = none yet."""
+    unacked_segments: tuple[int, ...]
+    """Per other replica: manifests on the leader's segments channel it has not acked."""
+
+
+def fully_replicated(p: PartitionProgress) -> bool:
+    """Every accepted row is in a segment every replica acked (the monitor's reading of the indexes).
+
+    The WAL channel is transactional: its last offset is a commit marker, so segments covering up
+    to ``append - 1`` cover every record (as ``monitor.collector`` counts an old channel settled).
+    """
+    if p.ingest_end > 0 and (p.accepted is None or p.accepted < p.ingest_end):
+        return False
+    if p.wal_append > 0 and (p.wal_covered is None or p.wal_covered < p.wal_append - 1):
+        return False
+    return all(n == 0 for n in p.unacked_segments)
+
+
+# -- the cluster ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Cluster:
+    bootstrap_servers: str
+    zk_connect: str
+    topic_prefix: str
+    zk_root: str
+
+
+@contextlib.contextmanager
+def rf3_cluster(args: argparse.Namespace, say: Callable[[str], None]) -> Iterator[Cluster]:
+    """ZooKeeper + ``--brokers`` brokers + ``--nodes`` storage nodes (started here with ``--flush-age``),
+    every process stopped by pid at the end (nodes, brokers, ZooKeeper), the data deleted."""
+    from shoal import cluster_file
+    from shoal_app.runtime import launcher, storage_nodes
+    from shoal_app.runtime.node_spec import local_target, node_spec
+    from shoal_app.runtime.ports import free_ports
+
+    data_dir = Path(tempfile.mkdtemp(prefix="shoal-bench-rf3-"))
+    config = launcher.LocalClusterConfig(
+        data_dir=data_dir,
+        cache_dir=common.cache_dir(),
+        brokers=args.brokers,
+        nodes=0,
+        kafka_heap_mb=args.kafka_heap_mb,
+        start_timeout_s=180,
+        fresh=True,
+    )
+    say(f"starting ZooKeeper and {args.brokers} brokers in {data_dir}")
+    try:
+        info = launcher.up(config)
+        try:
+            target = local_target(
+                str(data_dir),
+                str(config.cluster_file.resolve()),
+                info.zk_connect,
+                info.bootstrap_servers,
+                config.topic_prefix,
+                config.zk_root,
+            )
+            ports = free_ports(args.nodes)
+            records = []
+            for i in range(1, args.nodes + 1):
+                spec = node_spec(i, target, ports[i - 1], metrics_port=None)
+                spec = replace(spec, argv=(*spec.argv, "--flush-age", str(args.flush_age)))
+                say(f"starting storage node {spec.server_id} (flush age {args.flush_age}s)")
+                records.append(storage_nodes.start(spec))
+                # in the cluster file at once, so launcher.down stops it even if a later start fails
+                info = replace(info, processes=(*info.processes, records[-1]))
+                cluster_file.write(config.cluster_file, info)
+            storage_nodes.wait_registered(records, info.zk_connect, config.zk_root, 180)
+            yield Cluster(info.bootstrap_servers, info.zk_connect, config.topic_prefix, config.zk_root)
+        finally:
+            say("stopping the cluster (every process by pid)")
+            launcher.down(config.cluster_file, timeout_s=15)
+    finally:
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+
+def _meta(c: Cluster) -> Any:
+    from metadata.client import MetadataConfig
+
+    return MetadataConfig(
+        zk_hosts=c.zk_connect, bootstrap_servers=c.bootstrap_servers, topic_prefix=c.topic_prefix, zk_root=c.zk_root
+    )
+
+
+def _connection(c: Cluster) -> Any:
+    from shoal.kafka.settings import ConnectionSettings
+
+    return ConnectionSettings.plain(c.bootstrap_servers, c.zk_connect, topic_prefix=c.topic_prefix, zk_root=c.zk_root)
+
+
+def table_definition() -> Any:
+    from metadata.table import Column, ColumnType, TableDefinition
+
+    cols = (Column("k", ColumnType.UINT64, False), Column("v", ColumnType.STRING), Column("n", ColumnType.INT64))
+    return TableDefinition(TABLE, cols, ("k",), "k", 3)
+
+
+def create_table(c: Cluster, partitions: int) -> None:
+    from metadata.client import MetadataClient
+    from metadata.keyspace import Keyspace
+
+    splits = [Keyspace.UINT64.encode((2**64 // partitions) * i) for i in range(1, partitions)]
+    with MetadataClient(_meta(c)) as client:
+        client.coordinator.create_table(table_definition(), list(NODES), splits)
+
+
+def node_locations(c: Cluster) -> list[str]:
+    from metadata.client import MetadataClient
+    from metadata.node_registry import lookup_node
+
+    with MetadataClient(_meta(c)) as client:
+        return [lookup_node(client.zk, client.layout, s) for s in NODES]
+
+
+class ReplicationCheck:
+    """Reads, per partition, what :func:`fully_replicated` needs, with batched admin requests."""
+
+    def __init__(self, c: Cluster) -> None:
+        from metadata.client import MetadataClient
+        from monitor.kafka_offsets import KafkaOffsets
+        from monitor.segments import SegmentsTracker
+        from shoal.topics import TopicNames
+
+        self.client = MetadataClient(_meta(c))
+        self.topics = TopicNames(c.topic_prefix)
+        self.kafka = KafkaOffsets(c.bootstrap_servers)
+        self.tracker = SegmentsTracker(c.bootstrap_servers)
+        self.read_at = 0.0
+        """Wall time right after the last poll read the indexes: when what it found was true."""
+
+    def close(self) -> None:
+        self.kafka.close()
+        self.tracker.close()
+        self.client.close()
+
+    def progress(self) -> list[PartitionProgress]:
+        from monitor.topology import read_topology
+        from shoal.kafka.indexes import IndexQuery
+
+        parts = read_topology(self.topics, self.client.coordinator, TABLE)
+        queries = []
+        for p in parts:
+            queries.append(IndexQuery(p.ingest.topic, tuple(r.ack_group for r in p.ingest.readers)))
+            for ch in (*p.wal, *p.segments):
+                queries.append(IndexQuery(ch.topic, tuple(r.ack_group for r in ch.readers)))
+        _cluster, existing = self.kafka.cluster_and_topics()
+        ix = self.kafka.channel_indexes([q for q in queries if q.topic in existing])
+        self.read_at = time.time()  # every index below was read by now; manifests only add what they cover
+        out = []
+        for p in parts:
+            lead = p.leader_placement_id
+            wal = next((ch for ch in p.wal if ch.owner is not None and ch.owner.placement_id == lead), None)
+            seg = next((ch for ch in p.segments if ch.owner is not None and ch.owner.placement_id == lead), None)
+            ingest = ix.get(p.ingest.topic)
+            if ingest is None or wal is None or seg is None:
+                out.append(PartitionProgress(1, None, 0, None, ()))
+                continue
+            seg_ix = ix.get(seg.topic)
+            wal_ix = ix.get(wal.topic)
+            if seg_ix is None:
+                mans = None
+                unacked: tuple[int, ...] = (1,) if wal_ix is not None and wal_ix.append > 0 else ()
+            else:
+                mans = self.tracker.update(seg.topic, seg_ix.tail, seg_ix.append)
+                unacked = tuple(mans.unacked(seg_ix.ack(r.ack_group)) for r in seg.readers)
+            out.append(
+                PartitionProgress(
+                    ingest_end=ingest.append,
+                    accepted=ingest.ack(p.ingest.readers[0].ack_group),
+                    wal_append=0 if wal_ix is None else wal_ix.append,
+                    wal_covered=None if mans is None else mans.covered_end(wal.topic),
+                    unacked_segments=unacked,
+                )
+            )
+        return out
+
+    def done(self) -> bool:
+        parts = self.progress()
+        return bool(parts) and all(fully_replicated(p) for p in parts)
+
+    def replicated_at(self) -> float | None:
+        """The wall time the indexes were read if every row was replicated then, else None."""
+        return self.read_at if self.done() else None
+
+    def preferred_leaders(self) -> bool:
+        """Every partition led by its preferred leader (no handover left to happen during a measurement)."""
+        from monitor.topology import read_topology
+
+        parts = read_topology(self.topics, self.client.coordinator, TABLE)
+        return bool(parts) and all(p.leader_alive and p.leader_server_id == p.preferred_server_id for p in parts)
+
+
+# -- P1: shoal throughput ---------------------------------------------------------------------------
+
+
+def build_rows(start: int, end: int, total: int, value_bytes: int, key_offset: int = 0) -> Any:
+    """Rows ``start..end`` of ``total``: key ``i * (2**64 // total) + key_offset``, spread over every partition."""
+    import numpy as np
+    import pyarrow as pa
+
+    from bench.write_path import build_rows as full
+
+    rows = full(end - start, value_bytes)
+    step = (2**64 - 1) // total
+    keys = pa.array(np.arange(start, end, dtype=np.uint64) * np.uint64(step) + np.uint64(key_offset), pa.uint64())
+    n = pa.array(np.arange(start, end, dtype=np.int64))
+    return rows.set_column(0, "k", keys).set_column(2, "n", n)
+
+
+def _producer_config(c: Cluster, args: argparse.Namespace, **extra: Any) -> Any:
+    from producer import ProducerConfig
+
+    return ProducerConfig(
+        _connection(c),
+        linger_ms=args.linger_ms,
+        max_message_bytes=args.max_message_bytes,
+        kafka_config={"batch.size": args.batch_bytes},
+        **extra,
+    )
+
+
+def _shoal_writer(
+    c: Cluster, args: argparse.Namespace, span: tuple[int, int], go: Any, out: Any
+) -> None:  # a child process
+    from producer import Producer
+
+    rows = build_rows(span[0], span[1], args.rows, args.value_bytes)
+    with Producer(_producer_config(c, args)) as producer:
+        producer.partition_map(TABLE)
+        out.put(("ready", 0.0, 0))
+        go.wait()
+        t0 = time.time()
+        producer.write(TABLE, rows)
+        producer.flush()
+        out.put(("done", t0, time.time()))
+
+
+def _raw_payloads(args: argparse.Namespace, span: tuple[int, int]) -> list[bytes]:
+    from producer.batching import split_messages
+    from producer.validation import to_ingest
+
+    rows = build_rows(span[0], span[1], args.rows, args.value_bytes)
+    messages = split_messages(TABLE, to_ingest(rows, deleted=False), max_bytes=args.max_message_bytes, max_rows=100_000)
+    return [m.payload for m in messages]
+
+
+def _children(ctx: Any, targets: list[tuple[Callable[..., None], tuple[Any, ...]]]) -> list[Any]:
+    procs = [ctx.Process(target=fn, args=a, daemon=True) for fn, a in targets]
+    for p in procs:
+        p.start()
+    return procs
+
+
+def _stop_children(procs: list[Any]) -> None:
+    for p in procs:
+        if p.is_alive():
+            p.terminate()
+    for p in procs:
+        p.join(10)
+        if p.is_alive():
+            p.kill()
+            p.join(5)
+
+
+def _collect(out: Any, kind: str, n: int, procs: list[Any], timeout_s: float) -> list[tuple[Any, ...]]:
+    got: list[tuple[Any, ...]] = []
+    deadline = time.monotonic() + timeout_s
+    while len(got) < n:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"benchmark: {n - len(got)} child process(es) did not report {kind!r}")
+        dead = [p for p in procs if p.exitcode not in (None, 0)]
+        if dead:
+            raise RuntimeError(f"benchmark: child process exited with {dead[0].exitcode}")
+        with contextlib.suppress(Exception):
+            msg = out.get(timeout=0.5)
+            if msg[0] == kind:
+                got.append(msg)
+    return got
+
+
+def run_shoal(c: Cluster, args: argparse.Namespace, say: Callable[[str], None]) -> dict[str, Any]:
+    ctx = mp.get_context("spawn")
+    go, out = ctx.Event(), ctx.Queue()
+    spans = split_evenly(args.rows, args.producers)
+    procs = _children(ctx, [(_shoal_writer, (c, args, s, go, out)) for s in spans])
+    check = ReplicationCheck(c)
+    try:
+        _collect(out, "ready", len(procs), procs, 180)
+        say(f"shoal: {args.producers} producer processes writing {args.rows:,} rows into {args.partitions} partitions")
+        go.set()
+        done: list[tuple[Any, ...]] = []
+        deadline = time.monotonic() + 1800
+        polls = 0
+        t_end: float | None = None
+        while t_end is None:
+            # polls while the producers write too, so the manifests are read as they come (incrementally)
+            if time.monotonic() > deadline:
+                raise TimeoutError("benchmark: rows not replicated to every replica within 1800 s")
+            with contextlib.suppress(queue.Empty):
+                while len(done) < len(procs):
+                    msg = out.get(timeout=args.poll_s if len(done) < len(procs) else 0)
+                    if msg[0] == "done":
+                        done.append(msg)
+            if any(p.exitcode not in (None, 0) for p in procs):
+                raise RuntimeError("benchmark: a producer process failed")
+            polls += 1
+            at = check.replicated_at()
+            if len(done) == len(procs) and at is not None and at > max(d[2] for d in done):
+                t_end = at
+            elif len(done) == len(procs):
+                time.sleep(args.poll_s)
+        t_first = min(d[1] for d in done)
+        t_produced = max(d[2] for d in done)
+        parts = check.progress()
+    finally:
+        check.close()
+        _stop_children(procs)
+    payload = sum(len(m) for s in spans for m in _raw_payloads(args, s))
+    seconds = t_end - t_first
+    return {
+        "pipeline": "shoal RF 3 (write -> segments acked by every replica)",
+        "rows": args.rows,
+        "MB": payload / 1e6,
+        "seconds": seconds,
+        "rows/s": args.rows / seconds,
+        "MB/s": payload / 1e6 / seconds,
+        "produced s": t_produced - t_first,
+        "wal records": sum(p.wal_append for p in parts),
+        "polls": polls,
+    }
+
+
+# -- P1: the raw Kafka baseline ------------------------------------------------------------------
+
+
+def _raw_writer(c: Cluster, args: argparse.Namespace, topic: str, span: tuple[int, int], go: Any, out: Any) -> None:
+    from confluent_kafka import Producer
+
+    payloads = _raw_payloads(args, span)
+    producer = Producer(common.raw_producer_config(c.bootstrap_servers, args))
+    producer.list_topics(topic, timeout=30)
+    out.put(("ready", 0.0, sum(len(p) for p in payloads)))
+    go.wait()
+    t0 = time.time()
+    for i, payload in enumerate(payloads):
+        while True:
+            try:
+                producer.produce(topic, payload, partition=(span[0] + i) % args.partitions)
+                break
+            except BufferError:
+                producer.poll(0.05)
+        producer.poll(0)
+    producer.flush()
+    out.put(("done", t0, time.time()))
+
+
+def _raw_reader(c: Cluster, args: argparse.Namespace, topic: str, expect_bytes: Any, go: Any, out: Any) -> None:
+    consumer = common.raw_consumer(c.bootstrap_servers, topic, args.partitions)
+    out.put(("ready", 0.0, 0))
+    go.wait()
+    got = 0
+    deadline = time.monotonic() + 1800
+    while (expect_bytes.value == 0 or got < expect_bytes.value) and time.monotonic() < deadline:
+        for msg in consumer.consume(100, 0.2):
+            if msg.error() is None:
+                got += len(msg.value() or b"")
+    consumer.close()
+    out.put(("read", time.time(), got))
+
+
+def run_raw(c: Cluster, args: argparse.Namespace, say: Callable[[str], None]) -> dict[str, Any]:
+    from shoal.kafka import clients
+    from shoal.kafka.admin import create_topic
+    from shoal.kafka.settings import KafkaSettings, TopicPolicy
+
+    topic = f"bench-raw-{uuid.uuid4().hex[:10]}"
+    create_topic(
+        clients.admin(KafkaSettings(c.bootstrap_servers)), topic, policy=TopicPolicy(), partitions=args.partitions
+    )
+    ctx = mp.get_context("spawn")
+    go, out = ctx.Event(), ctx.Queue()
+    expect = ctx.Value("q", 0)
+    spans = split_evenly(args.rows, args.producers)
+    writers = [(_raw_writer, (c, args, topic, s, go, out)) for s in spans]
+    readers = [(_raw_reader, (c, args, topic, expect, go, out)) for _ in range(args.raw_consumers)]
+    procs = _children(ctx, writers + readers)
+    try:
+        ready = _collect(out, "ready", len(procs), procs, 180)
+        total = sum(r[2] for r in ready)
+        expect.value = total
+        say(f"raw: {args.producers} producers, {args.raw_consumers} consumers, {total / 1e6:,.1f} MB")
+        go.set()
+        msgs = _collect(out, "done", len(writers), procs, 1800)
+        reads = _collect(out, "read", len(readers), procs, 1800)
+    finally:
+        _stop_children(procs)
+    if any(r[2] < total for r in reads):
+        raise TimeoutError(f"raw consumers read {[r[2] for r in reads]} of {total} bytes")
+    t_first = min(m[1] for m in msgs)
+    seconds = max(r[1] for r in reads) - t_first
+    return {
+        "pipeline": f"raw acks=all produce + {args.raw_consumers} consumers (RF 3 topic)",
+        "rows": args.rows,
+        "MB": total / 1e6,
+        "seconds": seconds,
+        "rows/s": args.rows / seconds,
+        "MB/s": total / 1e6 / seconds,
+        "produced s": max(m[2] for m in msgs) - t_first,
+    }
+
+
+# -- P4: latency at half the measured rate -----------------------------------------------------------
+
+
+def _schedule(rate_rows_s: float, batches_per_s: float, seconds: float) -> tuple[int, float, int]:
+    """(rows per batch, interval s, batches) for the latency runs."""
+    batch = max(1, int(rate_rows_s / batches_per_s))
+    return batch, 1.0 / batches_per_s, max(1, int(seconds * batches_per_s))
+
+
+def latency_rows(i: int, batch: int, count: int, value_bytes: int) -> Any:
+    """Batch ``i`` of ``count``: keys strided over the whole key space (every partition gets some, as
+    in P1), odd so that none is one of P1's keys."""
+    import numpy as np
+    import pyarrow as pa
+
+    rows = build_rows(0, batch, batch, value_bytes)
+    step = (2**64 - 1) // (batch * count)
+    index = np.arange(batch, dtype=np.uint64) * np.uint64(count) + np.uint64(i)
+    return rows.set_column(0, "k", pa.array(index * np.uint64(step) | np.uint64(1), pa.uint64()))
+
+
+def shoal_latency(c: Cluster, args: argparse.Namespace, rate: float, say: Callable[[str], None]) -> dict[str, Any]:
+    """Per batch: write -> ``sync()`` returned, and write -> the batch's last key scanned on every node.
+
+    One thread measures each kind, oldest sample first, so the probes add a bounded load (one
+    ``sync()`` loop, three key scans per pending sample and round) and no sample waits in a queue:
+    a ``sync()`` that started after batch i was written and returned covers batch i; a key is
+    visible once a scan of every node returns it."""
+    from producer import Producer
+    from producer.config import SyncPolicy
+    from shoal.scan import ScanRequest, scan_remote
+
+    batch, interval, count = _schedule(rate, args.batches_per_s, args.latency_seconds)
+    say(f"P4 shoal: {count} batches of {batch:,} rows every {interval * 1e3:.0f} ms ({rate:,.0f} rows/s)")
+    locations = node_locations(c)
+    samples: list[tuple[float, int, str]] = []  # (write time, the batch's last key, its partition id)
+    lock = threading.Lock()
+    accepted: list[float] = []
+    visible: list[float] = []
+    errors: list[str] = []
+    fine = SyncPolicy(initial_interval_s=0.01, max_interval_s=0.05)  # resolution of the accepted latency
+    deadline = time.monotonic() + args.latency_seconds + 300
+
+    def pending(done: int) -> list[tuple[float, int, str]]:
+        with lock:
+            return samples[done:]
+
+    def accept(producer: Any) -> None:
+        done = 0
+        while done < count and time.monotonic() < deadline:
+            waiting = pending(done)
+            if not waiting:
+                time.sleep(0.005)
+                continue
+            producer.sync(300)
+            now = time.perf_counter()
+            accepted.extend(now - sample[0] for sample in waiting)
+            done += len(waiting)
+
+    def see() -> None:
+        done = 0
+        seen: dict[int, set[str]] = {}
+        while done < count and time.monotonic() < deadline:
+            waiting = pending(done)
+            if not waiting:
+                time.sleep(0.005)
+                continue
+            for _t0, key, pid in waiting:
+                for loc in set(locations) - seen.setdefault(key, set()):
+                    try:
+                        if scan_remote(loc, ScanRequest(TABLE, partition_id=pid, key=key), timeout_s=30).num_rows:
+                            seen[key].add(loc)
+                    except Exception as exc:  # reported; the scan is retried next round
+                        errors.append(str(exc)[:200])
+            now = time.perf_counter()
+            while done < count and done < len(samples) and len(seen.get(samples[done][1], ())) == len(locations):
+                visible.append(now - samples[done][0])
+                done += 1
+            time.sleep(0.01)  # resolution of the visibility latency; finer polling loads the nodes
+
+    with Producer(_producer_config(c, args, sync_policy=fine)) as producer, ThreadPoolExecutor(2) as pool:
+        pmap = producer.partition_map(TABLE)
+        probes = [pool.submit(accept, producer), pool.submit(see)]
+        start = time.perf_counter()
+        for i in range(count):
+            wait = start + i * interval - time.perf_counter()
+            if wait > 0:
+                time.sleep(wait)
+            rows = latency_rows(i, batch, count, args.value_bytes)
+            last_key = int(rows.column("k")[-1].as_py())
+            t0 = time.perf_counter()
+            producer.write(TABLE, rows)
+            with lock:
+                samples.append((t0, last_key, pmap.lookup(last_key).partition_id))
+        for f in probes:
+            f.result()
+    if len(visible) < count:
+        errors.append(f"{count - len(visible)} of {count} batches not visible on every node in time")
+    return {
+        "batch_rows": batch,
+        "rate_rows_s": batch / interval,
+        "accepted": latency_summary(accepted),
+        "visible_every_replica": latency_summary(visible),
+        "errors": errors[:5],
+    }
+
+
+def raw_latency(c: Cluster, args: argparse.Namespace, rate: float, say: Callable[[str], None]) -> dict[str, Any]:
+    """acks=all produce -> consume of the same message sizes at the same rate (one consumer)."""
+    from confluent_kafka import OFFSET_END, Consumer, Producer, TopicPartition
+
+    from shoal.kafka import clients
+    from shoal.kafka.admin import create_topic
+    from shoal.kafka.settings import KafkaSettings, TopicPolicy
+
+    batch, interval, count = _schedule(rate, args.batches_per_s, args.latency_seconds)
+    payload = _raw_payloads(args, (0, batch))
+    say(
+        f"P4 raw: {count} x {len(payload)} message(s) of {sum(map(len, payload)):,} bytes every {interval * 1e3:.0f} ms"
+    )
+    topic = f"bench-rawlat-{uuid.uuid4().hex[:10]}"
+    create_topic(
+        clients.admin(KafkaSettings(c.bootstrap_servers)), topic, policy=TopicPolicy(), partitions=args.partitions
+    )
+    consumer = Consumer(
+        {
+            "bootstrap.servers": c.bootstrap_servers,
+            "group.id": f"bench-rawlat-{uuid.uuid4().hex}",
+            "fetch.wait.max.ms": 5,
+        }
+    )
+    consumer.assign([TopicPartition(topic, i, OFFSET_END) for i in range(args.partitions)])
+    consumer.poll(1.0)
+    producer = Producer(common.raw_producer_config(c.bootstrap_servers, args))
+    producer.list_topics(topic, timeout=30)
+    sent: dict[int, float] = {}
+    lat: list[float] = []
+    stop = threading.Event()
+
+    def consume() -> None:
+        while not stop.is_set():
+            for msg in consumer.consume(100, 0.05):
+                key = msg.key() if msg.error() is None else None
+                if key is not None:
+                    t0 = sent.get(int(key))
+                    if t0 is not None:
+                        lat.append(time.perf_counter() - t0)
+
+    reader = threading.Thread(target=consume, name="rawlat-consumer")
+    reader.start()
+    try:
+        start = time.perf_counter()
+        for i in range(count):
+            wait = start + i * interval - time.perf_counter()
+            if wait > 0:
+                time.sleep(wait)
+            sent[i] = time.perf_counter()
+            for j, p in enumerate(payload):  # the batch's last message carries the sample key
+                key = str(i).encode() if j == len(payload) - 1 else None
+                producer.produce(topic, p, key=key, partition=i % args.partitions)
+            producer.poll(0)
+        producer.flush(60)
+        common.wait_for(lambda: len(lat) >= count, 60, "raw latency samples consumed", 0.05)
+    finally:
+        stop.set()
+        reader.join(10)
+        consumer.close()
+    return {"batch_rows": batch, "rate_rows_s": batch / interval, "produce_consume": latency_summary(lat)}
+
+
+# -- main -------------------------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = common.parser(__doc__.splitlines()[0], cluster=False)
+    p.add_argument("--rows", type=common.positive_int, default=200_000, help="rows to write (the issue: 2M)")
+    p.add_argument("--value-bytes", type=common.positive_int, default=84, help="string bytes per row (~100 B rows)")
+    p.add_argument("--partitions", type=common.positive_int, default=8, help="table partitions")
+    p.add_argument("--producers", type=common.positive_int, default=2, help="producer processes")
+    p.add_argument("--raw-consumers", type=common.positive_int, default=3, help="raw baseline consumer processes")
+    p.add_argument("--brokers", type=common.positive_int, default=3, help="Kafka brokers")
+    p.add_argument("--nodes", type=int, choices=(3,), default=3, help="storage nodes (RF 3)")
+    p.add_argument("--kafka-heap-mb", type=common.positive_int, default=384, help="heap per broker")
+    p.add_argument("--flush-age", type=float, default=1.0, help="nodes' memtable flush age in seconds")
+    p.add_argument("--linger-ms", type=int, default=5, help="producer linger.ms (both pipelines)")
+    p.add_argument("--batch-bytes", type=common.positive_int, default=1_000_000, help="librdkafka batch.size")
+    p.add_argument("--max-message-bytes", type=common.positive_int, default=1_000_000, help="largest ingest message")
+    p.add_argument("--poll-s", type=float, default=0.25, help="replication check interval")
+    p.add_argument("--latency-seconds", type=float, default=15.0, help="P4: seconds of writes per pipeline")
+    p.add_argument(
+        "--batches-per-s",
+        type=float,
+        default=4.0,
+        help="P4: batches per second (each batch is one ingest message per partition, one leader transaction each)",
+    )
+    p.add_argument("--skip-latency", action="store_true", help="P1 only")
+    args = p.parse_args(argv)
+    say = common.progress_printer(args.output)
+    signal.signal(signal.SIGTERM, _terminate)  # SIGTERM unwinds like Ctrl-C: every finally stops its processes
+    with rf3_cluster(args, say) as c:
+        create_table(c, args.partitions)
+        say("waiting for every partition to accept a first write")
+        _warm_up(c, args)
+        raw = run_raw(c, args, say)
+        shoal = run_shoal(c, args, say)
+        latency: dict[str, Any] = {}
+        if not args.skip_latency:
+            rate = 0.5 * shoal["rows/s"]
+            latency = {
+                "rate_rows_s": rate,
+                "shoal": shoal_latency(c, args, rate, say),
+                "raw": raw_latency(c, args, rate, say),
+            }
+    report(args, shoal, raw, latency)
+
+
+def _terminate(signum: int, _frame: Any) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def _warm_up(c: Cluster, args: argparse.Namespace) -> None:
+    """One row per partition written and accepted (topics, leaders and replicas up) before the clock starts."""
+    from producer import Producer
+
+    with Producer(_producer_config(c, args)) as producer:
+        producer.write(TABLE, build_rows(0, args.partitions, args.partitions, args.value_bytes, key_offset=2**40))
+        producer.sync(300)
+    check = ReplicationCheck(c)
+    try:
+        common.wait_for(check.preferred_leaders, 300, "every partition led by its preferred leader", 0.5)
+        common.wait_for(check.done, 300, "the warm-up rows replicated", 0.5)
+    finally:
+        check.close()
+
+
+def report(args: argparse.Namespace, shoal: dict[str, Any], raw: dict[str, Any], latency: dict[str, Any]) -> None:
+    ratio = throughput_ratio(shoal["MB/s"], raw["MB/s"])
+    settings = {
+        "rows": args.rows,
+        "row_bytes": 16 + args.value_bytes,
+        "partitions": args.partitions,
+        "replication_factor": 3,
+        "brokers": args.brokers,
+        "nodes": args.nodes,
+        "producer_processes": args.producers,
+        "raw_consumers": args.raw_consumers,
+        "flush_age_s": args.flush_age,
+        "linger.ms": args.linger_ms,
+        "batch.size": args.batch_bytes,
+        "max_message_bytes": args.max_message_bytes,
+    }
+    notes = [
+        f"P1 shoal RF 3 / raw Kafka RF 3 throughput ratio: {ratio:.2f}" if ratio is not None else "P1 ratio: -",
+    ]
+    p4: dict[str, Any] = {}
+    if latency:
+        s, r = latency["shoal"], latency["raw"]["produce_consume"]
+        acc, vis = s["accepted"], s["visible_every_replica"]
+        p4 = {
+            "p99_accepted_over_raw": _div(acc["p99_ms"], r["p99_ms"]),
+            "p99_visible_over_raw": _div(vis["p99_ms"], r["p99_ms"]),
+        }
+        notes += [
+            f"P4 at {latency['rate_rows_s']:,.0f} rows/s (50% of shoal's measured rate), ms p50/p99: "
+            f"accepted {_ms(acc)}, visible on every replica {_ms(vis)}, raw produce->consume {_ms(r)}",
+            f"P4 p99 accepted / raw: {_fmt(p4['p99_accepted_over_raw'])}x, "
+            f"p99 visible everywhere / raw: {_fmt(p4['p99_visible_over_raw'])}x",
+        ]
+        if s["errors"]:
+            notes.append(f"P4 shoal sample errors: {s['errors']}")
+    if args.output == "json":
+        import json
+
+        print(
+            json.dumps(
+                {
+                    "benchmark": "replicated",
+                    "ratio": ratio,
+                    "settings": settings,
+                    "results": [shoal, raw],
+                    "latency": latency,
+                    "latency_ratios": p4,
+                    "notes": notes,
+                },
+                indent=2,
+                default=str,
+            )
+        )
+        return
+    common.report(
+        "replicated writes at RF 3 vs raw Kafka at RF 3",
+        ["pipeline", "rows", "MB", "seconds", "rows/s", "MB/s", "produced s"],
+        [shoal, raw],
+        settings,
+        "table",
+        notes,
+    )
+
+
+def _div(a: float | None, b: float | None) -> float | None:
+    return a / b if a is not None and b else None
+
+
+def _fmt(x: float | None) -> str:
+    return "-" if x is None else f"{x:.2f}"
+
+
+def _ms(s: dict[str, Any]) -> str:
+    return f"{_fmt(s['p50_ms'])}/{_fmt(s['p99_ms'])} (n={s['n']})"
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,159 @@
+"""The README's performance table, generated from one ``make bench`` run's JSON files.
+
+``make bench`` writes one ``<name>.json`` per benchmark (each script's ``--output json``, whose
+top-level ``ratio`` is its one number against its baseline) into a directory; this prints a
+markdown table of them, with the goals of the performance issue where there is one.
+
+    python -m bench.report build/bench            # markdown on stdout
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Goal:
+    label: str
+    what: str
+    at_least: float | None = None
+    at_most: float | None = None
+
+    def text(self) -> str:
+        if self.at_least is not None:
+            return f">= {self.at_least:g}"
+        if self.at_most is not None:
+            return f"<= {self.at_most:g}"
+        return "-"
+
+    def met(self, ratio: float | None) -> str:
+        if ratio is None or (self.at_least is None and self.at_most is None):
+            return ""
+        if self.at_least is not None:
+            return "yes" if ratio >= self.at_least else "no"
+        assert self.at_most is not None
+        return "yes" if ratio <= self.at_most else "no"
+
+
+GOALS: dict[str, Goal] = {
+    "replicated": Goal("P1", "RF 3 replicated write MB/s / raw acks=all produce + 3 consumers", at_least=0.5),
+    "spark_sink": Goal("P5", "Spark sink rows/s / Spark to Parquet rows/s", at_least=0.5),
+    "compaction_small": Goal("P6", "compaction MB/s / plain pyarrow MB/s, small minors", at_least=0.3),
+    "compaction_large": Goal("P6", "compaction MB/s / plain pyarrow MB/s, larger minors", at_least=0.7),
+    "replication": Goal("P3", "follower with fresh reads CPU/row / leader CPU/row", at_most=0.2),
+    "write_path": Goal("-", "write path RF 1 MB/s / raw produce + consume"),
+    "fast_forward": Goal("-", "row-based apply time / fast-forward time"),
+    "split": Goal("-", "re-insert time / split time"),
+    "bootstrap": Goal("-", "WAL replay time / bootstrap time"),
+}
+ORDER = tuple(GOALS)
+
+
+def _fmt(x: Any, digits: int = 2) -> str:
+    if x is None:
+        return "-"
+    if isinstance(x, float):
+        return f"{x:,.{digits}f}"
+    return str(x)
+
+
+def _latency_rows(doc: dict[str, Any]) -> list[str]:
+    """P4 lines of the replicated benchmark (p50/p99 in ms)."""
+    lat = doc.get("latency") or {}
+    if not lat:
+        return []
+    s, r = lat["shoal"], lat["raw"]["produce_consume"]
+    acc, vis = s["accepted"], s["visible_every_replica"]
+    rate = f"{lat['rate_rows_s']:,.0f} rows/s"
+    ratios = doc.get("latency_ratios") or {}
+    return [
+        f"| P4 | write -> accepted (`sync()`) p99 / raw produce->consume p99, at {rate} | <= 2 | "
+        f"{_fmt(ratios.get('p99_accepted_over_raw'))} | "
+        f"p50/p99 ms: shoal {_fmt(acc['p50_ms'], 0)}/{_fmt(acc['p99_ms'], 0)}, "
+        f"raw {_fmt(r['p50_ms'], 0)}/{_fmt(r['p99_ms'], 0)} |",
+        f"| P4 | write -> visible on every replica's scan p99 / raw p99, at {rate} | - | "
+        f"{_fmt(ratios.get('p99_visible_over_raw'))} | "
+        f"p50/p99 ms: {_fmt(vis['p50_ms'], 0)}/{_fmt(vis['p99_ms'], 0)} |",
+    ]
+
+
+def _detail(name: str, doc: dict[str, Any]) -> str:
+    """One short cell of what was measured (sizes, seconds)."""
+    s = doc.get("settings") or {}
+    res = doc.get("results") or []
+    if name in ("replicated", "write_path") and len(res) >= 2:
+        shoal, raw = res[0], res[1]
+        return (
+            f"{s.get('rows', 0):,} rows: shoal {_fmt(shoal.get('MB/s'), 1)} MB/s ({_fmt(shoal.get('seconds'), 1)} s), "
+            f"raw {_fmt(raw.get('MB/s'), 1)} MB/s ({_fmt(raw.get('seconds'), 1)} s)"
+        )
+    if name == "spark_sink" and len(res) >= 2:
+        return f"{s.get('rows', 0):,} rows: sink {_fmt(res[0]['seconds'], 1)} s, Parquet {_fmt(res[1]['seconds'], 1)} s"
+    if name.startswith("compaction") and len(res) >= 2:
+        return (
+            f"{_fmt(res[0]['input MB'], 1)} MB in {res[0]['segments']} segments: service "
+            f"{_fmt(res[0]['seconds'], 2)} s, pyarrow {_fmt(res[1]['seconds'], 2)} s"
+        )
+    if name == "replication":
+        cpu = {r["role"]: r["CPU us/row"] for r in doc.get("cpu_per_row") or []}
+        return ", ".join(f"{k} {_fmt(v)} us/row" for k, v in cpu.items())
+    if name == "split":
+        return f"{doc.get('rows', 0):,} rows"
+    if name == "bootstrap":
+        return f"{s.get('rows', 0):,} rows"
+    if name == "fast_forward" and res:
+        return f"{res[-1].get('rows', 0):,}-row segment"
+    return ""
+
+
+def markdown(docs: dict[str, dict[str, Any]]) -> str:
+    """The table: one line per benchmark (goal, measured ratio, whether met, details), P4 under P1."""
+    lines = [
+        "| goal | ratio (measured / baseline) | target | measured | details |",
+        "|---|---|---|---|---|",
+    ]
+    names = [n for n in ORDER if n in docs] + sorted(n for n in docs if n not in GOALS)
+    for name in names:
+        doc = docs[name]
+        goal = GOALS.get(name, Goal("-", name))
+        ratio = doc.get("ratio")
+        met = goal.met(ratio)
+        measured = _fmt(ratio) + (f" ({met})" if met else "")
+        what = f"{goal.what} (`{name}`)"
+        lines.append(f"| {goal.label} | {what} | {goal.text()} | {measured} | {_detail(name, doc)} |")
+        if name == "replicated":
+            lines += _latency_rows(doc)
+    return "\n".join(lines) + "\n"
+
+
+def load(directory: Path) -> dict[str, dict[str, Any]]:
+    """Every ``<name>.json`` in ``directory`` (a file that is not a JSON object is reported and skipped)."""
+    docs: dict[str, dict[str, Any]] = {}
+    for path in sorted(directory.glob("*.json")):
+        try:
+            doc = json.loads(path.read_text())
+        except (OSError, ValueError) as exc:
+            print(f"skipping {path}: {exc}", file=sys.stderr)
+            continue
+        if isinstance(doc, dict):
+            docs[path.stem] = doc
+    return docs
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("directory", type=Path, help="where `make bench` wrote the JSON files")
+    args = p.parse_args(argv)
+    docs = load(args.directory)
+    if not docs:
+        raise SystemExit(f"no benchmark JSON in {args.directory}")
+    sys.stdout.write(markdown(docs))
+
+
+if __name__ == "__main__":
+    main()
