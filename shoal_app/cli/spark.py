@@ -240,6 +240,14 @@ def ingest_command(
     show_default=True,
     help="Seconds to wait for the leader to commit a published major.",
 )
+@click.option(
+    "--local-max-bytes",
+    type=click.IntRange(min=0),
+    default=16 * 1024 * 1024,
+    show_default=True,
+    help="Compute majors whose inputs total at most this many bytes in this process, without a Spark job "
+    "(0: always a Spark job).",
+)
 @master_option
 @output_option
 @connection_options
@@ -252,6 +260,7 @@ def compact_command(
     full: bool,
     check_interval: float,
     commit_timeout: float,
+    local_max_bytes: int,
     master: str,
     output: str,
     **conn: Any,
@@ -268,6 +277,7 @@ def compact_command(
             table=table,
             check_interval_s=check_interval,
             commit_timeout_s=commit_timeout,
+            local_max_bytes=local_max_bytes,
         )
         spark = _session(master, "shoal-compaction")
         with CompactionService(spark, config) as service:

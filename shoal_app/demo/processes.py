@@ -192,7 +192,8 @@ def last_line(text: str) -> str:
 def run_compaction(
     cluster_path: Path, *, table: str, master: str, timeout_s: float, log_path: Path
 ) -> list[dict[str, Any]]:
-    """``shoal spark compact --once --table TABLE --min-minors 1``: its outcomes (one per major computed).
+    """``shoal spark compact --once --table TABLE --min-minors 1 --local-max-bytes 0``: its outcomes (one per
+    major computed, always by a Spark job: the demo shows Spark compacting, however small its minors).
 
     Its stderr (Spark's log) goes to ``log_path``; an error names the command, its last line and the log.
     """
@@ -207,6 +208,8 @@ def run_compaction(
         table,
         "--min-minors",
         "1",
+        "--local-max-bytes",
+        "0",
         "--master",
         master,
         "--output",
