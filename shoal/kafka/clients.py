@@ -11,11 +11,13 @@ polled (``poll``/``consume``/``flush``; an admin client's by ``admin.poll(0)``, 
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient
 
+from shoal.errors import ConfigError
 from shoal.kafka.settings import KafkaSettings
 
 librdkafka_log = logging.getLogger("shoal.kafka.librdkafka")
@@ -37,6 +39,12 @@ def client_config(settings: KafkaSettings, **overrides: Any) -> dict[str, Any]:
         config["sasl.password"] = settings.sasl_password.reveal()
     if settings.ssl_ca_location is not None:
         config["ssl.ca.location"] = settings.ssl_ca_location
+    if settings.ssl_certificate_location is not None:
+        config["ssl.certificate.location"] = settings.ssl_certificate_location
+    if settings.ssl_key_location is not None:
+        config["ssl.key.location"] = settings.ssl_key_location
+    if settings.ssl_key_password is not None:
+        config["ssl.key.password"] = settings.ssl_key_password.reveal()
     config.update(settings.passthrough)
     config.update(overrides)
     return config
@@ -77,7 +85,9 @@ def spark_kafka_options(settings: KafkaSettings) -> dict[str, str]:
     """Spark's Kafka source and sink options (``kafka.*``, Java client names) for ``settings``.
 
     These are the Java client's settings, not librdkafka's: SASL becomes a JAAS line, the CA file a
-    PEM trust store. ``passthrough`` is librdkafka-only and is not carried over.
+    PEM trust store, a client certificate a PEM key store given by content (the Java client takes a
+    PEM key store file only as one file holding both, so the two files are read here).
+    ``passthrough`` is librdkafka-only and is not carried over. The result holds secrets: never log it.
     """
     options = {
         "kafka.bootstrap.servers": settings.bootstrap_servers,
@@ -97,7 +107,20 @@ def spark_kafka_options(settings: KafkaSettings) -> dict[str, str]:
     if settings.ssl_ca_location is not None:
         options["kafka.ssl.truststore.type"] = "PEM"
         options["kafka.ssl.truststore.location"] = settings.ssl_ca_location
+    if settings.ssl_certificate_location is not None and settings.ssl_key_location is not None:
+        options["kafka.ssl.keystore.type"] = "PEM"
+        options["kafka.ssl.keystore.certificate.chain"] = _read_pem(settings.ssl_certificate_location)
+        options["kafka.ssl.keystore.key"] = _read_pem(settings.ssl_key_location)
+        if settings.ssl_key_password is not None:
+            options["kafka.ssl.key.password"] = settings.ssl_key_password.reveal()
     return options
+
+
+def _read_pem(path: str) -> str:
+    try:
+        return Path(path).read_text(encoding="ascii")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read the PEM file {path}: {exc}") from None
 
 
 def _jaas_quote(value: str) -> str:
