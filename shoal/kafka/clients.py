@@ -14,10 +14,10 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient
 
-from shoal.errors import ConfigError
+from shoal.errors import ConfigError, ShoalError
 from shoal.kafka.settings import KafkaSettings
 
 librdkafka_log = logging.getLogger("shoal.kafka.librdkafka")
@@ -125,3 +125,38 @@ def _read_pem(path: str) -> str:
 
 def _jaas_quote(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"')
+
+
+class KafkaAccessError(ShoalError):
+    """Kafka refused this client at the door: authentication (SASL, TLS) failed, or nothing answered.
+
+    ``door`` is ``"kafka"``; ``address`` the bootstrap servers; ``user`` the SASL user (None
+    without SASL); ``reason`` librdkafka's own message (never a secret)."""
+
+    def __init__(self, address: str, user: str | None, reason: str) -> None:
+        self.door = "kafka"
+        self.address = address
+        self.user = user
+        self.reason = reason
+        who = f" as {user}" if user else ""
+        super().__init__(f"Kafka at {address} refused the connection{who}: {reason}")
+
+
+def check_access(settings: KafkaSettings, timeout_s: float = 10.0) -> int:
+    """Connect with ``settings`` and list the brokers (their count); :class:`KafkaAccessError`
+    within about ``timeout_s`` when authentication fails (a wrong password, an unknown user, an
+    untrusted certificate) or no broker answers, instead of librdkafka's silent retries."""
+    refused: list[str] = []
+
+    def on_error(err: Any) -> None:
+        if err.code() in (KafkaError._AUTHENTICATION, KafkaError._SSL, KafkaError.SASL_AUTHENTICATION_FAILED):
+            refused.append(err.str())
+
+    client = admin(settings, error_cb=on_error, **{"socket.timeout.ms": int(timeout_s * 1000)})
+    try:
+        brokers = len(client.list_topics(timeout=timeout_s).brokers)
+    except KafkaException as exc:
+        client.poll(0)
+        reason = refused[0] if refused else str(exc.args[0].str() if exc.args else exc)
+        raise KafkaAccessError(settings.bootstrap_servers, settings.sasl_username, reason) from None
+    return brokers
