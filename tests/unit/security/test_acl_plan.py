@@ -72,3 +72,19 @@ def test_table_plan_is_literal_and_sorted() -> None:
     assert rules[0].to_json()["permission"] == "ALLOW"
     with pytest.raises(ConfigError):
         AclRule("nobody", "User:x", "TOPIC", "t", "LITERAL", "READ")
+
+
+def test_cli_prints_the_cluster_plan_as_json() -> None:
+    import json
+
+    from click.testing import CliRunner
+
+    from shoal_app.cli.main import cli
+
+    result = CliRunner().invoke(
+        cli, ["acl", "plan", "--topic-prefix", "pfx", "--principal", "writer=app", "--output", "json"], env={}
+    )
+    assert result.exit_code == 0, result.output
+    rules = json.loads(result.stdout)
+    assert {r["role"] for r in rules} == {"writer", "node", "monitor", "spark-ingest"}
+    assert any(r["principal"] == "User:app" and r["name"] == "pfx.ingest." for r in rules)
