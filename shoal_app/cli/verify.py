@@ -165,7 +165,10 @@ def verify(
     file = client.coordinator.current(table)
     topics = TopicNames(client.config.topic_prefix)
     source = channels if channels is not None else KafkaChannels(client.config.kafka)
-    describe_node = describe or (lambda server: describe_remote(lookup_node(client.zk, client.layout, server), table))
+    scan = client.config.connection.scan
+    describe_node = describe or (
+        lambda server: describe_remote(lookup_node(client.zk, client.layout, server), table, scan=scan)
+    )
     described: dict[str, list[dict[str, Any]] | str] = {}
     partitions = []
     for entry in file.partitions:
