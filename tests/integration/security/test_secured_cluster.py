@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -17,10 +18,13 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NoAuthError
 
 from metadata.client import MetadataClient, MetadataConfig
+from metadata.node_registry import lookup_node
 from shoal.cluster_file import ClusterInfo
+from shoal.errors import ShoalError
 from shoal.jvm import jars
 from shoal.kafka import clients
-from shoal.kafka.settings import ConnectionSettings, read_secrets_file
+from shoal.kafka.settings import ConnectionSettings, ScanSettings, Secret, read_secrets_file
+from shoal.scan import describe_remote
 from shoal.topics import TopicNames
 from shoal_app.cli.main import cli
 from shoal_app.runtime import launcher, secure
@@ -106,6 +110,15 @@ def test_wrong_password_and_no_credentials_are_refused_quickly(
     )
     assert result.exit_code != 0 and "ZooKeeper" in result.output
 
+    with MetadataClient(MetadataConfig(connection=secure.connection_of(info))) as meta:
+        location = lookup_node(meta.zk, meta.layout, "node-1")
+    assert location.startswith("grpc+tls://")
+    anonymous = ScanSettings(tls_ca_location=str(sec.ca.cert))
+    with pytest.raises(ShoalError, match=r"(?i)authentication required"):
+        describe_remote(location, "ev", scan=anonymous, timeout_s=10)
+    with pytest.raises(ShoalError, match=r"refused shoal-scan"):
+        describe_remote(location, "ev", scan=replace(anonymous, username="shoal-scan", password=Secret("x")))
+
     zk = KazooClient(hosts=info.zk_connect, timeout=10)
     zk.start(timeout=10)
     try:
@@ -134,7 +147,9 @@ def test_writer_cannot_read_wal_nor_commit_a_replica_group_and_monitor_cannot_wr
     try:
         consumer.assign([TopicPartition(wal, 0, 0)])
         msg = consumer.poll(10)
-        assert msg is not None and msg.error() is not None and "AUTHORIZATION" in msg.error().name()
+        assert msg is not None
+        error = msg.error()
+        assert error is not None and "AUTHORIZATION" in error.name()
         with pytest.raises(KafkaException):  # the group's coordinator is not even found for this principal
             consumer.commit(offsets=[TopicPartition(wal, 0, 1)], asynchronous=False)
     finally:
