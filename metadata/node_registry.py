@@ -1,4 +1,5 @@
-"""Where each node serves: an ephemeral znode ``<zk_root>/nodes/<server_id>`` = {"flight": "grpc://h:p"}.
+"""Where each node serves: an ephemeral znode ``<zk_root>/nodes/<server_id>`` = {"flight": "grpc://h:p"}
+(``grpc+tls://`` when scans use TLS).
 
 Ephemeral, so a dead node disappears with its ZooKeeper session.
 """
@@ -46,6 +47,6 @@ def lookup_node(zk: Any, layout: ZkLayout, server_id: str) -> str:
         location = json.loads(data.decode())["flight"]
     except (ValueError, KeyError, TypeError, UnicodeDecodeError) as exc:
         raise MetadataError(f"{path} is malformed: {exc}") from exc
-    if not isinstance(location, str) or not location.startswith("grpc://"):
+    if not isinstance(location, str) or not location.startswith(("grpc://", "grpc+tls://")):
         raise MetadataError(f"{path}: bad flight location {location!r:.80}")
     return location

@@ -12,13 +12,15 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.flight as flight
 
-from shoal.errors import SchemaError, ShoalError, WireFormatError
+from shoal.errors import ConfigError, SchemaError, ShoalError, WireFormatError
 from shoal.ids import validate_partition_id, validate_table_name
+from shoal.kafka.settings import ScanSettings
 
 DESCRIBE_ACTION = "describe_replicas"
 
@@ -60,11 +62,46 @@ class ScanRequest:
             raise WireFormatError(f"malformed scan ticket: {exc}") from exc
 
 
-def scan_remote(location: str, request: ScanRequest, *, timeout_s: float = 60.0) -> pa.Table:
-    """Run one scan against the node at ``location`` (``grpc://host:port``)."""
-    client = flight.FlightClient(location)
+OPEN_SCAN = ScanSettings()
+"""A scan server without TLS or authentication."""
+
+
+def connect(
+    location: str, scan: ScanSettings, timeout_s: float
+) -> tuple[flight.FlightClient, flight.FlightCallOptions]:
+    """A Flight client of the scan server at ``location`` and the call options of its calls: TLS
+    trusting ``scan.tls_ca_location``, and, with ``scan.username``, Flight's basic authentication
+    handshake whose bearer token every call then carries (DESIGN.md section 1)."""
+    tls_root = None
+    if scan.tls_ca_location is not None:
+        try:
+            tls_root = Path(scan.tls_ca_location).read_bytes()
+        except OSError as exc:
+            raise ConfigError(f"cannot read the scan CA {scan.tls_ca_location}: {exc.strerror}") from None
+    client = flight.FlightClient(location, tls_root_certs=tls_root)
+    headers: list[tuple[bytes, bytes]] = []
+    if scan.username is not None and scan.password is not None:
+        try:
+            token = client.authenticate_basic_token(
+                scan.username, scan.password.reveal(), flight.FlightCallOptions(timeout=timeout_s)
+            )
+        except flight.FlightError as exc:
+            client.close()
+            raise ShoalError(f"scan server {location} refused {scan.username}: {_first_line(exc)}") from None
+        headers.append(token)
+    return client, flight.FlightCallOptions(timeout=timeout_s, headers=headers)
+
+
+def _first_line(exc: Exception) -> str:
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+
+
+def scan_remote(
+    location: str, request: ScanRequest, *, timeout_s: float = 60.0, scan: ScanSettings = OPEN_SCAN
+) -> pa.Table:
+    """Run one scan against the node at ``location`` (``grpc://host:port`` or ``grpc+tls://``)."""
+    client, options = connect(location, scan, timeout_s)
     try:
-        options = flight.FlightCallOptions(timeout=timeout_s)
         return client.do_get(flight.Ticket(request.to_ticket()), options).read_all()
     except flight.FlightError as exc:
         raise ShoalError(f"scan on {location} failed: {exc}") from exc
@@ -72,11 +109,12 @@ def scan_remote(location: str, request: ScanRequest, *, timeout_s: float = 60.0)
         client.close()
 
 
-def describe_remote(location: str, table: str, *, timeout_s: float = 60.0) -> list[dict[str, Any]]:
+def describe_remote(
+    location: str, table: str, *, timeout_s: float = 60.0, scan: ScanSettings = OPEN_SCAN
+) -> list[dict[str, Any]]:
     """``describe replica`` for every replica of ``table`` on the node at ``location``."""
-    client = flight.FlightClient(location)
+    client, options = connect(location, scan, timeout_s)
     try:
-        options = flight.FlightCallOptions(timeout=timeout_s)
         body = json.dumps({"table": validate_table_name(table)}).encode()
         results = list(client.do_action(flight.Action(DESCRIBE_ACTION, body), options))
         out: list[dict[str, Any]] = json.loads(results[0].body.to_pybytes()) if results else []

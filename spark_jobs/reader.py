@@ -79,7 +79,9 @@ class ShoalReader(DataSourceReader):
 
         request = ScanRequest(self.settings.table, p.partition_id)
         try:
-            return scan_remote(p.location, request, timeout_s=self.settings.timeout_s)
+            return scan_remote(
+                p.location, request, timeout_s=self.settings.timeout_s, scan=self.settings.connection.connection.scan
+            )
         except ShoalError as first:
             if not p.follow_leader:
                 raise ReaderError(f"partition {p.partition_id} on node {p.server_id}: {first}") from first
@@ -90,6 +92,8 @@ class ShoalReader(DataSourceReader):
                 raise ReaderError(f"partition {p.partition_id} on leader {p.server_id}: {first}") from first
             log.info("partition %s: leader moved from %s to %s", p.partition_id, p.server_id, server)
             try:
-                return scan_remote(location, request, timeout_s=self.settings.timeout_s)
+                return scan_remote(
+                    location, request, timeout_s=self.settings.timeout_s, scan=self.settings.connection.connection.scan
+                )
             except ShoalError as exc:
                 raise ReaderError(f"partition {p.partition_id} on leader {server}: {exc}") from exc

@@ -113,6 +113,7 @@ from storage_node.roles.lifecycle import (
 from storage_node.roles.rebalance import LeaderRebalancer
 from storage_node.roles.split import PartitionSplitter
 from storage_node.serve import FlightServing, ScanServer
+from storage_node.serve.flight import server_options
 
 log = logging.getLogger(__name__)
 
@@ -289,11 +290,15 @@ class StorageNode:
                 self.config.topics,
                 delay_s=self.config.leader_rebalance_delay_s,
             )
+            scan = self.config.connection.scan
             server = ScanServer(
-                f"grpc://{self.config.flight_host}:{self.config.flight_port}", self.replicas, describe=self.describe
+                f"{scan.scheme}://{self.config.flight_host}:{self.config.flight_port}",
+                self.replicas,
+                describe=self.describe,
+                **server_options(scan),
             )
             stack.callback(FlightServing(server).start().stop)
-            self.location = f"grpc://{self.config.flight_host}:{server.port}"
+            self.location = f"{scan.scheme}://{self.config.flight_host}:{server.port}"
             register_node(client.zk, client.layout, self.config.server_id, self.location, self.metadata_config.security)
             if self.config.metrics_port is not None:
                 exporter = start_node_metrics(

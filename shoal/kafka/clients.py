@@ -11,11 +11,13 @@ polled (``poll``/``consume``/``flush``; an admin client's by ``admin.poll(0)``, 
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient
 
+from shoal.errors import ConfigError, ShoalError
 from shoal.kafka.settings import KafkaSettings
 
 librdkafka_log = logging.getLogger("shoal.kafka.librdkafka")
@@ -37,6 +39,12 @@ def client_config(settings: KafkaSettings, **overrides: Any) -> dict[str, Any]:
         config["sasl.password"] = settings.sasl_password.reveal()
     if settings.ssl_ca_location is not None:
         config["ssl.ca.location"] = settings.ssl_ca_location
+    if settings.ssl_certificate_location is not None:
+        config["ssl.certificate.location"] = settings.ssl_certificate_location
+    if settings.ssl_key_location is not None:
+        config["ssl.key.location"] = settings.ssl_key_location
+    if settings.ssl_key_password is not None:
+        config["ssl.key.password"] = settings.ssl_key_password.reveal()
     config.update(settings.passthrough)
     config.update(overrides)
     return config
@@ -77,7 +85,9 @@ def spark_kafka_options(settings: KafkaSettings) -> dict[str, str]:
     """Spark's Kafka source and sink options (``kafka.*``, Java client names) for ``settings``.
 
     These are the Java client's settings, not librdkafka's: SASL becomes a JAAS line, the CA file a
-    PEM trust store. ``passthrough`` is librdkafka-only and is not carried over.
+    PEM trust store, a client certificate a PEM key store given by content (the Java client takes a
+    PEM key store file only as one file holding both, so the two files are read here).
+    ``passthrough`` is librdkafka-only and is not carried over. The result holds secrets: never log it.
     """
     options = {
         "kafka.bootstrap.servers": settings.bootstrap_servers,
@@ -97,8 +107,56 @@ def spark_kafka_options(settings: KafkaSettings) -> dict[str, str]:
     if settings.ssl_ca_location is not None:
         options["kafka.ssl.truststore.type"] = "PEM"
         options["kafka.ssl.truststore.location"] = settings.ssl_ca_location
+    if settings.ssl_certificate_location is not None and settings.ssl_key_location is not None:
+        options["kafka.ssl.keystore.type"] = "PEM"
+        options["kafka.ssl.keystore.certificate.chain"] = _read_pem(settings.ssl_certificate_location)
+        options["kafka.ssl.keystore.key"] = _read_pem(settings.ssl_key_location)
+        if settings.ssl_key_password is not None:
+            options["kafka.ssl.key.password"] = settings.ssl_key_password.reveal()
     return options
+
+
+def _read_pem(path: str) -> str:
+    try:
+        return Path(path).read_text(encoding="ascii")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read the PEM file {path}: {exc}") from None
 
 
 def _jaas_quote(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"')
+
+
+class KafkaAccessError(ShoalError):
+    """Kafka refused this client at the door: authentication (SASL, TLS) failed, or nothing answered.
+
+    ``door`` is ``"kafka"``; ``address`` the bootstrap servers; ``user`` the SASL user (None
+    without SASL); ``reason`` librdkafka's own message (never a secret)."""
+
+    def __init__(self, address: str, user: str | None, reason: str) -> None:
+        self.door = "kafka"
+        self.address = address
+        self.user = user
+        self.reason = reason
+        who = f" as {user}" if user else ""
+        super().__init__(f"Kafka at {address} refused the connection{who}: {reason}")
+
+
+def check_access(settings: KafkaSettings, timeout_s: float = 10.0) -> int:
+    """Connect with ``settings`` and list the brokers (their count); :class:`KafkaAccessError`
+    within about ``timeout_s`` when authentication fails (a wrong password, an unknown user, an
+    untrusted certificate) or no broker answers, instead of librdkafka's silent retries."""
+    refused: list[str] = []
+
+    def on_error(err: Any) -> None:
+        if err.code() in (KafkaError._AUTHENTICATION, KafkaError._SSL, KafkaError.SASL_AUTHENTICATION_FAILED):
+            refused.append(err.str())
+
+    client = admin(settings, error_cb=on_error, **{"socket.timeout.ms": int(timeout_s * 1000)})
+    try:
+        brokers = len(client.list_topics(timeout=timeout_s).brokers)
+    except KafkaException as exc:
+        client.poll(0)
+        reason = refused[0] if refused else str(exc.args[0].str() if exc.args else exc)
+        raise KafkaAccessError(settings.bootstrap_servers, settings.sasl_username, reason) from None
+    return brokers

@@ -9,7 +9,9 @@ environment. Secrets are :class:`Secret` values, shown as ``***`` by ``repr``, `
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -145,6 +147,12 @@ class KafkaSettings:
     sasl_username: str | None = None
     sasl_password: Secret | None = None
     ssl_ca_location: str | None = None
+    ssl_certificate_location: str | None = None
+    """A client certificate (PEM) for brokers that require TLS client authentication (mutual TLS)."""
+    ssl_key_location: str | None = None
+    """The private key (PEM) of ``ssl_certificate_location``."""
+    ssl_key_password: Secret | None = None
+    """The password of an encrypted ``ssl_key_location``."""
     passthrough: Mapping[str, str] = field(default_factory=dict, hash=False, repr=False)
     """Not shown by ``repr``: librdkafka settings may hold credentials."""
     topics: TopicPolicy = field(default_factory=TopicPolicy)
@@ -157,8 +165,11 @@ class KafkaSettings:
         if protocol not in SECURITY_PROTOCOLS:
             raise ConfigError(f"security_protocol must be one of {', '.join(SECURITY_PROTOCOLS)}, got {protocol!r}")
         object.__setattr__(self, "security_protocol", protocol)
-        if isinstance(self.sasl_password, str):
-            object.__setattr__(self, "sasl_password", Secret(self.sasl_password))
+        for name in ("sasl_password", "ssl_key_password"):
+            if isinstance(getattr(self, name), str):
+                object.__setattr__(self, name, Secret(getattr(self, name)))
+        if (self.ssl_certificate_location is None) != (self.ssl_key_location is None):
+            raise ConfigError("a TLS client certificate needs both ssl_certificate_location and ssl_key_location")
         if protocol.startswith("SASL_"):
             missing = [
                 name
@@ -177,9 +188,45 @@ class KafkaSettings:
             )
         object.__setattr__(self, "passthrough", {str(k): config_text(v) for k, v in self.passthrough.items()})
 
+    @property
+    def secured(self) -> bool:
+        """Whether clients authenticate or encrypt (any protocol but PLAINTEXT)."""
+        return self.security_protocol != "PLAINTEXT"
+
     def with_passthrough(self, **extra: str) -> KafkaSettings:
         """A copy with more passthrough settings (librdkafka names, given as ``**{"a.b": "v"}``)."""
         return replace(self, passthrough={**self.passthrough, **extra})
+
+
+@dataclass(frozen=True)
+class ScanSettings:
+    """How the nodes' Arrow Flight scan servers are secured (DESIGN.md section 1): TLS with the CA in
+    ``tls_ca_location`` (clients) and ``tls_cert_location`` / ``tls_key_location`` (servers), and
+    Flight basic authentication with ``username`` / ``password`` (clients then carry the token
+    the server hands out). All None = plain gRPC without authentication."""
+
+    tls_ca_location: str | None = None
+    tls_cert_location: str | None = None
+    tls_key_location: str | None = None
+    username: str | None = None
+    password: Secret | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.password, str):
+            object.__setattr__(self, "password", Secret(self.password))
+        if (self.username is None) != (self.password is None):
+            raise ConfigError("scan authentication needs both scan_username and scan_password (or neither)")
+        if (self.tls_cert_location is None) != (self.tls_key_location is None):
+            raise ConfigError("a TLS scan server needs both scan_tls_cert_location and scan_tls_key_location")
+
+    @property
+    def tls(self) -> bool:
+        return self.tls_ca_location is not None or self.tls_cert_location is not None
+
+    @property
+    def scheme(self) -> str:
+        """The Flight location scheme of a scan server (``grpc+tls`` when TLS is on)."""
+        return "grpc+tls" if self.tls else "grpc"
 
 
 @dataclass(frozen=True)
@@ -192,6 +239,8 @@ class ConnectionSettings:
     topic_prefix: str = "shoal"
     zk_user: str | None = None
     zk_password: Secret | None = None
+    scan: ScanSettings = field(default_factory=ScanSettings)
+    """TLS and authentication of the nodes' scan servers."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.zk_hosts, str) or not self.zk_hosts.strip():
@@ -226,9 +275,12 @@ class ConnectionSettings:
 
         Option keys: the field names (``bootstrap_servers``, ``zk_hosts``, ``zk_root``,
         ``topic_prefix``, ``zk_user``, ``zk_password``, ``security_protocol``, ``sasl_mechanism``,
-        ``sasl_username``, ``sasl_password``, ``ssl_ca_location``, ``topic_replication_factor``,
-        ``topic_min_insync_replicas``) and ``kafka_passthrough`` (a
-        mapping of librdkafka settings). ConfigError names what is missing or invalid.
+        ``sasl_username``, ``sasl_password``, ``ssl_ca_location``, ``ssl_certificate_location``,
+        ``ssl_key_location``, ``ssl_key_password``, ``scan_*`` (:class:`ScanSettings`),
+        ``topic_replication_factor``, ``topic_min_insync_replicas``), ``secrets_file`` (a JSON file
+        of mode 0600 holding the passwords not given otherwise, see :func:`read_secrets_file`) and
+        ``kafka_passthrough`` (a mapping of librdkafka settings). ConfigError names what is missing
+        or invalid.
         """
         unknown = set(options) - set(_ENV) - {"kafka_passthrough"}
         if unknown:
@@ -242,19 +294,26 @@ class ConnectionSettings:
                 values[key] = environ[var]
         if cluster_file_path is not None and not ("bootstrap_servers" in values and "zk_hosts" in values):
             values = {**_from_cluster_file(cluster_file_path), **values}
+        if "secrets_file" in values:
+            values = {**read_secrets_file(Path(values["secrets_file"])), **values}
         passthrough = options.get("kafka_passthrough") or {}
         if not isinstance(passthrough, Mapping):
             raise ConfigError("kafka_passthrough must be a mapping of librdkafka settings")
-        password = values.get("sasl_password")
-        zk_password = values.get("zk_password")
+
+        def secret(key: str) -> Secret | None:
+            return None if values.get(key) is None else Secret(values[key])
+
         try:
             kafka = KafkaSettings(
                 bootstrap_servers=values.get("bootstrap_servers", DEFAULT_BOOTSTRAP_SERVERS),
                 security_protocol=values.get("security_protocol", "PLAINTEXT"),
                 sasl_mechanism=values.get("sasl_mechanism"),
                 sasl_username=values.get("sasl_username"),
-                sasl_password=None if password is None else Secret(password),
+                sasl_password=secret("sasl_password"),
                 ssl_ca_location=values.get("ssl_ca_location"),
+                ssl_certificate_location=values.get("ssl_certificate_location"),
+                ssl_key_location=values.get("ssl_key_location"),
+                ssl_key_password=secret("ssl_key_password"),
                 passthrough=passthrough,
                 topics=TopicPolicy.parse(
                     values.get("topic_replication_factor"), values.get("topic_min_insync_replicas")
@@ -266,7 +325,14 @@ class ConnectionSettings:
                 zk_root=values.get("zk_root", "/shoal"),
                 topic_prefix=values.get("topic_prefix", "shoal"),
                 zk_user=values.get("zk_user"),
-                zk_password=None if zk_password is None else Secret(zk_password),
+                zk_password=secret("zk_password"),
+                scan=ScanSettings(
+                    tls_ca_location=values.get("scan_tls_ca_location"),
+                    tls_cert_location=values.get("scan_tls_cert_location"),
+                    tls_key_location=values.get("scan_tls_key_location"),
+                    username=values.get("scan_username"),
+                    password=secret("scan_password"),
+                ),
             )
         except ConfigError as exc:
             named = ", ".join(f"{key} from {var}" for key, var in _ENV.items() if key in str(exc))
@@ -316,6 +382,15 @@ _ENV = {
     "sasl_username": "SHOAL_KAFKA_SASL_USERNAME",
     "sasl_password": "SHOAL_KAFKA_SASL_PASSWORD",
     "ssl_ca_location": "SHOAL_KAFKA_SSL_CA_LOCATION",
+    "ssl_certificate_location": "SHOAL_KAFKA_SSL_CERTIFICATE_LOCATION",
+    "ssl_key_location": "SHOAL_KAFKA_SSL_KEY_LOCATION",
+    "ssl_key_password": "SHOAL_KAFKA_SSL_KEY_PASSWORD",
+    "scan_tls_ca_location": "SHOAL_SCAN_TLS_CA_LOCATION",
+    "scan_tls_cert_location": "SHOAL_SCAN_TLS_CERT_LOCATION",
+    "scan_tls_key_location": "SHOAL_SCAN_TLS_KEY_LOCATION",
+    "scan_username": "SHOAL_SCAN_USERNAME",
+    "scan_password": "SHOAL_SCAN_PASSWORD",
+    "secrets_file": "SHOAL_SECRETS_FILE",
     "topic_replication_factor": "SHOAL_TOPIC_REPLICATION_FACTOR",
     "topic_min_insync_replicas": "SHOAL_TOPIC_MIN_INSYNC_REPLICAS",
 }
@@ -326,10 +401,56 @@ CONNECTION_KEYS = frozenset(_ENV)
 """The option keys :meth:`ConnectionSettings.resolve` reads (besides ``kafka_passthrough``)."""
 
 
+SECRET_KEYS = frozenset({"sasl_password", "zk_password", "scan_password", "ssl_key_password"})
+"""The option keys a secrets file may hold (and the only ones it may hold)."""
+SECURITY_EXTRA = "security"
+"""The cluster file's ``extra`` key holding a secured cluster's connection options (never a secret:
+the passwords stay in the file its ``secrets_file`` names)."""
+
+
+def read_secrets_file(path: Path) -> dict[str, str]:
+    """The passwords in ``path``: a JSON object with keys among :data:`SECRET_KEYS`. The file must
+    not be readable by group or others (mode 0600, as ssh insists for its keys)."""
+    try:
+        mode = path.stat().st_mode
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read the secrets file {path}: {exc.strerror}") from None
+    if mode & 0o077:
+        raise ConfigError(f"the secrets file {path} is readable by others (mode {mode & 0o777:o}); chmod 600 it")
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError:
+        raise ConfigError(f"the secrets file {path} is not a JSON object") from None
+    if not isinstance(data, dict) or not all(isinstance(v, str) for v in data.values()):
+        raise ConfigError(f"the secrets file {path} must be a JSON object of strings")
+    unknown = set(data) - SECRET_KEYS
+    if unknown:
+        raise ConfigError(f"the secrets file {path} has unknown key(s) {', '.join(sorted(unknown))}")
+    return dict(data)
+
+
+def write_secrets_file(path: Path, secrets: Mapping[str, Secret]) -> None:
+    """Write ``secrets`` (keys among :data:`SECRET_KEYS`) to ``path`` with mode 0600, atomically."""
+    unknown = set(secrets) - SECRET_KEYS
+    if unknown:
+        raise ConfigError(f"not secret keys: {', '.join(sorted(unknown))}")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        json.dump({k: v.reveal() for k, v in secrets.items()}, f)
+    os.replace(tmp, path)
+
+
 def _from_cluster_file(path: Path) -> dict[str, str]:
     try:
         info = cluster_file.read(path)
     except ClusterFileError as exc:
         log.debug("no cluster defaults from %s: %s", path, exc)
         return {}
-    return {"bootstrap_servers": info.bootstrap_servers, "zk_hosts": info.zk_connect, "topic_prefix": info.topic_prefix}
+    out = {"bootstrap_servers": info.bootstrap_servers, "zk_hosts": info.zk_connect, "topic_prefix": info.topic_prefix}
+    security = info.extra.get(SECURITY_EXTRA)
+    if isinstance(security, dict):
+        out.update({k: str(v) for k, v in security.items() if k in _ENV and k not in SECRET_KEYS})
+    return out

@@ -27,16 +27,25 @@ from shoal_app.runtime.extras import has_extra
 @click.option("--brokers", type=int, default=1, show_default=True, help="Kafka brokers (KRaft, combined mode).")
 @click.option("--data-dir", type=click.Path(path_type=Path), default=None, help="Where servers keep data and logs.")
 @click.option("--fresh", is_flag=True, help="Delete the data dir first instead of reusing its data.")
+@click.option(
+    "--secure",
+    is_flag=True,
+    help="SASL_SSL Kafka (SCRAM-SHA-512, one user per role, ACLs), authenticated ZooKeeper and scan servers.",
+)
 @output_option
 @click.pass_obj
-def up_command(obj: CliContext, nodes: int, brokers: int, data_dir: Path | None, fresh: bool, output: str) -> None:
+def up_command(
+    obj: CliContext, nodes: int, brokers: int, data_dir: Path | None, fresh: bool, secure: bool, output: str
+) -> None:
     """Start ZooKeeper, Kafka and N storage nodes on 127.0.0.1 and write the cluster file.
 
     On a data dir whose cluster partly runs, start only what is missing, with the same command
     lines, ports and data (--nodes and --brokers are then those of the cluster file).
     """
     data = (data_dir or obj.data_dir).expanduser()
-    cfg = launcher.LocalClusterConfig(data_dir=data, cache_dir=obj.cache_dir, brokers=brokers, nodes=nodes, fresh=fresh)
+    cfg = launcher.LocalClusterConfig(
+        data_dir=data, cache_dir=obj.cache_dir, brokers=brokers, nodes=nodes, fresh=fresh, secure=secure
+    )
     if not fresh and start_missing_processes(obj, cfg.cluster_file, output):
         return
     info = launcher.up(cfg, progress=progress)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from shoal_app.cli.acl import acl_group
 from shoal_app.cli.admin import admin_group
 from shoal_app.cli.cluster import down_command, jars_command, status_command, up_command
 from shoal_app.cli.context import ShoalGroup, configure_logging, context_from_env
@@ -35,6 +36,7 @@ for command in (up_command, status_command, down_command, jars_command, demo_com
 
 cli.add_command(table_group)
 cli.add_command(admin_group)
+cli.add_command(acl_group)
 cli.add_command(stop_command)
 cli.add_command(start_command)
 cli.add_command(spark_group)

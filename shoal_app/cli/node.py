@@ -195,14 +195,22 @@ def scan_command(
             parts: list[pa.Table] = []
             if server_id is not None:
                 location = lookup_node(client.zk, client.layout, server_id)
-                parts.append(scan_remote(location, ScanRequest(table_name, None, **bounds)))
+                parts.append(
+                    scan_remote(location, ScanRequest(table_name, None, **bounds), scan=client.config.connection.scan)
+                )
             else:
                 for entry in file.partitions:
                     leader = read_epoch(client.zk, client.layout, entry.partition_id).server_id
                     if leader is None:
                         raise ShoalError(f"partition {entry.partition_id} of {table_name} has no leader yet")
                     location = lookup_node(client.zk, client.layout, leader)
-                    parts.append(scan_remote(location, ScanRequest(table_name, entry.partition_id, **bounds)))
+                    parts.append(
+                        scan_remote(
+                            location,
+                            ScanRequest(table_name, entry.partition_id, **bounds),
+                            scan=client.config.connection.scan,
+                        )
+                    )
     except ShoalError as exc:
         raise click.ClickException(f"{type(exc).__name__}: {exc}") from exc
     result = pa.concat_tables(parts).sort_by([(k, "ascending") for k in definition.primary_key])

@@ -182,13 +182,21 @@ def verify(
     """Every partition of ``table``: do its replicas agree, are its channels' hash chains intact and
     their GTIDs in order? ``describe(server_id)``: that node's ``describe replica`` of ``table``."""
     from metadata.node_registry import lookup_node
-    from shoal.scan import describe_remote
+    from shoal.scan import OPEN_SCAN, describe_remote
     from shoal.topics import TopicNames
 
     file = client.coordinator.current(table)
     topics = TopicNames(client.config.topic_prefix)
     source = channels if channels is not None else KafkaChannels(client.config.kafka)
-    describe_node = describe or (lambda server: describe_remote(lookup_node(client.zk, client.layout, server), table))
+    scan = client.config.connection.scan if client.config.kafka is not None else OPEN_SCAN
+
+    def remote(server: str) -> list[dict[str, Any]]:
+        location = lookup_node(client.zk, client.layout, server)
+        if scan == OPEN_SCAN:  # an open cluster: the call as before
+            return describe_remote(location, table)
+        return describe_remote(location, table, scan=scan)
+
+    describe_node = describe or remote
     described: dict[str, list[dict[str, Any]] | str] = {}
     partitions = []
     for entry, key_range in file.ranges():

@@ -65,7 +65,9 @@ def scan_leaders(client: MetadataClient, table: str, timeout_s: float = 60.0) ->
         if lead.server_id is None:
             raise ShoalError(f"partition {pid} of {table} has no leader")
         location = lookup_node(client.zk, client.layout, lead.server_id)
-        parts.append(scan_remote(location, ScanRequest(table, pid), timeout_s=timeout_s))
+        parts.append(
+            scan_remote(location, ScanRequest(table, pid), timeout_s=timeout_s, scan=client.config.connection.scan)
+        )
     return pa.concat_tables(parts)
 
 
@@ -86,7 +88,9 @@ def describe_nodes(client: MetadataClient, table: str, servers: list[str]) -> di
     out: dict[str, list[dict[str, Any]] | None] = {}
     for server in servers:
         try:
-            out[server] = describe_remote(lookup_node(client.zk, client.layout, server), table, timeout_s=30)
+            out[server] = describe_remote(
+                lookup_node(client.zk, client.layout, server), table, timeout_s=30, scan=client.config.connection.scan
+            )
         except ShoalError:
             out[server] = None
     return out

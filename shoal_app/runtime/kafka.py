@@ -8,17 +8,20 @@ production shape RF=3 / min ISR=2.
 from __future__ import annotations
 
 import base64
+import os
 import subprocess
 import time
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from shoal.cluster_file import ProcessRecord
-from shoal.errors import RuntimeLaunchError
+from shoal.errors import ConfigError, RuntimeLaunchError
 from shoal.jvm import jars
 from shoal.jvm.java import java_executable, jvm_options
+from shoal.kafka.settings import KafkaSettings, Secret
 from shoal_app.runtime.ports import is_listening
 from shoal_app.runtime.process import spawn
 
@@ -93,8 +96,83 @@ def docker_env(settings: dict[str, str | int]) -> dict[str, str]:
     return out
 
 
-def server_properties(node: BrokerPorts, all_nodes: list[BrokerPorts], log_dir: Path) -> str:
+@dataclass(frozen=True)
+class BrokerSecurity:
+    """A secured broker: SASL_SSL with SCRAM-SHA-512 for clients and between brokers, SASL_SSL with
+    PLAIN for the controller listener (KRaft controllers cannot use SCRAM: its credentials live in
+    the metadata log they serve), the ``admin`` user as the super user of both, ACLs enforced by
+    KRaft's StandardAuthorizer. The properties file holding the passwords is written with mode 0600."""
+
+    keystore: Path
+    keystore_password: Secret
+    truststore: Path
+    """The CA certificate (PEM)."""
+    admin_user: str
+    admin_password: Secret
+    scram_users: Mapping[str, Secret]
+    """SCRAM-SHA-512 users created when the storage is formatted (``--add-scram``)."""
+
+    def properties(self) -> dict[str, str | int]:
+        admin = _jaas_value(self.admin_user)
+        password = _jaas_value(self.admin_password.reveal())
+        return {
+            "sasl.enabled.mechanisms": "SCRAM-SHA-512",
+            "sasl.mechanism.inter.broker.protocol": "SCRAM-SHA-512",
+            "sasl.mechanism.controller.protocol": "PLAIN",
+            "listener.name.controller.sasl.enabled.mechanisms": "PLAIN",
+            "listener.name.controller.plain.sasl.jaas.config": (
+                "org.apache.kafka.common.security.plain.PlainLoginModule required "
+                f'username="{admin}" password="{password}" user_{admin}="{password}";'
+            ),
+            "listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config": (
+                "org.apache.kafka.common.security.scram.ScramLoginModule required "
+                f'username="{admin}" password="{password}";'
+            ),
+            "ssl.keystore.type": "PKCS12",
+            "ssl.keystore.location": str(self.keystore),
+            "ssl.keystore.password": self.keystore_password.reveal(),
+            "ssl.key.password": self.keystore_password.reveal(),
+            "ssl.truststore.type": "PEM",
+            "ssl.truststore.location": str(self.truststore),
+            "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+            "super.users": f"User:{self.admin_user}",
+            "allow.everyone.if.no.acl.found": "false",
+        }
+
+    def scram_arguments(self) -> list[str]:
+        """``kafka-storage format`` arguments creating every SCRAM user."""
+        out = []
+        for user, password in sorted(self.scram_users.items()):
+            out += ["--add-scram", f"SCRAM-SHA-512=[name={user},password={password.reveal()}]"]
+        return out
+
+
+def _jaas_value(value: str) -> str:
+    if any(c in value for c in '"\\;'):
+        raise ConfigError("a JAAS user name or password must not contain quotes, backslashes or ';'")
+    return value
+
+
+def server_properties(
+    node: BrokerPorts, all_nodes: list[BrokerPorts], log_dir: Path, security: BrokerSecurity | None = None
+) -> str:
     voters = ",".join(f"{n.node_id}@127.0.0.1:{n.controller_port}" for n in all_nodes)
+    if security is not None:
+        return _properties_text(
+            {
+                "process.roles": "broker,controller",
+                "node.id": node.node_id,
+                "controller.quorum.voters": voters,
+                "listeners": f"SASL_SSL://127.0.0.1:{node.broker_port},CONTROLLER://127.0.0.1:{node.controller_port}",
+                "advertised.listeners": f"SASL_SSL://127.0.0.1:{node.broker_port}",
+                "controller.listener.names": "CONTROLLER",
+                "inter.broker.listener.name": "SASL_SSL",
+                "listener.security.protocol.map": "SASL_SSL:SASL_SSL,CONTROLLER:SASL_SSL",
+                "log.dirs": str(log_dir),
+                **cluster_settings(len(all_nodes)),
+                **security.properties(),
+            }
+        )
     props: dict[str, str | int] = {
         "process.roles": "broker,controller",
         "node.id": node.node_id,
@@ -107,6 +185,10 @@ def server_properties(node: BrokerPorts, all_nodes: list[BrokerPorts], log_dir: 
         "log.dirs": str(log_dir),
         **cluster_settings(len(all_nodes)),
     }
+    return _properties_text(props)
+
+
+def _properties_text(props: Mapping[str, str | int]) -> str:
     return "".join(f"{k}={v}\n" for k, v in props.items())
 
 
@@ -123,13 +205,22 @@ def _base_argv(directory: Path, cache_dir: Path, heap_mb: int) -> list[str]:
 
 
 def format_storage(
-    directory: Path, node: BrokerPorts, all_nodes: list[BrokerPorts], cluster_id: str, cache_dir: Path
+    directory: Path,
+    node: BrokerPorts,
+    all_nodes: list[BrokerPorts],
+    cluster_id: str,
+    cache_dir: Path,
+    security: BrokerSecurity | None = None,
 ) -> Path:
-    """Write server.properties and format the log dir (skipped when already formatted)."""
+    """Write server.properties (mode 0600 when it holds passwords) and format the log dir (skipped
+    when already formatted), creating ``security``'s SCRAM users."""
     directory.mkdir(parents=True, exist_ok=True)
     log_dir = directory / "data"
     config = directory / "server.properties"
-    config.write_text(server_properties(node, all_nodes, log_dir), encoding="utf-8")
+    text = server_properties(node, all_nodes, log_dir, security)
+    fd = os.open(config, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600 if security is not None else 0o644)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(text)
     if (log_dir / "meta.properties").exists():
         return config
     argv = [
@@ -140,10 +231,14 @@ def format_storage(
         cluster_id,
         "-c",
         str(config),
+        *(security.scram_arguments() if security is not None else ()),
     ]
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
     if proc.returncode != 0:
-        raise RuntimeLaunchError(f"kafka storage format failed for node {node.node_id}:\n{proc.stdout}{proc.stderr}")
+        out = f"{proc.stdout}{proc.stderr}"
+        for password in security.scram_users.values() if security is not None else ():
+            out = out.replace(password.reveal(), "***")
+        raise RuntimeLaunchError(f"kafka storage format failed for node {node.node_id}:\n{out}")
     return config
 
 
@@ -159,17 +254,19 @@ def start(directory: Path, node: BrokerPorts, cache_dir: Path, heap_mb: int = 76
     )
 
 
-def broker_count(bootstrap_servers: str, timeout_s: float = 5.0) -> int:
-    """How many brokers the cluster reports (0 if it does not answer)."""
+def broker_count(bootstrap_servers: str | KafkaSettings, timeout_s: float = 5.0) -> int:
+    """How many brokers the cluster reports (0 if it does not answer); ``bootstrap_servers`` may be
+    the full settings of a secured cluster."""
     from shoal.kafka import clients
-    from shoal.kafka.settings import KafkaSettings
 
+    settings = bootstrap_servers if isinstance(bootstrap_servers, KafkaSettings) else KafkaSettings(bootstrap_servers)
+    bootstrap_servers = settings.bootstrap_servers
     addresses = [a.strip().rsplit(":", 1) for a in bootstrap_servers.split(",") if a.strip()]
     known = [(host, int(port)) for host, port in (a for a in addresses if len(a) == 2) if port.isdigit()]
     if known and len(known) == len(addresses) and not any(is_listening(port, host) for host, port in known):
         return 0  # nothing listens: do not wait for librdkafka's timeout (any live broker answers for all)
     quiet: dict[str, Any] = {"socket.timeout.ms": int(timeout_s * 1000), "log_level": 2}
-    admin = clients.admin(KafkaSettings(bootstrap_servers), **quiet)
+    admin = clients.admin(settings, **quiet)
     try:
         md = admin.list_topics(timeout=timeout_s)
     except Exception:
@@ -179,7 +276,7 @@ def broker_count(bootstrap_servers: str, timeout_s: float = 5.0) -> int:
     return len(md.brokers)
 
 
-def wait_ready(bootstrap_servers: str, brokers: int, timeout_s: float) -> bool:
+def wait_ready(bootstrap_servers: str | KafkaSettings, brokers: int, timeout_s: float) -> bool:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if broker_count(bootstrap_servers, timeout_s=3.0) >= brokers:

@@ -21,7 +21,9 @@ from shoal import cluster_file
 from shoal.cluster_file import ClusterInfo, ProcessRecord
 from shoal.errors import ConfigError, RuntimeLaunchError
 from shoal.jvm import jars
-from shoal_app.runtime import kafka, storage_nodes, zookeeper
+from shoal.security.acls import cluster_plan
+from shoal.topics import TopicNames
+from shoal_app.runtime import kafka, secure, storage_nodes, zookeeper
 from shoal_app.runtime.node_spec import local_target, node_spec
 from shoal_app.runtime.ports import free_ports
 from shoal_app.runtime.process import find_by_marker, is_running, stop, tail
@@ -43,6 +45,9 @@ class LocalClusterConfig:
     zookeeper_heap_mb: int = 256
     start_timeout_s: float = 120.0
     fresh: bool = False
+    secure: bool = False
+    """SASL_SSL (SCRAM-SHA-512) Kafka with ACLs, digest-authenticated ZooKeeper, TLS and
+    authenticated scan servers (:mod:`shoal_app.runtime.secure`)."""
 
     def __post_init__(self) -> None:
         if not 1 <= self.brokers <= 9:
@@ -97,6 +102,9 @@ def up(config: LocalClusterConfig, progress: Progress = _quiet) -> ClusterInfo:
         for i in range(config.brokers)
     ]
     bootstrap = ",".join(f"127.0.0.1:{n.broker_port}" for n in nodes)
+    sec = secure.prepare(data_dir / "security") if config.secure else None
+    if sec is not None:
+        progress(f"secured: a local CA, certificates and one SCRAM user per role in {sec.directory}")
     started: list[ProcessRecord] = []
     info = ClusterInfo(
         data_dir=str(data_dir),
@@ -106,8 +114,10 @@ def up(config: LocalClusterConfig, progress: Progress = _quiet) -> ClusterInfo:
         brokers=config.brokers,
         topic_prefix=config.topic_prefix,
         started_at=time.time(),
-        extra={"zk_root": config.zk_root, "nodes": config.nodes},
+        extra={"zk_root": config.zk_root, "nodes": config.nodes, **(sec.cluster_extra() if sec else {})},
     )
+    connection = secure.connection_of(info)
+    zk_security = secure.zk_security(connection)
     try:
         progress(f"starting ZooKeeper on 127.0.0.1:{zk_port}")
         zk = zookeeper.start(data_dir / "zookeeper", zk_port, config.cache_dir, config.zookeeper_heap_mb)
@@ -119,7 +129,12 @@ def up(config: LocalClusterConfig, progress: Progress = _quiet) -> ClusterInfo:
             list(
                 pool.map(
                     lambda n: kafka.format_storage(
-                        data_dir / f"kafka-{n.node_id}", n, nodes, cluster_id, config.cache_dir
+                        data_dir / f"kafka-{n.node_id}",
+                        n,
+                        nodes,
+                        cluster_id,
+                        config.cache_dir,
+                        sec.broker_security() if sec else None,
                     ),
                     nodes,
                 )
@@ -132,10 +147,13 @@ def up(config: LocalClusterConfig, progress: Progress = _quiet) -> ClusterInfo:
         if not zookeeper.wait_ready(zk_port, config.start_timeout_s):
             raise RuntimeLaunchError(f"ZooKeeper did not become ready:\n{tail(zk.log_path)}")
         progress("ZooKeeper is ready")
-        if not kafka.wait_ready(bootstrap, config.brokers, config.start_timeout_s):
+        if not kafka.wait_ready(connection.kafka, config.brokers, config.start_timeout_s):
             logs = "\n".join(f"--- {p.name}\n{tail(p.log_path)}" for p in started[1:])
             raise RuntimeLaunchError(f"Kafka did not report {config.brokers} broker(s) in time:\n{logs}")
         progress(f"Kafka is ready: {config.brokers} broker(s) at {bootstrap}")
+        if sec is not None:
+            created = secure.apply_acls(connection.kafka, cluster_plan(TopicNames(config.topic_prefix)))
+            progress(f"applied {created} ACLs (shoal acl plan shows them)")
 
         if config.nodes:
             target = local_target(
@@ -146,6 +164,7 @@ def up(config: LocalClusterConfig, progress: Progress = _quiet) -> ClusterInfo:
                 config.topic_prefix,
                 config.zk_root,
             )
+            target = replace(target, extra_env=secure.node_env(info))
             node_ports = ports[1 + 2 * config.brokers : 1 + 2 * config.brokers + config.nodes]
             metrics_ports = ports[1 + 2 * config.brokers + config.nodes :]
             records = []
@@ -158,7 +177,9 @@ def up(config: LocalClusterConfig, progress: Progress = _quiet) -> ClusterInfo:
                 records.append(storage_nodes.start(spec))
                 started.append(records[-1])
             cluster_file.write(config.cluster_file, replace(info, processes=tuple(started)))
-            storage_nodes.wait_registered(records, info.zk_connect, config.zk_root, config.start_timeout_s)
+            storage_nodes.wait_registered(
+                records, info.zk_connect, config.zk_root, config.start_timeout_s, security=zk_security
+            )
             progress(f"{config.nodes} storage node(s) registered in ZooKeeper")
     except BaseException:
         for rec in reversed(started):
@@ -195,11 +216,18 @@ def status(info: ClusterInfo) -> dict[str, Any]:
         if p.metrics_port is not None:
             entry["metrics_url"] = f"http://127.0.0.1:{p.metrics_port}/metrics"
         procs.append(entry)
-    brokers_seen = kafka.broker_count(info.bootstrap_servers, timeout_s=3.0) if procs else 0
+    connection = secure.connection_of(info)
+    brokers_seen = kafka.broker_count(connection.kafka, timeout_s=3.0) if procs else 0
     kafka_ok = brokers_seen >= info.brokers
     node_names = [p["name"] for p in procs if p["name"].startswith("node-")]
     nodes_registered = (
-        storage_nodes.registered(info.zk_connect, str(info.extra.get("zk_root", "/shoal")), node_names, 3.0)
+        storage_nodes.registered(
+            info.zk_connect,
+            str(info.extra.get("zk_root", "/shoal")),
+            node_names,
+            3.0,
+            security=secure.zk_security(connection),
+        )
         if node_names
         else set()
     )

@@ -25,7 +25,7 @@ from pathlib import Path
 from shoal import cluster_file
 from shoal.cluster_file import ClusterInfo, ProcessRecord
 from shoal.errors import RuntimeLaunchError
-from shoal_app.runtime import kafka, storage_nodes, zookeeper
+from shoal_app.runtime import kafka, secure, storage_nodes, zookeeper
 from shoal_app.runtime.launcher import CLUSTER_FILE_NAME
 from shoal_app.runtime.node_spec import local_target, node_spec
 from shoal_app.runtime.process import is_running, stop, tail
@@ -122,6 +122,7 @@ def _start(
             info.topic_prefix,
             str(info.extra.get("zk_root", "/shoal")),
         )
+        target = replace(target, extra_env=secure.node_env(info))
         record = storage_nodes.start(node_spec(int(match.group(2)), target, old.port, old.metrics_port))
     else:
         raise RuntimeLaunchError(f"cannot restart {name!r}: not zookeeper, kafka-N or node-N")
@@ -152,13 +153,22 @@ def _wait_serving(info: ClusterInfo, record: ProcessRecord, timeout_s: float) ->
             raise RuntimeLaunchError(f"ZooKeeper did not become ready after restart:\n{tail(record.log_path)}")
         return
     if record.name.startswith("node-"):
-        storage_nodes.wait_registered([record], info.zk_connect, str(info.extra.get("zk_root", "/shoal")), timeout_s)
+        storage_nodes.wait_registered(
+            [record],
+            info.zk_connect,
+            str(info.extra.get("zk_root", "/shoal")),
+            timeout_s,
+            security=secure.zk_security(secure.connection_of(info)),
+        )
         return
     own = f"127.0.0.1:{record.port}"  # ask this broker itself: the others may still list it while fenced
     while time.monotonic() < deadline:
         if not is_running(record):
             raise RuntimeLaunchError(f"{record.name} exited during restart:\n{tail(record.log_path)}")
-        if kafka.broker_count(own, timeout_s=3.0) >= info.brokers:
+        if (
+            kafka.broker_count(replace(secure.connection_of(info).kafka, bootstrap_servers=own), timeout_s=3.0)
+            >= info.brokers
+        ):
             return
         time.sleep(0.5)
     raise RuntimeLaunchError(f"{record.name} did not serve within {timeout_s:.0f}s:\n{tail(record.log_path)}")

@@ -12,6 +12,7 @@ import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
+from metadata.security import OPEN, ZkSecurity
 from shoal.cluster_file import ProcessRecord
 from shoal.errors import RuntimeLaunchError, ShoalError
 from shoal_app.runtime.node_spec import NodeSpec, process_env
@@ -35,7 +36,9 @@ def start(spec: NodeSpec, inherited_env: Mapping[str, str] | None = None) -> Pro
     )
 
 
-def registered(zk_connect: str, zk_root: str, server_ids: Iterable[str], timeout_s: float = 5.0) -> set[str]:
+def registered(
+    zk_connect: str, zk_root: str, server_ids: Iterable[str], timeout_s: float = 5.0, security: ZkSecurity = OPEN
+) -> set[str]:
     """Which of ``server_ids`` have registered their scan location (empty if ZooKeeper does not answer)."""
     from metadata.node_registry import lookup_node
     from metadata.zk_client import make_client
@@ -43,7 +46,7 @@ def registered(zk_connect: str, zk_root: str, server_ids: Iterable[str], timeout
 
     layout = ZkLayout(zk_root)
     try:
-        zk = make_client(zk_connect, timeout=timeout_s)
+        zk = make_client(zk_connect, security, timeout=timeout_s)
     except ShoalError:  # ZooKeeper does not answer
         return set()
     try:
@@ -61,7 +64,12 @@ def registered(zk_connect: str, zk_root: str, server_ids: Iterable[str], timeout
 
 
 def wait_registered(
-    records: list[ProcessRecord], zk_connect: str, zk_root: str, timeout_s: float, poll_s: float = 0.5
+    records: list[ProcessRecord],
+    zk_connect: str,
+    zk_root: str,
+    timeout_s: float,
+    poll_s: float = 0.5,
+    security: ZkSecurity = OPEN,
 ) -> None:
     """Wait until every node of ``records`` registered; RuntimeLaunchError (with its log) if one dies or is late."""
     deadline = time.monotonic() + timeout_s
@@ -70,7 +78,9 @@ def wait_registered(
         for rec in waiting.values():
             if not is_running(rec):
                 raise RuntimeLaunchError(f"storage node {rec.name} exited during start:\n{tail(rec.log_path)}")
-        waiting = {n: r for n, r in waiting.items() if n not in registered(zk_connect, zk_root, waiting)}
+        waiting = {
+            n: r for n, r in waiting.items() if n not in registered(zk_connect, zk_root, waiting, security=security)
+        }
         if not waiting:
             return
         if time.monotonic() >= deadline:

@@ -8,16 +8,22 @@ the replicas the node already holds.
 
 from __future__ import annotations
 
+import base64
+import hmac
 import json
 import logging
+import secrets
+import threading
 from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.flight as flight
 
-from shoal.errors import ShoalError, WireFormatError
+from shoal.errors import ConfigError, ShoalError, WireFormatError
 from shoal.ids import validate_table_name
+from shoal.kafka.settings import ScanSettings, Secret
 from shoal.scan import DESCRIBE_ACTION, ScanRequest
 from shoal.worker import Worker
 from storage_node.replica import KeyFilter, PartitionReplica
@@ -28,6 +34,74 @@ Resolver = Callable[[str, str | None], Sequence[PartitionReplica]]
 """(table, partition_id or None) -> the replicas to scan."""
 Describer = Callable[[str], list[dict[str, Any]]]
 """table -> one JSON-able description per replica of it on this node."""
+
+
+class _NoHandshake(flight.ServerAuthHandler):
+    """Flight's handshake is answered by :class:`BasicAuthMiddleware` through headers."""
+
+    def authenticate(self, outgoing: Any, incoming: Any) -> None:
+        pass
+
+    def is_valid(self, token: bytes) -> str:
+        return ""
+
+
+class BasicAuthMiddleware(flight.ServerMiddlewareFactory):
+    """Flight basic authentication: a call with ``Basic user:password`` (the client's
+    ``authenticate_basic_token`` handshake) gets a random bearer token back; every other call must
+    carry a token this server issued. Anything else is refused with ``FlightUnauthenticatedError``."""
+
+    def __init__(self, username: str, password: Secret) -> None:
+        self._username = username.encode()
+        self._password = password
+        self._tokens: set[str] = set()
+        self._lock = threading.Lock()
+
+    def start_call(self, info: Any, headers: dict[str, list[str]]) -> _Token | None:
+        values = headers.get("authorization") or headers.get("Authorization") or []
+        value = values[0] if values else ""
+        scheme, _, credential = value.partition(" ")
+        if scheme.lower() == "basic":
+            try:
+                user, _, password = base64.b64decode(credential).partition(b":")
+            except ValueError:
+                user, password = b"", b""
+            if hmac.compare_digest(user, self._username) and hmac.compare_digest(
+                password, self._password.reveal().encode()
+            ):
+                token = secrets.token_urlsafe(32)
+                with self._lock:
+                    self._tokens.add(token)
+                return _Token(token)
+        elif scheme.lower() == "bearer":
+            with self._lock:
+                if credential in self._tokens:
+                    return None
+        raise flight.FlightUnauthenticatedError("scan server: authentication required (wrong or missing credentials)")
+
+
+class _Token(flight.ServerMiddleware):
+    def __init__(self, token: str) -> None:
+        self._token = token
+
+    def sending_headers(self) -> dict[str, str]:
+        return {"authorization": f"Bearer {self._token}"}
+
+
+def server_options(scan: ScanSettings) -> dict[str, Any]:
+    """``FlightServerBase`` keyword arguments securing a scan server as ``scan`` says (none when open)."""
+    out: dict[str, Any] = {}
+    if scan.tls_cert_location is not None and scan.tls_key_location is not None:
+        try:
+            cert = Path(scan.tls_cert_location).read_bytes()
+            key = Path(scan.tls_key_location).read_bytes()
+        except OSError as exc:
+            raise ConfigError(f"cannot read the scan server's certificate or key: {exc}") from None
+        out["tls_certificates"] = [(cert, key)]
+    if scan.username is not None and scan.password is not None:
+        out["auth_handler"] = _NoHandshake()
+        out["middleware"] = {"auth": BasicAuthMiddleware(scan.username, scan.password)}
+    return out
 
 
 class ScanServer(flight.FlightServerBase):

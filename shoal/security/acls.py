@@ -1,0 +1,168 @@
+"""The Kafka ACLs each shoal role needs (DESIGN.md section 3 names every topic, group and
+transactional id): least privilege, one principal per role.
+
+Roles:
+
+- ``writer`` (producers, ``shoal write``, the Spark sink): writes (and creates, when it is first)
+  the ingest topics of its tables,
+  reads the metadata topic (partition map), and describes the leader groups (``sync`` waits on the
+  accepted-by-leader index).
+- ``node`` (storage nodes): everything on its tables' channels: creates, reads and writes the
+  ingest, WAL, segments, compaction and forward topics, ``DeleteRecords`` (Tail), its consumer
+  groups (leader, replica Ack, consume) and its transactional ids (each equal to its channel topic).
+- ``monitor``: describes topics and groups and reads committed offsets; writes nothing.
+- ``spark-ingest``: reads its source topic (and Spark's own ``spark-kafka-source-*`` groups), writes
+  the ingest topics, mirrors its offsets in its ``<prefix>.spark.<query>`` group.
+- ``admin``: a super user (``super.users``), no ACLs: creates tables and runs the cluster.
+
+:func:`cluster_plan` gives prefix ACLs that cover every table of a topic prefix (what ``shoal up
+--secure`` applies, before any table exists); :func:`table_plan` gives the literal ACLs of one
+table's partitions and placements (``shoal acl plan TABLE``, for an operator who grants per table).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from shoal.errors import ConfigError
+from shoal.topics import TopicNames
+
+ROLES = ("writer", "node", "monitor", "spark-ingest", "admin")
+RESOURCE_TYPES = ("TOPIC", "GROUP", "TRANSACTIONAL_ID", "CLUSTER")
+PATTERNS = ("LITERAL", "PREFIXED")
+OPERATIONS = (
+    "ALL",
+    "READ",
+    "WRITE",
+    "CREATE",
+    "DELETE",
+    "ALTER",
+    "DESCRIBE",
+    "DESCRIBE_CONFIGS",
+    "ALTER_CONFIGS",
+    "IDEMPOTENT_WRITE",
+)
+CLUSTER_NAME = "kafka-cluster"
+SPARK_SOURCE_GROUP_PREFIX = "spark-kafka-source-"
+"""Spark's Kafka source names its (offset-less) consumer groups with this prefix."""
+
+
+@dataclass(frozen=True, order=True)
+class AclRule:
+    """One ALLOW ACL: ``principal`` may ``operation`` on the resource (from any host)."""
+
+    role: str
+    principal: str
+    resource_type: str
+    name: str
+    pattern: str
+    operation: str
+
+    def __post_init__(self) -> None:
+        if self.role not in ROLES:
+            raise ConfigError(f"unknown role {self.role!r}; roles: {', '.join(ROLES)}")
+        if self.resource_type not in RESOURCE_TYPES or self.pattern not in PATTERNS or self.operation not in OPERATIONS:
+            raise ConfigError(f"bad ACL {self}")
+
+    def to_json(self) -> dict[str, str]:
+        return {
+            "role": self.role,
+            "principal": self.principal,
+            "resource_type": self.resource_type,
+            "name": self.name,
+            "pattern": self.pattern,
+            "operation": self.operation,
+            "permission": "ALLOW",
+            "host": "*",
+        }
+
+
+def principal(username: str) -> str:
+    """The Kafka principal of a SASL user."""
+    return f"User:{username}"
+
+
+def default_principals() -> dict[str, str]:
+    """Role -> principal when each role's SASL user is named after the role (the local cluster)."""
+    return {role: principal(role) for role in ROLES}
+
+
+def _rules(role: str, who: str, resource: str, names: Iterable[str], pattern: str, ops: Sequence[str]) -> list[AclRule]:
+    return [AclRule(role, who, resource, name, pattern, op) for name in names for op in ops]
+
+
+_NODE_TOPIC_OPS = ("CREATE", "READ", "WRITE", "DESCRIBE", "DESCRIBE_CONFIGS", "DELETE")
+_NODE_GROUP_OPS = ("READ", "DESCRIBE")
+_TXN_OPS = ("WRITE", "DESCRIBE")
+_INGEST_WRITE_OPS = ("CREATE", "WRITE", "DESCRIBE")
+"""Writing an ingest topic: a producer creates a missing one (with shoal's topic policy) first."""
+_METADATA_READ_OPS = ("READ", "DESCRIBE", "DESCRIBE_CONFIGS")
+"""Reading the metadata topic: the store checks its configs (compacted) before it reads."""
+
+
+def cluster_plan(
+    topics: TopicNames, principals: dict[str, str] | None = None, *, source_topics: Sequence[str] = ()
+) -> list[AclRule]:
+    """Prefix ACLs for every table under ``topics.prefix`` (plus the Spark ingest job's
+    ``source_topics``). ``principals``: role -> principal (default: users named after the roles)."""
+    who = {**default_principals(), **(principals or {})}
+    p = topics.prefix
+    out: list[AclRule] = []
+    # writer
+    out += _rules("writer", who["writer"], "TOPIC", [f"{p}.ingest."], "PREFIXED", _INGEST_WRITE_OPS)
+    out += _rules("writer", who["writer"], "TOPIC", [topics.metadata], "LITERAL", _METADATA_READ_OPS)
+    out += _rules("writer", who["writer"], "GROUP", [f"{p}.leader."], "PREFIXED", ("DESCRIBE",))
+    # node
+    out += _rules("node", who["node"], "TOPIC", [f"{p}."], "PREFIXED", _NODE_TOPIC_OPS)
+    out += _rules("node", who["node"], "GROUP", [f"{p}."], "PREFIXED", _NODE_GROUP_OPS)
+    out += _rules("node", who["node"], "TRANSACTIONAL_ID", [f"{p}."], "PREFIXED", _TXN_OPS)
+    out += _rules("node", who["node"], "CLUSTER", [CLUSTER_NAME], "LITERAL", ("DESCRIBE", "IDEMPOTENT_WRITE"))
+    # monitor
+    out += _rules("monitor", who["monitor"], "TOPIC", [f"{p}."], "PREFIXED", ("DESCRIBE",))
+    out += _rules("monitor", who["monitor"], "TOPIC", [topics.metadata], "LITERAL", _METADATA_READ_OPS)
+    out += _rules("monitor", who["monitor"], "GROUP", [f"{p}."], "PREFIXED", ("DESCRIBE",))
+    out += _rules("monitor", who["monitor"], "CLUSTER", [CLUSTER_NAME], "LITERAL", ("DESCRIBE",))
+    # spark-ingest
+    spark = who["spark-ingest"]
+    out += _rules("spark-ingest", spark, "TOPIC", list(source_topics), "LITERAL", ("READ", "DESCRIBE"))
+    out += _rules("spark-ingest", spark, "GROUP", [SPARK_SOURCE_GROUP_PREFIX], "PREFIXED", ("READ", "DESCRIBE"))
+    out += _rules("spark-ingest", spark, "GROUP", [f"{p}.spark."], "PREFIXED", ("READ", "DESCRIBE"))
+    out += _rules("spark-ingest", spark, "TOPIC", [f"{p}.ingest."], "PREFIXED", _INGEST_WRITE_OPS)
+    out += _rules("spark-ingest", spark, "TOPIC", [topics.metadata], "LITERAL", _METADATA_READ_OPS)
+    return sorted(out)
+
+
+def table_plan(
+    topics: TopicNames,
+    partitions: Sequence[tuple[str, Sequence[int]]],
+    principals: dict[str, str] | None = None,
+) -> list[AclRule]:
+    """Literal ACLs for one table: ``partitions`` = (partition_id, placement ids) of each of its
+    partitions (from its METADATA file). Every name comes from :class:`shoal.topics.TopicNames`."""
+    who = {**default_principals(), **(principals or {})}
+    out: list[AclRule] = []
+    for partition_id, placements in partitions:
+        ingest = topics.ingest(partition_id)
+        channels = [topics.wal(partition_id, pl) for pl in placements]
+        channels += [topics.segments(partition_id, pl) for pl in placements]
+        node_topics = [ingest, topics.compaction(partition_id), *channels, *(f"{c}.forward" for c in channels)]
+        groups = [topics.leader_group(partition_id)]
+        groups += [topics.replica_group(partition_id, pl) for pl in placements]
+        groups += [topics.consume_group(partition_id, pl) for pl in placements]
+        out += _rules("writer", who["writer"], "TOPIC", [ingest], "LITERAL", _INGEST_WRITE_OPS)
+        out += _rules("writer", who["writer"], "GROUP", [topics.leader_group(partition_id)], "LITERAL", ("DESCRIBE",))
+        out += _rules("node", who["node"], "TOPIC", node_topics, "LITERAL", _NODE_TOPIC_OPS)
+        out += _rules("node", who["node"], "GROUP", groups, "LITERAL", _NODE_GROUP_OPS)
+        txn_ids = [*channels, *(f"{c}.forward" for c in channels), topics.compaction(partition_id)]
+        out += _rules("node", who["node"], "TRANSACTIONAL_ID", txn_ids, "LITERAL", _TXN_OPS)
+        out += _rules("monitor", who["monitor"], "TOPIC", [ingest, *channels], "LITERAL", ("DESCRIBE",))
+        out += _rules("monitor", who["monitor"], "GROUP", groups, "LITERAL", ("DESCRIBE",))
+        out += _rules("spark-ingest", who["spark-ingest"], "TOPIC", [ingest], "LITERAL", _INGEST_WRITE_OPS)
+    shared = [topics.metadata, topics.deadletter]
+    out += _rules("writer", who["writer"], "TOPIC", [topics.metadata], "LITERAL", _METADATA_READ_OPS)
+    out += _rules("node", who["node"], "TOPIC", shared, "LITERAL", _NODE_TOPIC_OPS)
+    out += _rules("node", who["node"], "CLUSTER", [CLUSTER_NAME], "LITERAL", ("DESCRIBE", "IDEMPOTENT_WRITE"))
+    out += _rules("monitor", who["monitor"], "TOPIC", [topics.metadata], "LITERAL", _METADATA_READ_OPS)
+    out += _rules("spark-ingest", who["spark-ingest"], "TOPIC", [topics.metadata], "LITERAL", _METADATA_READ_OPS)
+    return sorted(set(out))
