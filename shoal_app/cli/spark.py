@@ -12,7 +12,7 @@ import contextlib
 import logging
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -38,10 +38,23 @@ def _context() -> CliContext:
     return obj
 
 
-def _session(master: str, app: str) -> Any:
+def _spark_conf(pairs: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+    """``--conf KEY=VALUE`` pairs (spark-submit's form) as (key, value) tuples; a clear error otherwise."""
+    out = []
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip() or not key.startswith("spark."):
+            raise click.BadParameter(f"expected spark.KEY=VALUE, got {pair!r:.80}", param_hint="--conf")
+        out.append((key.strip(), value))
+    return tuple(out)
+
+
+def _session(master: str, app: str, conf: tuple[str, ...] = ()) -> Any:
     from spark_jobs.session import SparkConfig, build_session
 
-    return build_session(SparkConfig(cache_dir=_context().cache_dir, master=master, app_name=app))
+    return build_session(
+        SparkConfig(cache_dir=_context().cache_dir, master=master, app_name=app, extra_conf=_spark_conf(conf))
+    )
 
 
 @contextlib.contextmanager
@@ -64,9 +77,20 @@ def _stop_on_signals() -> Iterator[threading.Event]:
             signal.signal(sig, old)
 
 
-master_option = click.option(
-    "--master", default="local[*]", show_default=True, help="Spark master URL (local[*], spark://host:7077, ...)."
-)
+def master_option(f: Callable[..., Any]) -> Callable[..., Any]:
+    """``--master`` and ``--conf`` (repeatable; also SHOAL_SPARK_CONF, space separated)."""
+    f = click.option(
+        "--conf",
+        "spark_conf",
+        multiple=True,
+        envvar="SHOAL_SPARK_CONF",
+        metavar="spark.KEY=VALUE",
+        help="A Spark setting, as spark-submit's --conf (e.g. spark.driver.host=NAME and "
+        "spark.driver.bindAddress=0.0.0.0 when executors run on other hosts; spark.cores.max=1).",
+    )(f)
+    return click.option(
+        "--master", default="local[*]", show_default=True, help="Spark master URL (local[*], spark://host:7077, ...)."
+    )(f)
 
 
 @click.group("spark")
@@ -140,6 +164,7 @@ def ingest_command(
     available_now: bool,
     trigger_interval: str | None,
     master: str,
+    spark_conf: tuple[str, ...],
     output: str,
     **conn: Any,
 ) -> None:
@@ -169,7 +194,7 @@ def ingest_command(
             available_now=available_now,
             trigger_interval=trigger_interval,
         )
-        spark = _session(master, f"shoal-ingest-{name}")
+        spark = _session(master, f"shoal-ingest-{name}", spark_conf)
         job = start_ingest(spark, config)
         try:
             with _stop_on_signals() as stop:
@@ -262,6 +287,7 @@ def compact_command(
     commit_timeout: float,
     local_max_bytes: int,
     master: str,
+    spark_conf: tuple[str, ...],
     output: str,
     **conn: Any,
 ) -> None:
@@ -279,7 +305,7 @@ def compact_command(
             commit_timeout_s=commit_timeout,
             local_max_bytes=local_max_bytes,
         )
-        spark = _session(master, "shoal-compaction")
+        spark = _session(master, "shoal-compaction", spark_conf)
         with CompactionService(spark, config) as service:
             if once:
                 outcomes = service.run_once()

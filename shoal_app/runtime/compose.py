@@ -4,11 +4,11 @@ ZooKeeper, three KRaft Kafka brokers (RF 3, min ISR 2 from :func:`shoal_app.runt
 the same settings ``shoal up`` writes), three storage nodes whose command and environment come from
 :func:`shoal_app.runtime.node_spec.node_spec` (as the launcher's), a Spark master and worker, the ingest
 and compaction jobs, and the monitor; healthchecks and named volumes. The images are built locally by
-``docker/build-images.sh`` (:mod:`shoal_app.runtime.images`). The Spark jobs run in ``local[1]`` mode in their
-own containers unless ``SHOAL_SPARK_MASTER`` names a master (``spark://spark-master:7077`` with the
-``spark-cluster`` profile, which starts the master and a worker; executors there cannot reach a driver
-that ``spark_jobs.session`` binds to 127.0.0.1, see docker/README.md). From the host, ZooKeeper, each broker
-(a second listener advertising 127.0.0.1) and the monitor are published on 127.0.0.1 only.
+``docker/build-images.sh`` (:mod:`shoal_app.runtime.images`). The Spark jobs' drivers run in their own
+containers and their executors on the worker (``spark.driver.host`` = the service's name, one core each
+through ``SHOAL_SPARK_CONF``); ``SHOAL_SPARK_MASTER=local[1]`` at ``up`` runs them without the master.
+From the host, ZooKeeper, each broker (a second listener advertising 127.0.0.1) and the monitor are
+published on 127.0.0.1 only.
 
     python -m shoal_app.runtime.compose --write    # regenerate docker/docker-compose.yml
     python -m shoal_app.runtime.compose --check    # exit 1 if the file differs from what this module renders
@@ -41,12 +41,11 @@ HOST_ZK_PORT = 12181
 HOST_BROKER_PORT = 19091
 """Broker i is published on 127.0.0.1:HOST_BROKER_PORT + i (its EXTERNAL listener)."""
 HOST_MONITOR_PORT = 18080
-SPARK_PROFILE = "spark-cluster"
 RESTART = "on-failure"
 """A server process that dies is started again, as a service manager would (``docker kill`` and
 ``docker-compose stop`` are manual stops: Docker does not restart those)."""
-JOBS_MASTER = "${SHOAL_SPARK_MASTER:-local[1]}"
-"""Where the ingest and compaction jobs run: local[1] in their container, or a master given at ``up``."""
+JOBS_MASTER = "${SHOAL_SPARK_MASTER:-spark://spark-master:7077}"
+"""Where the ingest and compaction jobs run: the compose file's master, or another given at ``up`` (``local[1]``)."""
 
 
 def host_bootstrap_servers() -> str:
@@ -126,6 +125,18 @@ def _shoal_service(command: list[str], depends: dict[str, str], **extra: Any) ->
         "labels": _labels(),
         **extra,
     }
+
+
+def _spark_job_env(service: str) -> dict[str, str]:
+    """A Spark job's environment: its driver reachable by executors in the worker at the service's name."""
+    conf = [
+        f"spark.driver.host={service}",
+        "spark.driver.bindAddress=0.0.0.0",
+        "spark.cores.max=1",
+        "spark.executor.cores=1",
+        "spark.executor.memory=768m",
+    ]
+    return {**shoal_env(), "SHOAL_SPARK_CONF": " ".join(conf)}
 
 
 def _labels() -> dict[str, str]:
@@ -217,8 +228,8 @@ def services() -> dict[str, Any]:
             "--webui-port",
             "8081",
         ],
-        "profiles": [SPARK_PROFILE],
         "labels": _labels(),
+        "restart": RESTART,
         "healthcheck": _port_check("spark-master", 7077),
     }
     out["spark-worker"] = {
@@ -233,13 +244,13 @@ def services() -> dict[str, Any]:
             "2g",
         ],
         "environment": shoal_env(),
-        "profiles": [SPARK_PROFILE],
         "labels": _labels(),
+        "restart": RESTART,
         "depends_on": {"spark-master": {"condition": "service_healthy"}},
         "volumes": ["spark-work:/opt/spark-work"],
         "healthcheck": _port_check("spark-master", 7077),
     }
-    spark_ready = {"init": "service_completed_successfully", **nodes_healthy}
+    spark_ready = {"init": "service_completed_successfully", "spark-worker": "service_healthy", **nodes_healthy}
     out["ingest"] = _shoal_service(
         [
             "shoal",
@@ -257,11 +268,13 @@ def services() -> dict[str, Any]:
         spark_ready,
         volumes=["spark-checkpoints:/var/lib/shoal/checkpoints"],
         restart=RESTART,
+        environment=_spark_job_env("ingest"),
     )
     out["compact"] = _shoal_service(
         ["shoal", "spark", "compact", "--master", JOBS_MASTER, "--table", DEMO_TABLE, "--check-interval", "300"],
         spark_ready,
         restart=RESTART,
+        environment=_spark_job_env("compact"),
     )
     out["monitor"] = _shoal_service(
         ["shoal", "monitor", "--host", "0.0.0.0", "--port", "8080", "--history-dir", "/var/lib/shoal/monitor"],

@@ -182,7 +182,7 @@ def test_compose_cluster_end_to_end() -> None:
     expected: dict[int, str] = {}
     ok = False
     try:
-        say("docker-compose up -d (ZooKeeper, 3 brokers, 3 nodes, init, ingest, compact, monitor)")
+        say("docker-compose up -d (ZooKeeper, 3 brokers, 3 nodes, init, Spark master+worker, ingest, compact, monitor)")
         step("cluster up", lambda: dc("up", "-d", timeout=600) and None)
         step("nodes and monitor healthy", lambda: wait_healthy(["node-1", "node-2", "node-3", "monitor"], 240))
 
