@@ -25,6 +25,9 @@ from shoal.kafka.settings import KafkaSettings, Secret
 from shoal_app.runtime.ports import is_listening
 from shoal_app.runtime.process import spawn
 
+OFFSETS_TOPIC_PARTITIONS = 10
+"""``offsets.topic.num.partitions`` of the local cluster (each is one group coordinator's share)."""
+
 _LOG4J2 = """status = warn
 appender.out.type = Console
 appender.out.name = OUT
@@ -72,7 +75,7 @@ def cluster_settings(brokers: int) -> dict[str, str | int]:
         "default.replication.factor": d["replication_factor"],
         "min.insync.replicas": d["min_insync_replicas"],
         "offsets.topic.replication.factor": d["replication_factor"],
-        "offsets.topic.num.partitions": 10,
+        "offsets.topic.num.partitions": OFFSETS_TOPIC_PARTITIONS,
         "transaction.state.log.replication.factor": d["replication_factor"],
         "transaction.state.log.min.isr": d["min_insync_replicas"],
         "transaction.state.log.num.partitions": 10,
@@ -277,9 +280,68 @@ def broker_count(bootstrap_servers: str | KafkaSettings, timeout_s: float = 5.0)
 
 
 def wait_ready(bootstrap_servers: str | KafkaSettings, brokers: int, timeout_s: float) -> bool:
+    """Every broker registered, then every group coordinator answering (:func:`wait_group_coordinators`)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if broker_count(bootstrap_servers, timeout_s=3.0) >= brokers:
-            return True
+            settings = (
+                bootstrap_servers if isinstance(bootstrap_servers, KafkaSettings) else KafkaSettings(bootstrap_servers)
+            )
+            return wait_group_coordinators(settings, deadline - time.monotonic())
         time.sleep(0.5)
     return False
+
+
+def java_string_hash(text: str) -> int:
+    """Java's ``String.hashCode`` (UTF-16 code units, 32-bit overflow), signed."""
+    h = 0
+    for unit in range(0, len(encoded := text.encode("utf-16-be")), 2):
+        h = (31 * h + int.from_bytes(encoded[unit : unit + 2], "big")) & 0xFFFFFFFF
+    return h - (1 << 32) if h >= 1 << 31 else h
+
+
+def coordinator_partition(group: str, partitions: int = OFFSETS_TOPIC_PARTITIONS) -> int:
+    """The ``__consumer_offsets`` partition whose leader coordinates ``group`` (Kafka's
+    ``Utils.abs(groupId.hashCode) % partitions``)."""
+    h = java_string_hash(group)
+    return (0 if h == -(1 << 31) else abs(h)) % partitions
+
+
+def probe_groups(partitions: int = OFFSETS_TOPIC_PARTITIONS) -> list[str]:
+    """One group name per ``__consumer_offsets`` partition, in partition order."""
+    found: dict[int, str] = {}
+    i = 0
+    while len(found) < partitions:
+        name = f"shoal.ready-probe.{i}"
+        found.setdefault(coordinator_partition(name, partitions), name)
+        i += 1
+    return [found[p] for p in range(partitions)]
+
+
+def wait_group_coordinators(settings: KafkaSettings, timeout_s: float) -> bool:
+    """Fetch a committed offset through a consumer of one group per ``__consumer_offsets`` partition
+    until each answers: every group coordinator is loaded before shoal starts.
+
+    librdkafka 2.16's AdminClient ``list_consumer_group_offsets`` crashes the process (SIGSEGV in
+    ``rd_kafka_cgrp_op``, confluentinc/librdkafka#5040) when the coordinator answers NOT_COORDINATOR,
+    which a just-started cluster does while ``__consumer_offsets`` loads; a consumer's own fetch
+    handles it (it looks the coordinator up again)."""
+    from confluent_kafka import KafkaException, TopicPartition
+
+    from shoal.kafka import clients
+
+    deadline = time.monotonic() + max(timeout_s, 1.0)
+    for group in probe_groups():
+        consumer = clients.consumer(settings, group_id=group)
+        try:
+            while True:
+                try:
+                    consumer.committed([TopicPartition("__consumer_offsets", 0)], timeout=5)
+                    break
+                except KafkaException:
+                    if time.monotonic() > deadline:
+                        return False
+                    time.sleep(0.3)
+        finally:
+            consumer.close()
+    return True

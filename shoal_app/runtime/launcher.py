@@ -149,7 +149,9 @@ def up(config: LocalClusterConfig, progress: Progress = _quiet) -> ClusterInfo:
         progress("ZooKeeper is ready")
         if not kafka.wait_ready(connection.kafka, config.brokers, config.start_timeout_s):
             logs = "\n".join(f"--- {p.name}\n{tail(p.log_path)}" for p in started[1:])
-            raise RuntimeLaunchError(f"Kafka did not report {config.brokers} broker(s) in time:\n{logs}")
+            raise RuntimeLaunchError(
+                f"Kafka did not report {config.brokers} broker(s), each group coordinator answering, in time:\n{logs}"
+            )
         progress(f"Kafka is ready: {config.brokers} broker(s) at {bootstrap}")
         if sec is not None:
             created = secure.apply_acls(connection.kafka, cluster_plan(TopicNames(config.topic_prefix)))
