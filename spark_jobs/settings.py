@@ -19,18 +19,18 @@ from typing import Any
 from metadata.client import MetadataConfig
 from shoal.errors import ConfigError, ShoalError
 from shoal.ids import validate_server_id, validate_table_name
-from shoal.kafka.settings import ConnectionSettings
+from shoal.kafka.settings import CONNECTION_KEYS, SECRET_KEYS, ConnectionSettings
 from spark_jobs.errors import SinkOptionError
 
 CONNECTION_OPTIONS = {
     "zk": "zk_hosts",
-    "bootstrapservers": "bootstrap_servers",
-    "topicprefix": "topic_prefix",
-    "zkroot": "zk_root",
-    "zkuser": "zk_user",
+    **{key.replace("_", ""): key for key in sorted(CONNECTION_KEYS - SECRET_KEYS) if key != "zk_hosts"},
     "zkpassword": "zk_password",
 }
-"""Spark option (lower-cased) -> :meth:`ConnectionSettings.resolve` option key."""
+"""Spark option (lower-cased) -> :meth:`ConnectionSettings.resolve` option key: every connection
+setting, the security ones too (``securityProtocol``, ``saslUsername``, ``sslCaLocation``,
+``scanTlsCaLocation``, ``secretsFile``, ...); passwords other than ``zkPassword`` only through
+``secretsFile`` (an option is visible in Spark's plans and UI)."""
 
 
 def _lower(options: Mapping[str, Any]) -> dict[str, str]:

@@ -44,6 +44,10 @@ OPERATIONS = (
     "IDEMPOTENT_WRITE",
 )
 CLUSTER_NAME = "kafka-cluster"
+NODE_READER_GROUPS = ("shoal-wal-reader", "shoal-segments-reader", "shoal-watermarks", "shoal-bootstrap-probe")
+"""The fixed group ids of a node's assign-only channel readers (:mod:`shoal.kafka.readers`, a new
+leader's channel adoption and recovery, a joining replica's bootstrap probe): they commit nothing,
+but a consumer with a group id looks up its coordinator, which needs the group's ACL."""
 SPARK_SOURCE_GROUP_PREFIX = "spark-kafka-source-"
 """Spark's Kafka source names its (offset-less) consumer groups with this prefix."""
 
@@ -116,6 +120,7 @@ def cluster_plan(
     # node
     out += _rules("node", who["node"], "TOPIC", [f"{p}."], "PREFIXED", _NODE_TOPIC_OPS)
     out += _rules("node", who["node"], "GROUP", [f"{p}."], "PREFIXED", _NODE_GROUP_OPS)
+    out += _rules("node", who["node"], "GROUP", NODE_READER_GROUPS, "LITERAL", _NODE_GROUP_OPS)
     out += _rules("node", who["node"], "TRANSACTIONAL_ID", [f"{p}."], "PREFIXED", _TXN_OPS)
     out += _rules("node", who["node"], "CLUSTER", [CLUSTER_NAME], "LITERAL", ("DESCRIBE", "IDEMPOTENT_WRITE"))
     # monitor
@@ -162,6 +167,7 @@ def table_plan(
     shared = [topics.metadata, topics.deadletter]
     out += _rules("writer", who["writer"], "TOPIC", [topics.metadata], "LITERAL", _METADATA_READ_OPS)
     out += _rules("node", who["node"], "TOPIC", shared, "LITERAL", _NODE_TOPIC_OPS)
+    out += _rules("node", who["node"], "GROUP", NODE_READER_GROUPS, "LITERAL", _NODE_GROUP_OPS)
     out += _rules("node", who["node"], "CLUSTER", [CLUSTER_NAME], "LITERAL", ("DESCRIBE", "IDEMPOTENT_WRITE"))
     out += _rules("monitor", who["monitor"], "TOPIC", [topics.metadata], "LITERAL", _METADATA_READ_OPS)
     out += _rules("spark-ingest", who["spark-ingest"], "TOPIC", [topics.metadata], "LITERAL", _METADATA_READ_OPS)

@@ -82,6 +82,12 @@ def _echo_err(line: str) -> None:
     "--keep-running", is_flag=True, help="Leave the cluster, monitor and ingest job running, to explore (stop: --stop)."
 )
 @click.option("--spark-master", default="local[2]", show_default=True, help="Spark master URL.")
+@click.option(
+    "--secure",
+    is_flag=True,
+    help="Run it on a secured cluster (`shoal up --secure`: TLS, SCRAM users and ACLs, authenticated "
+    "ZooKeeper and Flight); every client of the demo uses the cluster file's security settings.",
+)
 @output_option
 @click.pass_obj
 def demo_command(
@@ -96,6 +102,7 @@ def demo_command(
     monitor_port: int,
     keep_running: bool,
     spark_master: str,
+    secure: bool,
     output: str,
 ) -> None:
     """Run the full demo: a 3-node cluster, Spark ingest, a leader killed, failover, compaction, verify.
@@ -106,6 +113,8 @@ def demo_command(
     Ctrl-C/SIGTERM, unless --keep-running.
     """
     if roundtrip:
+        if secure:
+            raise click.UsageError("--secure runs the full demo; the --roundtrip check runs on a plain cluster")
         _roundtrip(obj, keep_running, spark_master, output)
         return
     from shoal_app.demo import full
@@ -130,6 +139,7 @@ def demo_command(
         spark_master=spark_master,
         monitor_port=monitor_port,
         keep_running=keep_running,
+        secure=secure,
     )
     try:
         summary_json = full.run(config, _echo_err)

@@ -66,7 +66,7 @@ from shoal_app.demo.processes import (
     write_state,
 )
 from shoal_app.demo.report import Console
-from shoal_app.runtime import launcher
+from shoal_app.runtime import launcher, secure
 from shoal_app.runtime.extras import require_extra
 from shoal_app.runtime.ports import free_port
 from shoal_app.runtime.process import cmdline, is_running, tail
@@ -99,6 +99,9 @@ class FullDemoConfig:
     """0: any free port."""
     progress_interval_s: float = 5.0
     keep_running: bool = False
+    secure: bool = False
+    """Start the cluster secured (``shoal up --secure``); every client of the demo uses the cluster
+    file's security settings (the admin principal)."""
     step_timeout_s: float = 240.0
     """The longest any one wait may take (failover, catch-up, verify)."""
 
@@ -261,7 +264,11 @@ def _steps(run: _Run, stack: contextlib.ExitStack) -> None:
     try:
         run.info = launcher.up(
             launcher.LocalClusterConfig(
-                data_dir=cfg.data_dir, cache_dir=cfg.cache_dir, brokers=cfg.brokers, nodes=cfg.nodes
+                data_dir=cfg.data_dir,
+                cache_dir=cfg.cache_dir,
+                brokers=cfg.brokers,
+                nodes=cfg.nodes,
+                secure=cfg.secure,
             ),
             progress=con.info,
         )
@@ -270,12 +277,16 @@ def _steps(run: _Run, stack: contextlib.ExitStack) -> None:
             run.started += list(cluster_file.read(cfg.cluster_path).processes)
     info = run.info
     con.info(f"bootstrap servers {info.bootstrap_servers}, ZooKeeper {info.zk_connect}")
-    run.meta = MetadataConfig(
-        zk_hosts=info.zk_connect,
-        bootstrap_servers=info.bootstrap_servers,
-        topic_prefix=info.topic_prefix,
-        zk_root=str(info.extra.get("zk_root", "/shoal")),
-    )
+    if cfg.secure:  # the cluster file's security settings (TLS, SCRAM, ZooKeeper digest, Flight auth)
+        run.meta = MetadataConfig(connection=secure.connection_of(info))
+    else:
+        run.meta = MetadataConfig(
+            zk_hosts=info.zk_connect,
+            bootstrap_servers=info.bootstrap_servers,
+            topic_prefix=info.topic_prefix,
+            zk_root=str(info.extra.get("zk_root", "/shoal")),
+        )
+    kafka = run.meta.connection.kafka
     run.client = stack.enter_context(MetadataClient(run.meta))
 
     # 2. the table
@@ -295,11 +306,9 @@ def _steps(run: _Run, stack: contextlib.ExitStack) -> None:
     # 3. Spark ingest (first, so that it is reading when the events start)
     from shoal.kafka import clients
     from shoal.kafka.admin import create_topic
-    from shoal.kafka.settings import KafkaSettings, TopicPolicy
+    from shoal.kafka.settings import TopicPolicy
 
-    create_topic(
-        clients.admin(KafkaSettings(info.bootstrap_servers)), cfg.source_topic, policy=TopicPolicy(), partitions=3
-    )
+    create_topic(clients.admin(kafka), cfg.source_topic, policy=TopicPolicy(), partitions=3)
     con.step(
         f"starting the Spark Kafka ingest job ({cfg.spark_master}): external topic {cfg.source_topic} (3 partitions) "
         f"-> table {cfg.table}"
@@ -322,7 +331,7 @@ def _steps(run: _Run, stack: contextlib.ExitStack) -> None:
     # 5. the generator
     con.step(f"starting the generator: {cfg.events:,} JSON events at {cfg.rate_per_s:g}/s to {cfg.source_topic}")
     run.generator = EventGenerator(
-        GeneratorConfig(info.bootstrap_servers, cfg.source_topic, cfg.events, cfg.rate_per_s, cfg.partitions)
+        GeneratorConfig(kafka, cfg.source_topic, cfg.events, cfg.rate_per_s, cfg.partitions)
     ).start()
     stack.callback(_stop_generator, run.generator)
     kill_when = max(1, int(cfg.events * cfg.kill_at))
@@ -374,9 +383,7 @@ def _steps(run: _Run, stack: contextlib.ExitStack) -> None:
     _split(run)
     from shoal.topics import TopicNames
 
-    run.summary["ingest"]["deadletter_records"] = topic_records(
-        info.bootstrap_servers, TopicNames(info.topic_prefix).deadletter
-    )
+    run.summary["ingest"]["deadletter_records"] = topic_records(kafka, TopicNames(info.topic_prefix).deadletter)
     run.keep = cfg.keep_running
 
 

@@ -27,7 +27,7 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class GeneratorConfig:
-    bootstrap_servers: str
+    kafka: KafkaSettings
     topic: str
     events: int
     rate_per_s: float
@@ -93,7 +93,7 @@ class EventGenerator(Worker):
     def run(self) -> None:
         cfg = self.config
         tuning: dict[str, Any] = {"linger.ms": 20, "delivery.timeout.ms": 120_000}
-        producer = clients.producer(KafkaSettings(cfg.bootstrap_servers), **tuning)
+        producer = clients.producer(cfg.kafka, **tuning)
         self.started_at = time.monotonic()
         try:
             next_id = 0

@@ -18,13 +18,16 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from shoal import cluster_file
 from shoal.cluster_file import ClusterInfo, ProcessRecord
 from shoal.errors import RuntimeLaunchError, ShoalError
 from shoal.worker import Deadline, poll_until
 from shoal_app.runtime.process import is_running, kill, spawn, stop, tail
+
+if TYPE_CHECKING:
+    from shoal.kafka.settings import KafkaSettings
 
 log = logging.getLogger(__name__)
 
@@ -233,13 +236,12 @@ def run_compaction(
     return outcomes
 
 
-def topic_records(bootstrap_servers: str, topic: str) -> int:
+def topic_records(kafka: KafkaSettings, topic: str) -> int:
     """Records a (one-partition) topic holds now, 0 if it does not exist."""
     from shoal.kafka.admin import log_start_and_end
-    from shoal.kafka.settings import KafkaSettings
 
     try:
-        low, high = log_start_and_end(KafkaSettings(bootstrap_servers), topic)
+        low, high = log_start_and_end(kafka, topic)
     except ShoalError:
         return 0
     return max(0, high - low)

@@ -6,10 +6,13 @@ names itself; no secret reaches a log. One secured cluster for the whole module.
 from __future__ import annotations
 
 import json
+import os
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner, Result
@@ -18,16 +21,19 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NoAuthError
 
 from metadata.client import MetadataClient, MetadataConfig
+from metadata.election import read_epoch
 from metadata.node_registry import lookup_node
+from producer import Producer, ProducerConfig
 from shoal.cluster_file import ClusterInfo
 from shoal.errors import ShoalError
 from shoal.jvm import jars
 from shoal.kafka import clients
 from shoal.kafka.settings import ConnectionSettings, ScanSettings, Secret, read_secrets_file
-from shoal.scan import describe_remote
+from shoal.scan import ScanRequest, describe_remote, scan_remote
 from shoal.topics import TopicNames
 from shoal_app.cli.main import cli
-from shoal_app.runtime import launcher, secure
+from shoal_app.cli.verify import verify_table
+from shoal_app.runtime import launcher, process, restart, secure
 from shoal_app.testing.wait import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -41,11 +47,11 @@ def rows(first: int, n: int) -> str:
     return "".join(json.dumps({"k": k, "v": f"v{k}"}) + "\n" for k in range(first, first + n))
 
 
-def create_table(data: Path, servers: list[str], replication_factor: int) -> None:
+def create_table(data: Path, servers: list[str], replication_factor: int, name: str = "ev") -> None:
     placement = [arg for server in servers for arg in ("--server", server)]
     created = run(
         data,
-        *("table", "create", "ev", "--column", "k:uint64:not_null", "--column", "v:string"),
+        *("table", "create", name, "--column", "k:uint64:not_null", "--column", "v:string"),
         *("--primary-key", "k", "--partition-key", "k", "--replication-factor", str(replication_factor)),
         *placement,
     )
@@ -54,8 +60,6 @@ def create_table(data: Path, servers: list[str], replication_factor: int) -> Non
 
 @pytest.fixture(scope="module")
 def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, ClusterInfo, secure.SecureCluster]]:
-    import os
-
     data = tmp_path_factory.mktemp("secured")
     config = launcher.LocalClusterConfig(
         data_dir=data, cache_dir=jars.cache_dir_from(os.environ), brokers=1, nodes=2, secure=True
@@ -173,6 +177,129 @@ def test_writer_cannot_read_wal_nor_commit_a_replica_group_and_monitor_cannot_wr
     except KafkaException as exc:
         errors.append(str(exc))
     assert errors and "authorization" in errors[0].lower()
+
+
+class _Writer(threading.Thread):
+    """Writes batches of unique keys to ``table`` as the writer principal; a key is acknowledged once
+    ``sync()`` returned after its batch (as the replication fault tests count them)."""
+
+    def __init__(self, connection: ConnectionSettings, table: str) -> None:
+        super().__init__(daemon=True, name="secured-writer")
+        self.config, self.table = ProducerConfig(connection), table
+        self.acked: set[int] = set()
+        self.sent: set[int] = set()
+        self.halt = threading.Event()
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            with Producer(self.config) as producer:
+                next_key, pending = 0, []
+                while not self.halt.is_set():
+                    keys = list(range(next_key, next_key + 20))
+                    next_key += 20
+                    producer.write(self.table, [{"k": k, "v": f"v{k}"} for k in keys])
+                    self.sent.update(keys)
+                    pending += keys
+                    try:
+                        producer.sync(timeout=60)
+                    except Exception:  # not acknowledged (e.g. during the failover): sent again later
+                        continue
+                    self.acked.update(pending)
+                    pending = []
+                    self.halt.wait(0.1)
+        except BaseException as exc:
+            self.error = exc
+
+    def stop(self) -> None:
+        self.halt.set()
+        self.join(120)
+        assert not self.is_alive() and self.error is None, self.error
+
+
+def test_kill_leader_under_writes_loses_no_acknowledged_write(
+    secured: tuple[Path, ClusterInfo, secure.SecureCluster],
+) -> None:
+    data, info, sec = secured
+    create_table(data, ["node-1", "node-2"], 2, name="ft")
+    admin_conn = secure.connection_of(info)
+    writer_conn = _connection(
+        info, sec, "writer", topic_prefix=info.topic_prefix, zk_root=str(info.extra.get("zk_root", "/shoal"))
+    )
+    with MetadataClient(MetadataConfig(connection=admin_conn)) as meta:
+        pid = meta.coordinator.current("ft").partitions[0].partition_id
+
+        def leader() -> tuple[int, str | None]:
+            record = read_epoch(meta.zk, meta.layout, pid)
+            return record.epoch, record.server_id
+
+        def keys_on(server: str) -> set[int]:
+            location = lookup_node(meta.zk, meta.layout, server)
+            keys = scan_remote(location, ScanRequest("ft", pid), scan=admin_conn.scan).column("k").to_pylist()
+            assert len(keys) == len(set(keys)), f"{server} holds a key twice"
+            return set(keys)
+
+        assert wait_until(lambda: leader()[1] is not None, 60)
+        w = _Writer(writer_conn, "ft")
+        w.start()
+        try:
+            assert wait_until(lambda: len(w.acked) >= 60, 60), (len(w.acked), w.error)
+            epoch0, victim = leader()
+            assert victim is not None
+            survivor = "node-2" if victim == "node-1" else "node-1"
+            before = len(w.acked)
+            record = info.process(victim)
+            assert record is not None
+            process.kill(record)  # kill -9 the leader under writes
+            assert wait_until(lambda: leader()[0] > epoch0 and leader()[1] == survivor, 60)
+            assert wait_until(lambda: len(w.acked) >= before + 40, 60), "writes did not resume after failover"
+        finally:
+            w.stop()
+        acked, sent = set(w.acked), set(w.sent)
+
+        def survived() -> bool:
+            try:
+                keys = keys_on(survivor)
+            except ShoalError:
+                return False
+            return acked <= keys and keys <= sent
+
+        assert wait_until(survived, 60), "an acknowledged write is missing on the remaining replica"
+        restart.restart_process(info, victim, cache_dir=jars.cache_dir_from(os.environ))
+
+        def agreed() -> bool:
+            report = verify_table(meta, "ft")
+            replicas = report["partitions"][0]["replicas"]
+            return bool(report["ok"]) and len(replicas) == 2 and keys_on(victim) == keys_on(survivor)
+
+        assert wait_until(agreed, 60), verify_table(meta, "ft")
+
+
+@pytest.mark.spark
+def test_spark_sink_writes_a_secured_table_scannable_over_flight(
+    secured: tuple[Path, ClusterInfo, secure.SecureCluster], spark: Any
+) -> None:
+    from spark_jobs.datasource import register
+
+    data, info, sec = secured
+    create_table(data, ["node-1"], 1, name="sk")
+    # the sink's connection: the cluster's locations, the writer principal's SCRAM user, CA and
+    # secrets file, all as options (the Python data source runs in Spark's own Python workers)
+    security = {key.replace("_", ""): value for key, value in sec.options("writer").items()}
+    options = {"bootstrapServers": info.bootstrap_servers, "zk": info.zk_connect, **security}
+    options.update(topicPrefix=info.topic_prefix, zkRoot=str(info.extra.get("zk_root", "/shoal")))
+    register(spark)
+    df = spark.createDataFrame([(k, f"v{k}") for k in range(30)], "k long, v string").repartition(2)
+    df.write.format("shoal").option("table", "sk").options(**options).mode("append").save()
+
+    def scanned() -> list[dict[str, Any]] | None:
+        result = run(data, "scan", "sk", "--output", "json")  # the admin's scan credentials, over TLS
+        if result.exit_code != 0:
+            return None
+        return [json.loads(line) for line in result.output.splitlines() if line.startswith("{")]
+
+    assert wait_until(lambda: len(scanned() or []) == 30, 60)
+    assert sorted((r["k"], r["v"]) for r in scanned() or []) == [(k, f"v{k}") for k in range(30)]
 
 
 def test_no_secret_in_any_log(secured: tuple[Path, ClusterInfo, secure.SecureCluster]) -> None:
