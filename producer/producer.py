@@ -42,7 +42,6 @@ from producer.routing import route
 from producer.validation import Limits, to_ingest, validate_keys, validate_rows
 from shoal.errors import KafkaOperationError
 from shoal.kafka import clients
-from shoal.kafka.errors import classify
 from shoal.wire.ingest import TABLE_HEADER
 from shoal.worker import Worker
 
@@ -448,19 +447,6 @@ class Producer:
     def _committed(self, group: str, topic: str) -> int | None:
         if self._offsets_reader is not None:
             return self._offsets_reader(group, topic)
-        from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicPartition
+        from shoal.kafka.indexes import committed_offsets
 
-        request = [ConsumerGroupTopicPartitions(group, [TopicPartition(topic, 0)])]
-        try:
-            futures = self.admin.list_consumer_group_offsets(request, request_timeout=10)
-            result = futures[group].result(timeout=15)
-        except KafkaException as exc:
-            raise classify(exc, f"cannot read committed offsets of group {group}") from exc
-        except TimeoutError as exc:
-            raise KafkaOperationError(f"cannot read committed offsets of group {group}: no answer in 15s") from exc
-        for tp in result.topic_partitions or []:
-            if tp.topic == topic and tp.partition == 0:
-                if tp.error is not None:
-                    raise KafkaOperationError(f"cannot read committed offset of {group} on {topic}: {tp.error}")
-                return int(tp.offset) if tp.offset >= 0 else None
-        return None
+        return committed_offsets(self.admin, {group: [(topic, 0)]}, timeout_s=10).get(group, {}).get((topic, 0))

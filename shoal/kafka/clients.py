@@ -77,8 +77,13 @@ def consumer(settings: KafkaSettings, *, group_id: str, read_committed: bool = T
 
 
 def admin(settings: KafkaSettings, **overrides: Any) -> AdminClient:
-    """An admin client; a long-lived one should call ``poll(0)`` now and then to emit its log lines."""
-    return AdminClient(client_config(settings, **overrides))
+    """An admin client; a long-lived one should call ``poll(0)`` now and then to emit its log lines.
+
+    It carries its ``settings`` (``shoal_settings``) so that committed offsets are read through
+    consumers of the same connection (:func:`shoal.kafka.indexes.committed_offsets`)."""
+    client = AdminClient(client_config(settings, **overrides))
+    setattr(client, "shoal_settings", settings)  # noqa: B010 (a C extension type: mypy does not know it)
+    return client
 
 
 def spark_kafka_options(settings: KafkaSettings) -> dict[str, str]:

@@ -145,11 +145,24 @@ def _list_offsets(admin: AdminClient, keys: Sequence[TP], spec: Any, timeout_s: 
     return out
 
 
+MAX_OFFSET_READERS = 64
+"""Consumers kept per admin client for :func:`committed_offsets` (the least recently used is closed)."""
+
+
 def committed_offsets(
     admin: AdminClient, requests: Mapping[str, Iterable[TP]], *, timeout_s: float = 10.0
 ) -> dict[str, dict[TP, int | None]]:
-    """{group: {(topic, partition): committed offset or None}} (one request per group, all in flight)."""
+    """{group: {(topic, partition): committed offset or None}}.
+
+    Read with ``Consumer.committed`` through one consumer of each group (kept on the admin client),
+    not with the AdminClient's ``list_consumer_group_offsets``: librdkafka 2.16 crashes the process
+    (SIGSEGV in ``rd_kafka_cgrp_op``, confluentinc/librdkafka#5040) when that request meets an error
+    that asks for a new coordinator (NOT_COORDINATOR, a broker gone), which every broker loss can
+    cause. A consumer's own fetch looks the coordinator up again and retries."""
     parts = {group: [TopicPartition(t, p) for t, p in sorted(set(tps))] for group, tps in requests.items() if set(tps)}
+    settings = getattr(admin, "shoal_settings", None)
+    if isinstance(settings, KafkaSettings):
+        return _consumer_offsets(admin, settings, parts, timeout_s)
     return _group_offsets(
         admin, {group: ConsumerGroupTopicPartitions(group, tps) for group, tps in parts.items()}, timeout_s
     )
@@ -190,6 +203,49 @@ def _group_offsets(
         pending = retry
         if pending:
             deadline.sleep(backoff.next_delay())
+    return out
+
+
+def _offset_reader(admin: AdminClient, settings: KafkaSettings, group: str) -> Any:
+    readers: dict[str, Any] | None = getattr(admin, "shoal_offset_readers", None)
+    if readers is None:
+        readers = {}
+        setattr(admin, "shoal_offset_readers", readers)  # noqa: B010
+    reader = readers.pop(group, None)
+    if reader is None:
+        reader = clients.consumer(settings, group_id=group)
+        while len(readers) >= MAX_OFFSET_READERS:
+            oldest = next(iter(readers))
+            readers.pop(oldest).close()
+    readers[group] = reader  # most recently used last
+    return reader
+
+
+def _consumer_offsets(
+    admin: AdminClient, settings: KafkaSettings, parts: Mapping[str, list[TopicPartition]], timeout_s: float
+) -> dict[str, dict[TP, int | None]]:
+    """Each group's committed offsets through its consumer; a retriable error is asked again with
+    backoff until ``timeout_s`` has passed."""
+    deadline = Deadline(timeout_s)
+    out: dict[str, dict[TP, int | None]] = {}
+    for group, tps in parts.items():
+        backoff = Backoff(initial_s=0.2, maximum_s=2.0)
+        while True:
+            try:
+                answer = _offset_reader(admin, settings, group).committed(tps, timeout=max(1.0, deadline.remaining()))
+            except KafkaException as exc:
+                error = classify(exc, f"cannot read the committed offsets of group {group}")
+                if not error.retriable or deadline.expired():
+                    raise error from exc
+                deadline.sleep(backoff.next_delay())
+                continue
+            got: dict[TP, int | None] = {}
+            for tp in answer:
+                if tp.error is not None and tp.error.code() not in (KafkaError.UNKNOWN_TOPIC_OR_PART,):
+                    raise classify(KafkaException(tp.error), f"group {group} on {tp.topic}[{tp.partition}]")
+                got[(tp.topic, tp.partition)] = int(tp.offset) if tp.offset >= 0 else None
+            out[group] = got
+            break
     return out
 
 
