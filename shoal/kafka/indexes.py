@@ -16,6 +16,7 @@ channel of the cluster per poll, :func:`read_indexes`) read them here, with batc
 from __future__ import annotations
 
 import concurrent.futures
+import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -206,19 +207,24 @@ def _group_offsets(
     return out
 
 
+_READERS_LOCK = threading.Lock()
+
+
 def _offset_reader(admin: AdminClient, settings: KafkaSettings, group: str) -> Any:
-    readers: dict[str, Any] | None = getattr(admin, "shoal_offset_readers", None)
-    if readers is None:
-        readers = {}
-        setattr(admin, "shoal_offset_readers", readers)  # noqa: B010
-    reader = readers.pop(group, None)
-    if reader is None:
-        reader = clients.consumer(settings, group_id=group)
-        while len(readers) >= MAX_OFFSET_READERS:
-            oldest = next(iter(readers))
-            readers.pop(oldest).close()
-    readers[group] = reader  # most recently used last
-    return reader
+    """The consumer of ``group`` kept on ``admin`` (threads may share an admin client)."""
+    with _READERS_LOCK:
+        readers: dict[str, Any] | None = getattr(admin, "shoal_offset_readers", None)
+        if readers is None:
+            readers = {}
+            setattr(admin, "shoal_offset_readers", readers)  # noqa: B010
+        reader = readers.pop(group, None)
+        if reader is None:
+            reader = clients.consumer(settings, group_id=group)
+            while len(readers) >= MAX_OFFSET_READERS:
+                oldest = next(iter(readers))
+                readers.pop(oldest).close()
+        readers[group] = reader  # most recently used last
+        return reader
 
 
 def _consumer_offsets(
