@@ -18,7 +18,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient
 
 from shoal.errors import ConfigError, ShoalError
-from shoal.kafka.settings import KafkaSettings
+from shoal.kafka.settings import KafkaSettings, Secret
 
 librdkafka_log = logging.getLogger("shoal.kafka.librdkafka")
 
@@ -31,20 +31,18 @@ def client_config(settings: KafkaSettings, **overrides: Any) -> dict[str, Any]:
         "security.protocol": settings.security_protocol,
         "logger": librdkafka_log,
     }
-    if settings.sasl_mechanism is not None:
-        config["sasl.mechanism"] = settings.sasl_mechanism
-    if settings.sasl_username is not None:
-        config["sasl.username"] = settings.sasl_username
-    if settings.sasl_password is not None:
-        config["sasl.password"] = settings.sasl_password.reveal()
-    if settings.ssl_ca_location is not None:
-        config["ssl.ca.location"] = settings.ssl_ca_location
-    if settings.ssl_certificate_location is not None:
-        config["ssl.certificate.location"] = settings.ssl_certificate_location
-    if settings.ssl_key_location is not None:
-        config["ssl.key.location"] = settings.ssl_key_location
-    if settings.ssl_key_password is not None:
-        config["ssl.key.password"] = settings.ssl_key_password.reveal()
+    optional = {
+        "sasl.mechanism": settings.sasl_mechanism,
+        "sasl.username": settings.sasl_username,
+        "sasl.password": settings.sasl_password,
+        "ssl.ca.location": settings.ssl_ca_location,
+        "ssl.certificate.location": settings.ssl_certificate_location,
+        "ssl.key.location": settings.ssl_key_location,
+        "ssl.key.password": settings.ssl_key_password,
+    }
+    for key, value in optional.items():
+        if value is not None:
+            config[key] = value.reveal() if isinstance(value, Secret) else value
     config.update(settings.passthrough)
     config.update(overrides)
     return config

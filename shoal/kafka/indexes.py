@@ -8,9 +8,10 @@
 Invariant (checked by :meth:`ChannelIndexes.check`): Tail <= Ack <= Append.
 
 Both the storage node (one channel at a time, :func:`channel_indexes`) and the monitor (every
-channel of the cluster per poll, :func:`read_indexes`) read them here, with batched admin requests
-(``list_offsets`` earliest/latest, ``list_consumer_group_offsets``), as KMinion and
-``kafka-consumer-groups`` do.
+channel of the cluster per poll, :func:`read_indexes`) read them here: log bounds with batched admin
+``list_offsets`` requests (earliest/latest), committed offsets through a consumer of each group
+(:func:`committed_offsets` says why not the admin request), as KMinion and ``kafka-consumer-groups``
+read them.
 """
 
 from __future__ import annotations
