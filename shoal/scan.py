@@ -38,6 +38,8 @@ class ScanRequest:
     key: int | str | None = None
     low: int | str | None = None
     high: int | str | None = None
+    system: bool = False
+    """Also return the GTID columns (``_shoal_epoch``, ``_shoal_seq``, ``_shoal_deleted``): ``shoal verify``."""
 
     def __post_init__(self) -> None:
         validate_table_name(self.table)
@@ -45,6 +47,8 @@ class ScanRequest:
             validate_partition_id(self.partition_id)
         for name in ("key", "low", "high"):
             _key(getattr(self, name), name)
+        if not isinstance(self.system, bool):
+            raise SchemaError(f"system must be true or false, got {self.system!r:.80}")
         if self.key is not None and (self.low is not None or self.high is not None):
             raise SchemaError("a scan takes either a key or a range, not both")
 
@@ -55,7 +59,7 @@ class ScanRequest:
     def from_ticket(cls, data: bytes) -> ScanRequest:
         try:
             obj = json.loads(data.decode("utf-8"))
-            if not isinstance(obj, dict) or set(obj) - {"table", "partition_id", "key", "low", "high"}:
+            if not isinstance(obj, dict) or set(obj) - {"table", "partition_id", "key", "low", "high", "system"}:
                 raise ValueError("unexpected fields")
             return cls(**obj)
         except (ValueError, TypeError, UnicodeDecodeError) as exc:

@@ -387,6 +387,11 @@ class PartitionVerification(Shape):
     """Every replica's rows lie inside the partition's key range (EventQL table partitioning, section 2)."""
     range_error: str | None = None
     """Which replicas hold keys outside the partition's key range, else None."""
+    covered: bool | None = None
+    """Every replica holds every write still on the partition's WAL channels, at least at its GTID
+    (DESIGN.md section 6); None when not checked."""
+    coverage_error: str | None = None
+    """Which replicas miss which WAL writes (a few examples), else None."""
 
 
 class Verification(Shape):

@@ -187,7 +187,7 @@ def scan_command(
         with MetadataClient(metadata_config(conn)) as client:
             file = client.coordinator.current(table_name)
             definition = file.table
-            bounds = {
+            bounds: dict[str, Any] = {
                 "key": _parse_key(definition, key),
                 "low": _parse_key(definition, low),
                 "high": _parse_key(definition, high),

@@ -19,10 +19,11 @@ follower's overlay show up as a disagreement while writes are in flight.
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Protocol, TypeVar
 
 import click
+import pyarrow as pa
 
 from metadata.client import MetadataClient
 from metadata.errors import InvalidKeyError
@@ -40,6 +41,7 @@ from shoal_app.cli.models import (
     Verification,
     WalChannelCheck,
 )
+from shoal_app.cli.verify_coverage import WalFloors, missing_writes
 from shoal_app.cli.verify_gtids import SegmentsOrder, WalOrder, check_manifests, check_wal_records, shared_epochs
 
 T = TypeVar("T")
@@ -136,16 +138,19 @@ def check_segments_channel(
 
 
 def check_wal_channel(
-    channels: ChannelSource, topic: str, segments: SegmentsOrder | None = None
+    channels: ChannelSource, topic: str, segments: SegmentsOrder | None = None, floors: WalFloors | None = None
 ) -> tuple[WalChannelCheck, WalOrder | None]:
     """The GTID hash chain and GTID order of one WAL channel (:func:`~shoal_app.cli.verify_gtids.check_wal_records`),
-    from its Tail to its end, streamed: records read, ok, the first error, and the epochs it holds."""
+    from its Tail to its end, streamed: records read, ok, the first error, and the epochs it holds.
+    With ``floors``, every record's rows are added to them as they pass (the coverage check)."""
     order = WalOrder()
 
     def run(out: WalChannelCheck) -> WalOrder:
         assert out.tail is not None
         try:
-            records = channels.wal_records(topic, out.tail)
+            records: Iterable[ChannelRecord] = channels.wal_records(topic, out.tail)
+            if floors is not None:
+                records = floors.tap(topic, records)
             return check_wal_records(records, topic=topic, tail=out.tail, segments=segments, out=order)
         finally:
             out.records = order.records
@@ -172,17 +177,41 @@ def outside_range(replicas: list[ReplicaDescription], key_range: KeyRange, keysp
     return f"keys outside {key_range.describe(keyspace)}: " + "; ".join(wrong)
 
 
+def coverage(floors: WalFloors, replicas: list[ReplicaDescription], rows: Callable[[str, str], pa.Table]) -> str | None:
+    """Which replicas miss a write still on the partition's WAL channels (:mod:`~shoal_app.cli.verify_coverage`),
+    or None when every replica reaches every floor. ``rows(server_id, partition_id)``: that replica's scan
+    with its GTID columns."""
+    problems = [f"undecodable WAL record {u}" for u in floors.undecodable[:3]]
+    newest = floors.floors()
+    if newest is not None:
+        keys = list(floors.table.primary_key)
+        for r in replicas:
+            who = f"{r.server_id}#{r.placement_id}"
+            try:
+                count, examples = missing_writes(newest, rows(r.server_id, r.partition_id), keys)
+            except ShoalError as exc:
+                problems.append(f"{who}: cannot scan: {type(exc).__name__}: {exc}")
+                continue
+            if count:
+                problems.append(f"{who} misses {count} of {newest.num_rows} WAL writes ({'; '.join(examples)})")
+    return "; ".join(problems) if problems else None
+
+
 def verify(
     client: MetadataClient,
     table: str,
     *,
     channels: ChannelSource | None = None,
     describe: Callable[[str], list[dict[str, Any]]] | None = None,
+    rows: Callable[[str, str], pa.Table] | None = None,
 ) -> Verification:
     """Every partition of ``table``: do its replicas agree, are its channels' hash chains intact and
-    their GTIDs in order? ``describe(server_id)``: that node's ``describe replica`` of ``table``."""
+    their GTIDs in order, does every replica hold every write still on its WAL channels?
+    ``describe(server_id)``: that node's ``describe replica`` of ``table``; ``rows(server_id,
+    partition_id)``: that replica's rows with their GTID columns (the coverage check is skipped when
+    ``describe`` is given without ``rows``)."""
     from metadata.node_registry import lookup_node
-    from shoal.scan import OPEN_SCAN, describe_remote
+    from shoal.scan import OPEN_SCAN, ScanRequest, describe_remote, scan_remote
     from shoal.topics import TopicNames
 
     file = client.coordinator.current(table)
@@ -196,7 +225,12 @@ def verify(
             return describe_remote(location, table)
         return describe_remote(location, table, scan=scan)
 
+    def remote_rows(server: str, partition_id: str) -> pa.Table:
+        location = lookup_node(client.zk, client.layout, server)
+        return scan_remote(location, ScanRequest(table, partition_id=partition_id, system=True), scan=scan)
+
     describe_node = describe or remote
+    rows_of = rows if rows is not None else (remote_rows if describe is None else None)
     described: dict[str, list[dict[str, Any]] | str] = {}
     partitions = []
     for entry, key_range in file.ranges():
@@ -231,17 +265,19 @@ def verify(
         range_error = outside_range(described_ok, key_range, file.table.keyspace)
         chains = {tuple(r.chain) if isinstance(r, ReplicaDescription) else () for r in replicas}
         wal_checks, segment_checks, epochs = [], [], {}
+        floors = WalFloors(file.table) if rows_of is not None else None
         for p in entry.servers:
             wal_topic = topics.wal(entry.partition_id, p.placement_id)
             seg_check, order = check_segments_channel(
                 source, topics.segments(entry.partition_id, p.placement_id), p.placement_id, wal_topic
             )
-            wal_check, wal_order = check_wal_channel(source, wal_topic, order)
+            wal_check, wal_order = check_wal_channel(source, wal_topic, order, floors)
             segment_checks.append(seg_check)
             wal_checks.append(wal_check)
             if wal_order is not None:
                 epochs[wal_topic] = wal_order.epochs
         shared = shared_epochs(epochs)
+        missing = None if floors is None or rows_of is None else coverage(floors, described_ok, rows_of)
         partitions.append(
             PartitionVerification(
                 partition_id=entry.partition_id,
@@ -255,9 +291,11 @@ def verify(
                 gtid_error=shared,
                 in_range=range_error is None,
                 range_error=range_error,
+                covered=None if floors is None else missing is None,
+                coverage_error=missing,
             )
         )
-    ok = all(p.agree and p.wal_chains_ok and p.gtids_ok and p.in_range for p in partitions)
+    ok = all(p.agree and p.wal_chains_ok and p.gtids_ok and p.in_range and p.covered is not False for p in partitions)
     return Verification(table=table, ok=ok, partitions=partitions)
 
 
@@ -289,6 +327,7 @@ def verify_command(table_name: str, output: str, **conn: Any) -> None:
                 f"GTIDs {'in order' if p.gtids_ok else 'OUT OF ORDER'}"
                 + (f" ({p.gtid_error})" if p.gtid_error else "")
                 + ("" if p.in_range else f", KEYS OUT OF RANGE ({p.range_error})")
+                + (f", WAL WRITES MISSING ({p.coverage_error})" if p.covered is False else "")
             )
             replicas = new_table("replica", "rows", "content hash", "chain", right=("rows",))
             for r in p.replicas:

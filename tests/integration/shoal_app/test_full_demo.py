@@ -93,6 +93,7 @@ def test_full_demo_end_to_end(tmp_path: Path) -> None:
     total = 0
     for part in verify["partitions"]:
         assert part["agree"] and part["wal_chains_ok"], part
+        assert part["covered"] is True, part  # every write still on a WAL channel is in every replica
         replicas = part["replicas"]
         assert len(replicas) == summary["replication_factor"] == 3
         assert len({r["row_count"] for r in replicas}) == 1 and len({r["content_hash"] for r in replicas}) == 1
