@@ -533,6 +533,8 @@ class VerifiedPartition(Shape):
     agree: bool
     chains_equal: bool | None
     wal_chains_ok: bool
+    covered: bool | None = None
+    """Every replica holds every write still on the WAL channels (``shoal verify``'s ``covered``)."""
     replicas: list[VerifiedReplica]
 
 

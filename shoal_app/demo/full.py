@@ -656,6 +656,7 @@ def _verify(run: _Run) -> None:
                     "agree": p["agree"],
                     "chains_equal": p.get("chains_equal"),
                     "wal_chains_ok": p["wal_chains_ok"],
+                    "covered": p.get("covered"),
                     "replicas": [
                         {
                             "server_id": r["server_id"],
@@ -680,9 +681,10 @@ def _verify(run: _Run) -> None:
         time.sleep(cfg.progress_interval_s)
     for p in ver["partitions"]:
         rows = ", ".join(f"{r['server_id']} {r['row_count']}" for r in p["replicas"])
+        held = {True: "all held", False: "MISSING", None: "not checked"}[p["covered"]]
         con.info(
             f"partition {p['partition_id'][:12]}: {'agree' if p['agree'] else 'DIFFER'} ({rows}), WAL chains "
-            f"{'ok' if p['wal_chains_ok'] else 'BROKEN'}"
+            f"{'ok' if p['wal_chains_ok'] else 'BROKEN'}, WAL writes {held}"
         )
     if not ver["ok"]:
         run.errors.append(f"shoal verify exit {ver.get('exit_code')}: " + (ver.get("error") or "replicas differ"))
