@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, KafkaException, TopicPartition
+from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from fault_support import own_cluster
 
@@ -37,7 +37,10 @@ from metadata.table import Column, ColumnType, TableDefinition
 from producer import Producer, ProducerConfig
 from shoal import cluster_file
 from shoal.cluster_file import ClusterInfo, ProcessRecord
-from shoal.kafka.settings import ConnectionSettings
+from shoal.errors import ShoalError
+from shoal.kafka import clients
+from shoal.kafka.indexes import committed_offsets
+from shoal.kafka.settings import ConnectionSettings, KafkaSettings
 from shoal.scan import ScanRequest, scan_remote
 from shoal.topics import TopicNames
 from shoal_app.cli.verify import verify_table
@@ -189,27 +192,30 @@ def shoal_verify(cluster_path: Path) -> dict[str, Any]:
 
 
 def leader_progress(info: ClusterInfo, prefix: str, partition_id: str) -> tuple[int | None, int]:
-    """(the leader group's committed offset on the ingest topic, the topic's end offset)."""
+    """(the leader group's committed offset on the ingest topic, the topic's end offset).
+
+    Read with ``Consumer.committed`` (shoal's own reader), never the AdminClient's
+    ``list_consumer_group_offsets``, which crashes the process on a coordinator error right after a
+    broker restart (confluentinc/librdkafka#5040)."""
     topics = TopicNames(prefix)
     topic, group = topics.ingest(partition_id), topics.leader_group(partition_id)
-    admin = AdminClient({"bootstrap.servers": info.bootstrap_servers})
-    request = [ConsumerGroupTopicPartitions(group, [TopicPartition(topic, 0)])]
+    settings = KafkaSettings(info.bootstrap_servers)
+    admin = clients.admin(settings)
     deadline = time.monotonic() + 60
     while True:  # the group coordinator of a broker that just started may still be loading
         try:
-            result = admin.list_consumer_group_offsets(request, request_timeout=15)[group].result(timeout=30)
+            committed = committed_offsets(admin, {group: [(topic, 0)]}, timeout_s=15)[group][(topic, 0)]
             break
-        except KafkaException:
+        except ShoalError:
             if time.monotonic() > deadline:
                 raise
             time.sleep(1)
-    offsets = [tp.offset for tp in result.topic_partitions or [] if tp.topic == topic and tp.offset >= 0]
     consumer = Consumer({"bootstrap.servers": info.bootstrap_servers, "group.id": f"{prefix}-probe"})
     try:
         end = int(consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=30)[1])
     finally:
         consumer.close()
-    return (int(offsets[0]) if offsets else None), end
+    return committed, end
 
 
 def broker_to_kill(info: ClusterInfo, prefix: str, partition_id: str) -> ProcessRecord:

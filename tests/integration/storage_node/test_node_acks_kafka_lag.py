@@ -94,11 +94,7 @@ def test_kafka_tools_show_lag_0_on_every_ack_group_of_an_idle_table(
 
         def idle() -> bool:
             lead = next(n.partitions()[pid] for n in nodes.values() if n.partitions()[pid].placement_id == leader)
-            return (
-                ingest_consumed()
-                and lead.replica.memtable.rows == 0
-                and all(v == 0 for v in shoal_lags().values())
-            )
+            return ingest_consumed() and lead.replica.memtable.rows == 0 and all(v == 0 for v in shoal_lags().values())
 
         assert wait_until(idle, 120), shoal_lags()
         ours = shoal_lags()

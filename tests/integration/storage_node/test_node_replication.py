@@ -56,7 +56,9 @@ def _settled(client: MetadataClient, expected: dict[str, int]) -> bool:
         return False
     for p in report["partitions"]:
         leader = [r for r in p["replicas"] if r.get("role") == "leader"]
-        if not p["chains_equal"] or p["covered"] is not True or len(leader) != 1 or p["replicas"][0]["row_count"] != expected[p["partition_id"]]:
+        if not p["chains_equal"] or p["covered"] is not True or len(leader) != 1:
+            return False
+        if p["replicas"][0]["row_count"] != expected[p["partition_id"]]:
             return False
     return True
 
