@@ -94,3 +94,18 @@ def test_monitor_clients_use_the_secured_settings(tmp_path: Path) -> None:
         assert collector.kafka.kafka == conn.kafka and collector.segments.kafka == conn.kafka
     finally:
         collector.close()
+
+
+def test_cli_checks_kafka_access_first_on_a_secured_cluster_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from shoal_app.cli import connection
+
+    checked: list[str | None] = []
+    monkeypatch.setattr(connection.clients, "check_access", lambda kafka: checked.append(kafka.sasl_username))
+    secured = _secured(tmp_path).public_options()
+    connection.connection_settings(secured, {})
+    assert checked == ["writer"]
+    connection.connection_settings(secured, {}, check_access=False)
+    connection.connection_settings({"bootstrap_servers": "b:9092", "zk_hosts": "z:2181"}, {})
+    assert checked == ["writer"]
