@@ -74,11 +74,11 @@ class Collector:
         self.config = config
         self._topology = topology
         self.kafka = kafka or KafkaOffsets(
-            config.bootstrap_servers,
+            config.kafka,
             request_timeout_s=config.request_timeout_s,
             fetch_timeout_s=config.fetch_timeout_s,
         )
-        self.segments = segments or SegmentsTracker(config.bootstrap_servers, timeout_s=config.request_timeout_s)
+        self.segments = segments or SegmentsTracker(config.kafka, timeout_s=config.request_timeout_s)
         self._clock = clock
         keep = max(config.window_samples, 360)
         keep_s = max(config.window_s, keep * config.interval_s)

@@ -24,7 +24,7 @@ from metadata.table import TableDefinition
 from shoal.errors import ConfigError
 from shoal.ids import validate_table_name
 from shoal.kafka.clients import spark_kafka_options
-from shoal.kafka.settings import KafkaSettings
+from shoal.kafka.settings import ConnectionSettings, KafkaSettings
 from shoal.topics import TopicNames
 from spark_jobs.datasource import register
 from spark_jobs.deadletter import ERROR_COLUMN, META_COLUMNS, VALUE_COLUMN, DeadletterTarget, split_and_deadletter
@@ -94,14 +94,30 @@ class IngestConfig:
         return self.connection.kafka
 
     def sink_options(self) -> dict[str, str]:
-        c = self.connection
-        return {
-            "table": self.table,
-            "zk": c.zk_hosts,
-            "bootstrapServers": c.bootstrap_servers,
-            "topicPrefix": c.topic_prefix,
-            "zkRoot": c.zk_root,
-        }
+        """The options of the ``format("shoal")`` sink: the table and the whole connection."""
+        return {"table": self.table, **shoal_format_options(self.connection.connection)}
+
+
+def shoal_format_options(connection: ConnectionSettings) -> dict[str, str]:
+    """``connection`` as options of ``format("shoal")`` (:data:`spark_jobs.settings.CONNECTION_OPTIONS`):
+    addresses and security settings, never a password (Spark shows options in its plans and UI). The
+    sink resolves its connection in Spark's Python workers, which do not see this process's
+    settings: they read the passwords from ``secretsFile``. Passwords that came from elsewhere (the
+    environment) must reach the workers' environment the same way; a warning says so."""
+    if connection.has_passwords and connection.secrets_file is None:
+        log.warning(
+            "the passwords of this connection come from the environment, not a secrets file: the shoal "
+            "sink's Spark workers need the same SHOAL_*_PASSWORD variables (or give SHOAL_SECRETS_FILE)"
+        )
+    return {_OPTION_NAMES.get(key, _camel(key)): value for key, value in connection.public_options().items()}
+
+
+_OPTION_NAMES = {"zk_hosts": "zk"}
+
+
+def _camel(key: str) -> str:
+    first, *rest = key.split("_")
+    return first + "".join(part.capitalize() for part in rest)
 
 
 @dataclass

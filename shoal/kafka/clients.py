@@ -11,6 +11,7 @@ polled (``poll``/``consume``/``flush``; an admin client's by ``admin.poll(0)``, 
 from __future__ import annotations
 
 import logging
+import time
 from pathlib import Path
 from typing import Any
 
@@ -156,10 +157,12 @@ def check_access(settings: KafkaSettings, timeout_s: float = 10.0) -> int:
             refused.append(err.str())
 
     client = admin(settings, error_cb=on_error, **{"socket.timeout.ms": int(timeout_s * 1000)})
-    try:
-        brokers = len(client.list_topics(timeout=timeout_s).brokers)
-    except KafkaException as exc:
-        client.poll(0)
-        reason = refused[0] if refused else str(exc.args[0].str() if exc.args else exc)
-        raise KafkaAccessError(settings.bootstrap_servers, settings.sasl_username, reason) from None
-    return brokers
+    deadline = time.monotonic() + timeout_s
+    while True:  # in short slices: a refusal is reported (by error_cb, on poll) long before the timeout
+        try:
+            return len(client.list_topics(timeout=max(0.1, min(1.0, deadline - time.monotonic()))).brokers)
+        except KafkaException as exc:
+            client.poll(0)
+            if refused or time.monotonic() >= deadline:
+                reason = refused[0] if refused else str(exc.args[0].str() if exc.args else exc)
+                raise KafkaAccessError(settings.bootstrap_servers, settings.sasl_username, reason) from None

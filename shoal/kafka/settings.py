@@ -241,6 +241,9 @@ class ConnectionSettings:
     zk_password: Secret | None = None
     scan: ScanSettings = field(default_factory=ScanSettings)
     """TLS and authentication of the nodes' scan servers."""
+    secrets_file: str | None = None
+    """The secrets file the passwords were read from (a path, not a secret): what a process hands to
+    the processes it starts (Spark's Python workers, see :meth:`public_options`) instead of a password."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.zk_hosts, str) or not self.zk_hosts.strip():
@@ -253,6 +256,42 @@ class ConnectionSettings:
     @property
     def bootstrap_servers(self) -> str:
         return self.kafka.bootstrap_servers
+
+    @property
+    def has_passwords(self) -> bool:
+        """Whether any password is set (SASL, TLS key, ZooKeeper digest or scan authentication)."""
+        k = self.kafka
+        return any(p is not None for p in (k.sasl_password, k.ssl_key_password, self.zk_password, self.scan.password))
+
+    def public_options(self) -> dict[str, str]:
+        """The :meth:`resolve` options that give these settings back, without a single secret: the
+        passwords are named only by ``secrets_file`` (a path), read by whoever resolves them.
+
+        For processes started with options rather than this process's environment (the
+        ``format("shoal")`` sink's Spark workers). Unset values are left out; ``kafka.passthrough``
+        (librdkafka settings, which may hold credentials) is not carried over."""
+        k, scan = self.kafka, self.scan
+        values: dict[str, object | None] = {
+            "bootstrap_servers": k.bootstrap_servers,
+            "zk_hosts": self.zk_hosts,
+            "zk_root": self.zk_root,
+            "topic_prefix": self.topic_prefix,
+            "security_protocol": k.security_protocol if k.secured else None,
+            "sasl_mechanism": k.sasl_mechanism,
+            "sasl_username": k.sasl_username,
+            "ssl_ca_location": k.ssl_ca_location,
+            "ssl_certificate_location": k.ssl_certificate_location,
+            "ssl_key_location": k.ssl_key_location,
+            "zk_user": self.zk_user,
+            "scan_tls_ca_location": scan.tls_ca_location,
+            "scan_tls_cert_location": scan.tls_cert_location,
+            "scan_tls_key_location": scan.tls_key_location,
+            "scan_username": scan.username,
+            "secrets_file": self.secrets_file,
+            "topic_replication_factor": k.topics.replication_factor,
+            "topic_min_insync_replicas": k.topics.min_insync_replicas,
+        }
+        return {key: str(value) for key, value in values.items() if value is not None}
 
     @classmethod
     def plain(
@@ -333,6 +372,7 @@ class ConnectionSettings:
                     username=values.get("scan_username"),
                     password=secret("scan_password"),
                 ),
+                secrets_file=values.get("secrets_file"),
             )
         except ConfigError as exc:
             named = ", ".join(f"{key} from {var}" for key, var in _ENV.items() if key in str(exc))

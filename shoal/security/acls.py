@@ -12,7 +12,8 @@ Roles:
   groups (leader, replica Ack, consume) and its transactional ids (each equal to its channel topic).
 - ``monitor``: describes topics and groups and reads committed offsets; writes nothing.
 - ``spark-ingest``: reads its source topic (and Spark's own ``spark-kafka-source-*`` groups), writes
-  the ingest topics, mirrors its offsets in its ``<prefix>.spark.<query>`` group.
+  the ingest topics (and, for records that do not parse, the deadletter topic), describes the
+  leader groups (the sink's ``sync``), mirrors its offsets in its ``<prefix>.spark.<query>`` group.
 - ``admin``: a super user (``super.users``), no ACLs: creates tables and runs the cluster.
 
 :func:`cluster_plan` gives prefix ACLs that cover every table of a topic prefix (what ``shoal up
@@ -135,6 +136,8 @@ def cluster_plan(
     out += _rules("spark-ingest", spark, "GROUP", [f"{p}.spark."], "PREFIXED", ("READ", "DESCRIBE"))
     out += _rules("spark-ingest", spark, "TOPIC", [f"{p}.ingest."], "PREFIXED", _INGEST_WRITE_OPS)
     out += _rules("spark-ingest", spark, "TOPIC", [topics.metadata], "LITERAL", _METADATA_READ_OPS)
+    out += _rules("spark-ingest", spark, "GROUP", [f"{p}.leader."], "PREFIXED", ("DESCRIBE",))  # the sink's sync
+    out += _rules("spark-ingest", spark, "TOPIC", [topics.deadletter], "LITERAL", _INGEST_WRITE_OPS)
     return sorted(out)
 
 
@@ -164,6 +167,8 @@ def table_plan(
         out += _rules("monitor", who["monitor"], "TOPIC", [ingest, *channels], "LITERAL", ("DESCRIBE",))
         out += _rules("monitor", who["monitor"], "GROUP", groups, "LITERAL", ("DESCRIBE",))
         out += _rules("spark-ingest", who["spark-ingest"], "TOPIC", [ingest], "LITERAL", _INGEST_WRITE_OPS)
+        leader = [topics.leader_group(partition_id)]
+        out += _rules("spark-ingest", who["spark-ingest"], "GROUP", leader, "LITERAL", ("DESCRIBE",))
     shared = [topics.metadata, topics.deadletter]
     out += _rules("writer", who["writer"], "TOPIC", [topics.metadata], "LITERAL", _METADATA_READ_OPS)
     out += _rules("node", who["node"], "TOPIC", shared, "LITERAL", _NODE_TOPIC_OPS)
@@ -171,4 +176,5 @@ def table_plan(
     out += _rules("node", who["node"], "CLUSTER", [CLUSTER_NAME], "LITERAL", ("DESCRIBE", "IDEMPOTENT_WRITE"))
     out += _rules("monitor", who["monitor"], "TOPIC", [topics.metadata], "LITERAL", _METADATA_READ_OPS)
     out += _rules("spark-ingest", who["spark-ingest"], "TOPIC", [topics.metadata], "LITERAL", _METADATA_READ_OPS)
+    out += _rules("spark-ingest", who["spark-ingest"], "TOPIC", [topics.deadletter], "LITERAL", _INGEST_WRITE_OPS)
     return sorted(set(out))

@@ -45,7 +45,7 @@ def plan_command(
             raise click.BadParameter(f"expected ROLE=USER, got {item!r}", param_hint="--principal")
         who[role] = principal(user)
     try:
-        config = metadata_config(conn)
+        config = metadata_config(conn, check_access=table_name is not None)  # the cluster plan needs no Kafka
         topics = TopicNames(config.topic_prefix)
         if table_name is None:
             rules = cluster_plan(topics, who, source_topics=source_topic)

@@ -7,12 +7,11 @@ from pathlib import Path
 import click
 
 from shoal.jvm import jars
-from shoal.kafka.settings import KafkaSettings
 from shoal_app.cli.context import CliContext, emit, new_table, output_option, progress, show
 from shoal_app.cli.models import ClusterStatus, JarBundle, Jars, Stopped
 from shoal_app.cli.processes import start_missing_processes
 from shoal_app.cli.replication import topic_problems
-from shoal_app.runtime import launcher
+from shoal_app.runtime import launcher, secure
 from shoal_app.runtime.extras import has_extra
 
 
@@ -71,7 +70,9 @@ def status_command(obj: CliContext, output: str) -> None:
     report = ClusterStatus.model_validate(launcher.status(info))
     if report.brokers_seen:
         problems = [
-            p for h in topic_problems(KafkaSettings(info.bootstrap_servers), info.topic_prefix) for p in h.problems
+            p
+            for h in topic_problems(secure.connection_of(info).kafka, info.topic_prefix)  # the admin's settings
+            for p in h.problems
         ]
         report = report.model_copy(update={"topic_problems": problems, "healthy": report.healthy and not problems})
     if output == "json":

@@ -9,6 +9,7 @@ from typing import Any, TypeVar
 import click
 
 from metadata.client import MetadataConfig
+from shoal.kafka import clients
 from shoal.kafka.settings import ConnectionSettings
 from shoal_app.cli.context import CliContext
 
@@ -28,15 +29,26 @@ def connection_options(fn: Callable[..., T]) -> Callable[..., T]:
     return fn
 
 
-def connection_settings(conn: Mapping[str, Any], environ: Mapping[str, str] | None = None) -> ConnectionSettings:
+def connection_settings(
+    conn: Mapping[str, Any], environ: Mapping[str, str] | None = None, *, check_access: bool = True
+) -> ConnectionSettings:
     """The cluster named by the connection options ``conn`` (None = not given), then the SHOAL_*
     environment (default: the process's), then the cluster file of ``shoal up``
-    (:meth:`ConnectionSettings.resolve`)."""
+    (:meth:`ConnectionSettings.resolve`).
+
+    On a secured Kafka, ``check_access`` first connects once (:func:`shoal.kafka.clients.check_access`):
+    a wrong password, an unknown user or an untrusted certificate is then a
+    :class:`~shoal.kafka.clients.KafkaAccessError` naming the door within seconds, instead of
+    librdkafka retrying in silence until some request times out."""
     ctx = click.get_current_context(silent=True)
     obj = ctx.find_object(CliContext) if ctx is not None else None
     path = obj.cluster_file_path if obj is not None else None
-    return ConnectionSettings.resolve(conn, os.environ if environ is None else environ, path)
+    settings = ConnectionSettings.resolve(conn, os.environ if environ is None else environ, path)
+    if check_access and settings.kafka.secured:
+        clients.check_access(settings.kafka)
+    return settings
 
 
-def metadata_config(conn: Mapping[str, Any]) -> MetadataConfig:
-    return MetadataConfig(connection=connection_settings(conn))
+def metadata_config(conn: Mapping[str, Any], *, check_access: bool = True) -> MetadataConfig:
+    """:func:`connection_settings` as the metadata client's configuration."""
+    return MetadataConfig(connection=connection_settings(conn, check_access=check_access))

@@ -86,8 +86,8 @@ def _echo_err(line: str) -> None:
     "--secure",
     is_flag=True,
     help="Run it on a secured cluster (`shoal up --secure`: TLS, SCRAM users and ACLs, authenticated "
-    "ZooKeeper and Flight). Not complete yet: the Spark ingest step does not pass the security settings "
-    "to its sink, so this run stops at that step (see the README's security section).",
+    "ZooKeeper and Flight); every client, the Spark jobs and the monitor use the cluster file's security "
+    "settings (see the README's security section).",
 )
 @output_option
 @click.pass_obj

@@ -111,7 +111,9 @@ def node_command(
     from storage_node.node import StorageNode
 
     try:
-        meta = metadata_config(conn)  # the typed connection settings, resolved once here (options, env, cluster file)
+        # the typed connection settings, resolved once here (options, env, cluster file); a node waits for
+        # Kafka by itself (it may start before the brokers answer), so no access check at start
+        meta = metadata_config(conn, check_access=False)
         obj = ctx.find_object(CliContext)
         base = obj.data_dir if obj is not None else Path.home() / ".shoal" / "local"
         defaults = FlushPolicy()

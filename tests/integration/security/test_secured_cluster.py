@@ -28,8 +28,10 @@ from shoal.cluster_file import ClusterInfo
 from shoal.errors import ShoalError
 from shoal.jvm import jars
 from shoal.kafka import clients
-from shoal.kafka.settings import ConnectionSettings, ScanSettings, Secret, read_secrets_file
+from shoal.kafka.admin import create_topic
+from shoal.kafka.settings import ConnectionSettings, ScanSettings, Secret, TopicPolicy, read_secrets_file
 from shoal.scan import ScanRequest, describe_remote, scan_remote
+from shoal.security.acls import cluster_plan
 from shoal.topics import TopicNames
 from shoal_app.cli.main import cli
 from shoal_app.cli.verify import verify_table
@@ -109,9 +111,10 @@ def test_wrong_password_and_no_credentials_are_refused_quickly(
     plain = ConnectionSettings.plain(info.bootstrap_servers, info.zk_connect).kafka
     with pytest.raises(clients.KafkaAccessError):
         clients.check_access(plain, timeout_s=5)
-    result = run(
-        data, "table", "describe", "ev", env={"SHOAL_KAFKA_SASL_USERNAME": "writer", "SHOAL_ZK_PASSWORD": "nope"}
-    )
+    # a CLI command checks Kafka first: the writer's name with the admin's password (the cluster file's)
+    result = run(data, "table", "describe", "ev", env={"SHOAL_KAFKA_SASL_USERNAME": "writer"})
+    assert result.exit_code != 0 and "Kafka at" in result.output and "as writer" in result.output
+    result = run(data, "table", "describe", "ev", env={**_role_env(sec, "writer"), "SHOAL_ZK_PASSWORD": "nope"})
     assert result.exit_code != 0 and "ZooKeeper" in result.output
 
     with MetadataClient(MetadataConfig(connection=secure.connection_of(info))) as meta:
@@ -300,6 +303,50 @@ def test_spark_sink_writes_a_secured_table_scannable_over_flight(
 
     assert wait_until(lambda: len(scanned() or []) == 30, 60)
     assert sorted((r["k"], r["v"]) for r in scanned() or []) == [(k, f"v{k}") for k in range(30)]
+
+
+@pytest.mark.spark
+def test_spark_ingest_job_reads_a_secured_topic_as_the_spark_ingest_principal(
+    secured: tuple[Path, ClusterInfo, secure.SecureCluster], spark: Any, tmp_path: Path
+) -> None:
+    from spark_jobs.ingest import IngestConfig, start_ingest
+
+    data, info, sec = secured
+    create_table(data, ["node-1"], 1, name="ig")
+    admin = secure.connection_of(info)
+    source = "ig-source"
+    create_topic(clients.admin(admin.kafka), source, policy=TopicPolicy())
+    plan = cluster_plan(TopicNames(info.topic_prefix), source_topics=[source])  # what `shoal acl plan` prints
+    secure.apply_acls(admin.kafka, [r for r in plan if r.role == "spark-ingest" and r.name == source])
+    producer = clients.producer(admin.kafka)
+    for k in range(40):
+        producer.produce(source, json.dumps({"k": k, "v": f"v{k}"}).encode())
+    assert producer.flush(30) == 0
+    zk_root = str(info.extra.get("zk_root", "/shoal"))
+    connection = _connection(info, sec, "spark-ingest", topic_prefix=info.topic_prefix, zk_root=zk_root)
+    config = IngestConfig(
+        source_topic=source,
+        table="ig",
+        connection=MetadataConfig(connection=connection),
+        checkpoint=tmp_path / "checkpoint",
+        query_name="ig-secured",
+        available_now=True,
+    )
+    job = start_ingest(spark, config)  # the Kafka source, the sink's workers and the offsets mirror, secured
+    try:
+        assert job.await_termination(120), "the ingest query did not finish"
+        assert job.query.exception() is None, job.query.exception()
+    finally:
+        job.close()
+
+    def scanned() -> list[tuple[int, str]]:
+        result = run(data, "scan", "ig", "--output", "json")
+        lines = [json.loads(line) for line in result.output.splitlines() if line.startswith("{")]
+        return sorted((r["k"], r["v"]) for r in lines) if result.exit_code == 0 else []
+
+    assert wait_until(lambda: len(scanned()) == 40, 60)
+    assert scanned() == [(k, f"v{k}") for k in range(40)]
+    assert job.mirror.committed.get((source, 0)) == 40  # mirrored to its consumer group as spark-ingest
 
 
 def test_no_secret_in_any_log(secured: tuple[Path, ClusterInfo, secure.SecureCluster]) -> None:

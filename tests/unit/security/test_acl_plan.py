@@ -49,6 +49,8 @@ def test_least_privilege_per_role(plan: str) -> None:
     # spark-ingest writes ingest topics only; admin is a super user (no ACLs)
     assert _allowed(rules, "spark-ingest", "TOPIC", T.ingest(P1), "WRITE")
     assert not _allowed(rules, "spark-ingest", "TOPIC", wal, "WRITE")
+    assert _allowed(rules, "spark-ingest", "TOPIC", T.deadletter, "WRITE")  # records that do not parse
+    assert _allowed(rules, "spark-ingest", "GROUP", T.leader_group(P1), "DESCRIBE")  # the sink's sync
     assert not any(r.role == "admin" for r in rules)
 
 
