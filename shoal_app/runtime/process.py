@@ -141,7 +141,7 @@ def cmdline(record: ProcessRecord) -> tuple[str, ...] | None:
     """The command line of the process ``record`` names, or None if it does not run."""
     proc = _process(record)
     try:
-        return tuple(proc.cmdline()) if proc is not None else None
+        return tuple(_settled_cmdline(proc)) if proc is not None else None
     except psutil.Error:
         return None
 
