@@ -7,7 +7,9 @@ On an old leader's channel (not the current leader's), a replica whose only lag 
 segments is OK: the new leader adopted those records into segments, so the replica never acks
 them there (DESIGN.md section 7). Likewise on an old leader's segments channel only the current
 leader is expected to ack (it adopts the old leader's segments); the other replicas' lag there is
-shown but not alarmed. A channel whose topic does not exist (a placement that never led) has
+shown but not alarmed. A Tail past a replica's Ack is ERR only where the deleted records are not
+covered by segments (lost); covered, it is REWIND on the leader's channel (the replica replays from
+segments) and OK on a settled old leader's channel. A channel whose topic does not exist (a placement that never led) has
 ``exists: false`` and no indexes; one that existed and vanished is ERR.
 """
 
@@ -256,7 +258,7 @@ class Collector:
         ``settled``: why this group is not expected to catch up on this channel (an old leader's
         channel whose records are covered elsewhere): those offsets count as caught up, so the lag
         shown is 0 like the status (the raw offset lag goes in the reason). ERR and REWIND are never
-        suppressed."""
+        suppressed; ``truncated_status`` is what a Tail past the committed offset means here."""
         start, end = ctx.bounds[(topic, partition)]
         pos = start if committed is None else max(committed, start)
         info: Any = ctx.records.get((topic, partition, pos), _MISSING) if pos < end else None
@@ -408,6 +410,19 @@ class Collector:
         ix = ctx.indexes[c.topic]
         start, end = ix.tail, ix.append
         replicas = []
+        settled = (
+            None
+            if head.is_leader_channel or covered is None or covered < end - 1
+            else f"old leader's channel: the offsets past this Ack are covered by segments up to offset {covered}"
+        )
+        # Tail truncates only what segments cover (DESIGN.md section 7), and past the Ack of a replica
+        # outside the in-sync set: records a segment covers are replayed from the segments channel
+        # (REWIND: the replica re-bootstraps), and on a settled old leader's channel they are nobody's
+        # to replay. Truncated records no segment covers were lost (ERR). One offset of slack: a
+        # transaction's commit marker follows the last covered record.
+        truncated = Status.ERR
+        if covered is not None and covered >= start - 1:
+            truncated = Status.REWIND if settled is None else Status.OK
         for r in c.readers:
             ack = ix.ack(r.ack_group)
             consume = ix.consume(r.consume_group) if r.consume_group else None
@@ -421,9 +436,8 @@ class Collector:
                 partition=0,
                 group=r.ack_group,
                 committed=ack,
-                settled=None
-                if head.is_leader_channel or covered is None or covered < end - 1
-                else f"old leader's channel: the offsets past this Ack are covered by segments up to offset {covered}",
+                truncated_status=truncated,
+                settled=settled,
             )
             replicas.append(
                 WalReplica(
