@@ -9,8 +9,8 @@ them there (DESIGN.md section 7). Likewise on an old leader's segments channel o
 leader is expected to ack (it adopts the old leader's segments); the other replicas' lag there is
 shown but not alarmed. A Tail past a replica's Ack is ERR only where the deleted records are not
 covered by segments (lost); covered, it is REWIND on the leader's channel (the replica replays from
-segments) and OK on a settled old leader's channel. A channel whose topic does not exist (a placement that never led) has
-``exists: false`` and no indexes; one that existed and vanished is ERR.
+segments) and OK on a settled old leader's channel. A channel whose topic does not exist (a
+placement that never led) has ``exists: false`` and no indexes; one that existed and vanished is ERR.
 """
 
 from __future__ import annotations

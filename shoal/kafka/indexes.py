@@ -96,20 +96,29 @@ def read_indexes(
     admin: AdminClient, queries: Iterable[IndexQuery], *, timeout_s: float = 10.0
 ) -> dict[str, ChannelIndexes]:
     """{topic: ChannelIndexes} of every queried channel (partition 0) in batched requests; a topic
-    that does not exist is left out."""
+    that does not exist is left out.
+
+    Read in the order that keeps ``tail <= ack <= append`` true of a live channel: the log starts
+    first (a Tail only moves up, so the one read is at or below the Tail when the acks are read),
+    then the committed offsets, then the log ends (an Append only moves up, so it is at or above
+    every ack read before it). Read the other way round, a follower that acks between the two
+    reads looks like an Ack past the Append."""
     queries = list(queries)
-    bounds = log_bounds(admin, ((q.topic, 0) for q in queries), timeout_s=timeout_s)
+    keys = sorted({(q.topic, 0) for q in queries})
+    starts = _list_offsets(admin, keys, OffsetSpec.earliest(), timeout_s) if keys else {}
     requests: dict[str, set[TP]] = {}
     for q in queries:
-        if (q.topic, 0) in bounds:
+        if (q.topic, 0) in starts:
             for group in q.ack_groups + q.consume_groups:
                 requests.setdefault(group, set()).add((q.topic, 0))
     committed = committed_offsets(admin, requests, timeout_s=timeout_s)
+    present = [k for k in keys if k in starts]
+    ends = _list_offsets(admin, present, OffsetSpec.latest(), timeout_s) if present else {}
     out: dict[str, ChannelIndexes] = {}
     for q in queries:
-        if (q.topic, 0) not in bounds:
+        if (q.topic, 0) not in starts or (q.topic, 0) not in ends:
             continue
-        tail, append = bounds[(q.topic, 0)]
+        tail, append = starts[(q.topic, 0)], ends[(q.topic, 0)]
 
         def of(group: str, topic: str = q.topic) -> tuple[str, int | None]:
             return group, committed.get(group, {}).get((topic, 0))
