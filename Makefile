@@ -64,6 +64,7 @@ BENCH_SIZES ?= 1000,10000,100000,1000000
 BENCH_RF3_ROWS ?= 500000
 BENCH_COMPACTION_SMALL ?= 20000
 BENCH_COMPACTION_LARGE ?= 200000
+BENCH_MEMORY_ROWS ?= 1000000
 BENCH_OUT ?= build/bench
 
 # Every benchmark, each writing its JSON (top-level "ratio") to $(BENCH_OUT); bench.report turns
@@ -85,6 +86,8 @@ bench: setup
 	-$(PY) -m bench.fast_forward --sizes $(BENCH_SIZES) --repeat 3 --output json > $(BENCH_OUT)/fast_forward.json
 	-$(PY) -m bench.split --output json > $(BENCH_OUT)/split.json
 	-$(PY) -m bench.bootstrap --output json > $(BENCH_OUT)/bootstrap.json
+	@echo "memory: a memtable of $(BENCH_MEMORY_ROWS) rows against its Arrow size"
+	-$(PY) -m bench.memory --rows $(BENCH_MEMORY_ROWS) --output json > $(BENCH_OUT)/memory.json
 	$(PY) -m bench.report $(BENCH_OUT) | tee $(BENCH_OUT)/report.md
 
 CHAOS_SEED ?=

@@ -46,6 +46,7 @@ GOALS: dict[str, Goal] = {
     "compaction_small": Goal("P6", "compaction MB/s / plain pyarrow MB/s, small minors", at_least=0.3),
     "compaction_large": Goal("P6", "compaction MB/s / plain pyarrow MB/s, larger minors", at_least=0.7),
     "replication": Goal("P3", "follower with fresh reads CPU/row / leader CPU/row", at_most=0.2),
+    "memory": Goal("mem", "memtable RSS growth / Arrow size of its rows", at_most=2.0),
     "write_path": Goal("-", "write path RF 1 MB/s / raw produce + consume"),
     "fast_forward": Goal("-", "row-based apply time / fast-forward time"),
     "split": Goal("-", "re-insert time / split time"),
@@ -106,6 +107,12 @@ def _detail(name: str, doc: dict[str, Any]) -> str:
         return f"{doc.get('rows', 0):,} rows"
     if name == "bootstrap":
         return f"{s.get('rows', 0):,} rows"
+    if name == "memory" and res:
+        r = res[0]
+        return (
+            f"{r.get('rows', 0):,} rows: Arrow {_fmt(r.get('arrow MiB'), 0)} MiB, "
+            f"RSS +{_fmt(r.get('RSS growth MiB'), 0)} MiB, +{_fmt(r.get('peak with merge MiB'), 0)} MiB with a flush's merge"
+        )
     if name == "fast_forward" and res:
         return f"{res[-1].get('rows', 0):,}-row segment"
     return ""
