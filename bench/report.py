@@ -111,7 +111,8 @@ def _detail(name: str, doc: dict[str, Any]) -> str:
         r = res[0]
         return (
             f"{r.get('rows', 0):,} rows: Arrow {_fmt(r.get('arrow MiB'), 0)} MiB, "
-            f"RSS +{_fmt(r.get('RSS growth MiB'), 0)} MiB, +{_fmt(r.get('peak with merge MiB'), 0)} MiB with a flush's merge"
+            f"RSS +{_fmt(r.get('RSS growth MiB'), 0)} MiB, "
+            f"+{_fmt(r.get('peak with merge MiB'), 0)} MiB with a flush's merge"
         )
     if name == "fast_forward" and res:
         return f"{res[-1].get('rows', 0):,}-row segment"
