@@ -23,8 +23,9 @@ from __future__ import annotations
 import atexit
 import logging
 import threading
+import time
 from collections.abc import Callable
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_futures
 from dataclasses import dataclass
 from typing import Any
@@ -46,6 +47,9 @@ from shoal.wire.ingest import TABLE_HEADER
 from shoal.worker import Worker
 
 log = logging.getLogger(__name__)
+
+_SYNC_READERS = 8
+"""Threads reading leader groups' committed offsets for ``sync()`` (one blocking request each)."""
 
 _UNKNOWN_TOPIC_ERRORS = {"UNKNOWN_TOPIC_OR_PART", "_UNKNOWN_TOPIC", "_UNKNOWN_PARTITION"}
 
@@ -163,6 +167,10 @@ class Producer:
         self._in_flight = 0
         self._closed = False
         self._poller: _PollWorker | None = None
+        self._sync_pool: ThreadPoolExecutor | None = None
+        self._offset_locks: dict[str, threading.Lock] = {}
+        self._offsets_seen: dict[str, tuple[int | None, float]] = {}
+        """ingest topic -> (its leader group's committed offset, when the request reading it was sent)."""
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -192,6 +200,8 @@ class Producer:
                 log.warning("producer closed with %d messages not delivered", remaining)
         if self._poller is not None:
             self._poller.stop(timeout=5)
+        if self._sync_pool is not None:
+            self._sync_pool.shutdown(wait=True)
         if self._metadata is not None and self._own_metadata:
             self._metadata.close()
             self._metadata = None
@@ -403,7 +413,9 @@ class Producer:
 
         Flushes, then polls the committed offset of each written partition's leader group
         (``TopicNames.leader_group``) on its ingest topic until it is past the last produced
-        offset. Raises SyncTimeoutError naming the lagging partitions after ``timeout`` seconds.
+        offset. Each round reads every partition still lagging at once (one request per leader
+        group, all in flight together), then sleeps the next :class:`~producer.config.SyncPolicy`
+        interval. Raises SyncTimeoutError naming the lagging partitions after ``timeout`` seconds.
         """
         policy = self.config.sync_policy
         deadline = policy.clock() + timeout
@@ -413,19 +425,18 @@ class Producer:
         last_error: KafkaOperationError | None = None
         intervals = policy.intervals()
         while True:
-            for topic, (partition_id, last) in list(remaining.items()):
-                try:
-                    offset = self._committed(self.topics.leader_group(partition_id), topic)
-                except KafkaOperationError as exc:
-                    if exc.fatal:
-                        raise
+            groups = {topic: self.topics.leader_group(pid) for topic, (pid, _) in remaining.items()}
+            for topic, answer in self._committed_all(groups).items():
+                if isinstance(answer, KafkaOperationError):
+                    if answer.fatal:
+                        raise answer
                     # a broker restart or a coordinator move: ask again (on a fresh admin client) until the deadline
-                    last_error = exc
-                    log.info("sync: %s; asking again on a fresh admin client", exc)
+                    last_error = answer
+                    log.info("sync: %s; asking again on a fresh admin client", answer)
                     self._drop_admin()
                     continue
-                committed[topic] = offset
-                if offset is not None and offset > last:
+                committed[topic] = answer
+                if answer is not None and answer > remaining[topic][1]:
                     del remaining[topic]
             if not remaining:
                 return
@@ -443,6 +454,36 @@ class Producer:
                     lagging,
                 )
             policy.sleep(min(next(intervals), max(0.0, deadline - now)))
+
+    def _committed_all(self, groups: dict[str, str]) -> dict[str, int | KafkaOperationError | None]:
+        """{ingest topic: its leader group's committed offset (None if none), or the error reading it}
+        for ``groups`` ({ingest topic: leader group}); the groups are read concurrently."""
+        since = time.monotonic()
+        if self._offsets_reader is not None or len(groups) <= 1:
+            return {topic: self._committed_since(group, topic, since) for topic, group in groups.items()}
+        with self._lock:
+            if self._sync_pool is None:
+                self._sync_pool = ThreadPoolExecutor(_SYNC_READERS, thread_name_prefix="shoal-producer-sync")
+            pool = self._sync_pool
+        futures = {topic: pool.submit(self._committed_since, group, topic, since) for topic, group in groups.items()}
+        return {topic: future.result() for topic, future in futures.items()}
+
+    def _committed_since(self, group: str, topic: str, since: float) -> int | KafkaOperationError | None:
+        """The committed offset of ``group`` on ``topic`` as read by a request sent at ``since`` or
+        later: concurrent ``sync()`` calls share one read per topic instead of each sending its own."""
+        with self._lock:
+            lock = self._offset_locks.setdefault(topic, threading.Lock())
+        with lock:
+            seen = self._offsets_seen.get(topic)
+            if seen is not None and seen[1] >= since:
+                return seen[0]
+            sent = time.monotonic()
+            try:
+                offset = self._committed(group, topic)
+            except KafkaOperationError as exc:
+                return exc
+            self._offsets_seen[topic] = (offset, sent)
+            return offset
 
     def _committed(self, group: str, topic: str) -> int | None:
         if self._offsets_reader is not None:
