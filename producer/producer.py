@@ -425,6 +425,12 @@ class Producer:
         last_error: KafkaOperationError | None = None
         intervals = policy.intervals()
         while True:
+            for topic, (_pid, last) in list(remaining.items()):
+                seen = self._offsets_seen.get(topic)
+                if seen is not None and seen[0] is not None and seen[0] > last:
+                    del remaining[topic]  # committed offsets only grow: any read past ``last`` proves it
+            if not remaining:
+                return
             groups = {topic: self.topics.leader_group(pid) for topic, (pid, _) in remaining.items()}
             for topic, answer in self._committed_all(groups).items():
                 if isinstance(answer, KafkaOperationError):

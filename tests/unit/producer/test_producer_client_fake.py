@@ -199,3 +199,19 @@ def test_concurrent_syncs_share_an_offset_read() -> None:
     assert producer._committed_since("g", "t", time.monotonic()) == 2  # a later round asks again
     assert producer._committed_since("g", "u", before) == 3 and calls == ["t", "t", "u"]
     producer.close()
+
+
+def test_sync_needs_no_request_for_a_partition_already_seen_past_its_offset() -> None:
+    kafka = FakeKafka()
+    calls: list[str] = []
+
+    def reader(group: str, topic: str) -> int | None:
+        calls.append(topic)
+        return 5
+
+    producer, _ = _producer(kafka, FakeClock(), offsets_reader=reader)
+    producer.write("events", [{"k": 1, "ts": 1}])
+    producer.sync(timeout=1)
+    producer.sync(timeout=1)  # offset 0 was seen accepted (committed 5): no second read
+    assert len(calls) == 1
+    producer.close()
