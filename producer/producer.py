@@ -165,6 +165,8 @@ class Producer:
         self._last_offset: dict[str, tuple[str, int]] = {}  # ingest topic -> (partition_id, last offset)
         self._failed: list[DeliveryReport] = []
         self._in_flight = 0
+        self._pending: set[Future[DeliveryReport]] = set()
+        """Futures of the messages Kafka has not reported on yet."""
         self._closed = False
         self._poller: _PollWorker | None = None
         self._sync_pool: ThreadPoolExecutor | None = None
@@ -324,6 +326,7 @@ class Producer:
             callback = self._callback(table, partition_id, topic, message.num_rows, deleted, future)
             with self._lock:
                 self._in_flight += 1
+                self._pending.add(future)
             self._produce(kafka, topic, message.payload, headers, callback)
             futures.append(future)
         return WriteResult(table, rows.num_rows, tuple(futures))
@@ -361,6 +364,7 @@ class Producer:
             report = DeliveryReport(table, partition_id, topic, rows, deleted, offset, error)
             with self._lock:
                 self._in_flight -= 1
+                self._pending.discard(future)
                 if err is None and offset is not None:
                     prev = self._last_offset.get(topic)
                     if prev is None or offset > prev[1]:
@@ -393,6 +397,10 @@ class Producer:
             remaining = self._kafka.flush(-1 if timeout is None else timeout)
             if remaining:
                 raise DeliveryError(f"{remaining} messages still in flight after {timeout}s")
+        self._raise_failed()
+
+    def _raise_failed(self) -> None:
+        """Raise DeliveryError for the batches that failed since the last check."""
         with self._lock:
             failed, self._failed = self._failed, []
         if failed:
@@ -411,16 +419,18 @@ class Producer:
     def sync(self, timeout: float = 60.0) -> None:
         """Wait until the leaders have accepted everything written so far.
 
-        Flushes, then polls the committed offset of each written partition's leader group
-        (``TopicNames.leader_group``) on its ingest topic until it is past the last produced
-        offset. Each round reads every partition still lagging at once (one request per leader
-        group, all in flight together), then sleeps the next :class:`~producer.config.SyncPolicy`
-        interval. Raises SyncTimeoutError naming the lagging partitions after ``timeout`` seconds.
+        Waits for Kafka to acknowledge the messages written before the call (not the ones other
+        threads write meanwhile: ``flush()`` would wait for those too, and under a steady stream
+        of writes Kafka's queue is never empty), then polls the committed offset of each written
+        partition's leader group (``TopicNames.leader_group``) on its ingest topic until it is
+        past the last offset produced before the call. Each round reads every partition still
+        lagging at once (one request per leader group, all in flight together), then sleeps the
+        next :class:`~producer.config.SyncPolicy` interval. Raises SyncTimeoutError naming the
+        lagging partitions after ``timeout`` seconds.
         """
         policy = self.config.sync_policy
         deadline = policy.clock() + timeout
-        self.flush(timeout)
-        remaining = self.written()
+        remaining = self._delivered_before(timeout)
         committed: dict[str, int | None] = {}
         last_error: KafkaOperationError | None = None
         intervals = policy.intervals()
@@ -460,6 +470,22 @@ class Producer:
                     lagging,
                 )
             policy.sleep(min(next(intervals), max(0.0, deadline - now)))
+
+    def _delivered_before(self, timeout: float) -> dict[str, tuple[str, int]]:
+        """Wait for the messages produced so far; {ingest topic: (partition_id, last offset)} of
+        everything delivered up to them. DeliveryError if one failed or is not done in time."""
+        with self._lock:
+            pending = list(self._pending)
+            targets = dict(self._last_offset)
+        _done, late = wait_futures(pending, timeout=timeout)
+        if late:
+            raise DeliveryError(f"{len(late)} messages still in flight after {timeout}s")
+        self._raise_failed()
+        for future in pending:
+            report = future.result()  # DeliveryError if it failed (reported by an earlier flush)
+            if report.offset is not None and report.offset > targets.get(report.topic, ("", -1))[1]:
+                targets[report.topic] = (report.partition_id, report.offset)
+        return targets
 
     def _committed_all(self, groups: dict[str, str]) -> dict[str, int | KafkaOperationError | None]:
         """{ingest topic: its leader group's committed offset (None if none), or the error reading it}
