@@ -64,6 +64,23 @@ def timer() -> Iterator[Callable[[], float]]:
     end.append(time.perf_counter())
 
 
+@contextlib.contextmanager
+def profiled(path: str | None) -> Iterator[None]:
+    """``with profiled(path): ...`` writes a cProfile of the block to ``path`` (pstats format); None = no profile."""
+    if path is None:
+        yield
+        return
+    import cProfile
+
+    profile = cProfile.Profile()
+    profile.enable()
+    try:
+        yield
+    finally:
+        profile.disable()
+        profile.dump_stats(path)
+
+
 def median_time(fn: Callable[[], Any], repeat: int) -> float:
     """The median wall time of ``repeat`` calls of ``fn``."""
     times = []

@@ -35,6 +35,9 @@ def main(argv: list[str] | None = None) -> None:
         help="the service's local_max_bytes (inputs up to it skip the Spark job; 0 = always Spark; "
         "default: the service's default)",
     )
+    p.add_argument(
+        "--profile", default=None, help="write a cProfile of the timed compaction (service.prepare) to this file"
+    )
     args = p.parse_args(argv)
     say = common.progress_printer(args.output)
 
@@ -92,7 +95,7 @@ def main(argv: list[str] | None = None) -> None:
                             / 1e6
                         )
                         say("compaction service (compute + write the major)")
-                        with common.timer() as spark_s:
+                        with common.timer() as spark_s, common.profiled(args.profile):
                             prepared = service.prepare(held.partition_id, force=True)
                         assert prepared is not None
                         out_rows = prepared.manifest.row_count

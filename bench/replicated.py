@@ -529,12 +529,12 @@ def latency_rows(i: int, batch: int, count: int, value_bytes: int) -> Any:
 def shoal_latency(c: Cluster, args: argparse.Namespace, rate: float, say: Callable[[str], None]) -> dict[str, Any]:
     """Per batch: write -> ``sync()`` returned, and write -> the batch's last key scanned on every node.
 
-    One thread measures each kind, oldest sample first, so the probes add a bounded load (one
-    ``sync()`` loop, three key scans per pending sample and round) and no sample waits in a queue:
-    a ``sync()`` that started after batch i was written and returned covers batch i; a key is
-    visible once a scan of every node returns it."""
+    Each batch's ``sync()`` is called right after its write, on its own thread (as a writer
+    calling ``write`` then ``sync`` would see it; a ``sync()`` returns once everything written
+    before it is accepted; concurrent calls share their offset reads). One thread scans for the
+    sampled keys, oldest first, so that probe adds a bounded load (three key scans per pending
+    sample and round): a key is visible once a scan of every node returns it."""
     from producer import Producer
-    from producer.config import SyncPolicy
     from shoal.scan import ScanRequest, scan_remote
 
     batch, interval, count = _schedule(rate, args.batches_per_s, args.latency_seconds)
@@ -545,24 +545,15 @@ def shoal_latency(c: Cluster, args: argparse.Namespace, rate: float, say: Callab
     accepted: list[float] = []
     visible: list[float] = []
     errors: list[str] = []
-    fine = SyncPolicy(initial_interval_s=0.01, max_interval_s=0.05)  # resolution of the accepted latency
     deadline = time.monotonic() + args.latency_seconds + 300
 
     def pending(done: int) -> list[tuple[float, int, str]]:
         with lock:
             return samples[done:]
 
-    def accept(producer: Any) -> None:
-        done = 0
-        while done < count and time.monotonic() < deadline:
-            waiting = pending(done)
-            if not waiting:
-                time.sleep(0.005)
-                continue
-            producer.sync(300)
-            now = time.perf_counter()
-            accepted.extend(now - sample[0] for sample in waiting)
-            done += len(waiting)
+    def accept(producer: Any, t0: float) -> None:
+        producer.sync(300)
+        accepted.append(time.perf_counter() - t0)
 
     def see() -> None:
         done = 0
@@ -585,9 +576,13 @@ def shoal_latency(c: Cluster, args: argparse.Namespace, rate: float, say: Callab
                 done += 1
             time.sleep(0.01)  # resolution of the visibility latency; finer polling loads the nodes
 
-    with Producer(_producer_config(c, args, sync_policy=fine)) as producer, ThreadPoolExecutor(2) as pool:
+    with (
+        Producer(_producer_config(c, args)) as producer,
+        ThreadPoolExecutor(1) as pool,
+        ThreadPoolExecutor(count) as syncs,  # one per batch: no sync() waits for a thread
+    ):
         pmap = producer.partition_map(TABLE)
-        probes = [pool.submit(accept, producer), pool.submit(see)]
+        probes = [pool.submit(see)]
         start = time.perf_counter()
         for i in range(count):
             wait = start + i * interval - time.perf_counter()
@@ -597,6 +592,7 @@ def shoal_latency(c: Cluster, args: argparse.Namespace, rate: float, say: Callab
             last_key = int(rows.column("k")[-1].as_py())
             t0 = time.perf_counter()
             producer.write(TABLE, rows)
+            probes.append(syncs.submit(accept, producer, t0))
             with lock:
                 samples.append((t0, last_key, pmap.lookup(last_key).partition_id))
         for f in probes:
@@ -701,6 +697,12 @@ def main(argv: list[str] | None = None) -> None:
         help="P4: batches per second (each batch is one ingest message per partition, one leader transaction each)",
     )
     p.add_argument("--skip-latency", action="store_true", help="P1 only")
+    p.add_argument(
+        "--latency-rate",
+        type=float,
+        default=None,
+        help="P4 only, at this many rows/s (skips P1 and its raw baseline; for profiling the latency path)",
+    )
     args = p.parse_args(argv)
     say = common.progress_printer(args.output)
     signal.signal(signal.SIGTERM, _terminate)  # SIGTERM unwinds like Ctrl-C: every finally stops its processes
@@ -708,11 +710,14 @@ def main(argv: list[str] | None = None) -> None:
         create_table(c, args.partitions)
         say("waiting for every partition to accept a first write")
         _warm_up(c, args)
-        raw = run_raw(c, args, say)
-        shoal = run_shoal(c, args, say)
+        if args.latency_rate is not None:
+            shoal, raw = {}, {}
+        else:
+            raw = run_raw(c, args, say)
+            shoal = run_shoal(c, args, say)
         latency: dict[str, Any] = {}
         if not args.skip_latency:
-            rate = 0.5 * shoal["rows/s"]
+            rate = args.latency_rate if args.latency_rate is not None else 0.5 * shoal["rows/s"]
             latency = {
                 "rate_rows_s": rate,
                 "shoal": shoal_latency(c, args, rate, say),
@@ -741,7 +746,7 @@ def _warm_up(c: Cluster, args: argparse.Namespace) -> None:
 
 
 def report(args: argparse.Namespace, shoal: dict[str, Any], raw: dict[str, Any], latency: dict[str, Any]) -> None:
-    ratio = throughput_ratio(shoal["MB/s"], raw["MB/s"])
+    ratio = throughput_ratio(shoal["MB/s"], raw["MB/s"]) if shoal and raw else None
     settings = {
         "rows": args.rows,
         "row_bytes": 16 + args.value_bytes,
@@ -784,7 +789,7 @@ def report(args: argparse.Namespace, shoal: dict[str, Any], raw: dict[str, Any],
                     "benchmark": "replicated",
                     "ratio": ratio,
                     "settings": settings,
-                    "results": [shoal, raw],
+                    "results": [r for r in (shoal, raw) if r],
                     "latency": latency,
                     "latency_ratios": p4,
                     "notes": notes,
@@ -797,7 +802,7 @@ def report(args: argparse.Namespace, shoal: dict[str, Any], raw: dict[str, Any],
     common.report(
         "replicated writes at RF 3 vs raw Kafka at RF 3",
         ["pipeline", "rows", "MB", "seconds", "rows/s", "MB/s", "produced s"],
-        [shoal, raw],
+        [r for r in (shoal, raw) if r],
         settings,
         "table",
         notes,

@@ -23,8 +23,9 @@ from __future__ import annotations
 import atexit
 import logging
 import threading
+import time
 from collections.abc import Callable
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_futures
 from dataclasses import dataclass
 from typing import Any
@@ -46,6 +47,9 @@ from shoal.wire.ingest import TABLE_HEADER
 from shoal.worker import Worker
 
 log = logging.getLogger(__name__)
+
+_SYNC_READERS = 8
+"""Threads reading leader groups' committed offsets for ``sync()`` (one blocking request each)."""
 
 _UNKNOWN_TOPIC_ERRORS = {"UNKNOWN_TOPIC_OR_PART", "_UNKNOWN_TOPIC", "_UNKNOWN_PARTITION"}
 
@@ -161,8 +165,14 @@ class Producer:
         self._last_offset: dict[str, tuple[str, int]] = {}  # ingest topic -> (partition_id, last offset)
         self._failed: list[DeliveryReport] = []
         self._in_flight = 0
+        self._pending: set[Future[DeliveryReport]] = set()
+        """Futures of the messages Kafka has not reported on yet."""
         self._closed = False
         self._poller: _PollWorker | None = None
+        self._sync_pool: ThreadPoolExecutor | None = None
+        self._offset_locks: dict[str, threading.Lock] = {}
+        self._offsets_seen: dict[str, tuple[int | None, float]] = {}
+        """ingest topic -> (its leader group's committed offset, when the request reading it was sent)."""
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -192,6 +202,8 @@ class Producer:
                 log.warning("producer closed with %d messages not delivered", remaining)
         if self._poller is not None:
             self._poller.stop(timeout=5)
+        if self._sync_pool is not None:
+            self._sync_pool.shutdown(wait=True)
         if self._metadata is not None and self._own_metadata:
             self._metadata.close()
             self._metadata = None
@@ -314,6 +326,7 @@ class Producer:
             callback = self._callback(table, partition_id, topic, message.num_rows, deleted, future)
             with self._lock:
                 self._in_flight += 1
+                self._pending.add(future)
             self._produce(kafka, topic, message.payload, headers, callback)
             futures.append(future)
         return WriteResult(table, rows.num_rows, tuple(futures))
@@ -351,6 +364,7 @@ class Producer:
             report = DeliveryReport(table, partition_id, topic, rows, deleted, offset, error)
             with self._lock:
                 self._in_flight -= 1
+                self._pending.discard(future)
                 if err is None and offset is not None:
                     prev = self._last_offset.get(topic)
                     if prev is None or offset > prev[1]:
@@ -383,6 +397,10 @@ class Producer:
             remaining = self._kafka.flush(-1 if timeout is None else timeout)
             if remaining:
                 raise DeliveryError(f"{remaining} messages still in flight after {timeout}s")
+        self._raise_failed()
+
+    def _raise_failed(self) -> None:
+        """Raise DeliveryError for the batches that failed since the last check."""
         with self._lock:
             failed, self._failed = self._failed, []
         if failed:
@@ -401,31 +419,40 @@ class Producer:
     def sync(self, timeout: float = 60.0) -> None:
         """Wait until the leaders have accepted everything written so far.
 
-        Flushes, then polls the committed offset of each written partition's leader group
-        (``TopicNames.leader_group``) on its ingest topic until it is past the last produced
-        offset. Raises SyncTimeoutError naming the lagging partitions after ``timeout`` seconds.
+        Waits for Kafka to acknowledge the messages written before the call (not the ones other
+        threads write meanwhile: ``flush()`` would wait for those too, and under a steady stream
+        of writes Kafka's queue is never empty), then polls the committed offset of each written
+        partition's leader group (``TopicNames.leader_group``) on its ingest topic until it is
+        past the last offset produced before the call. Each round reads every partition still
+        lagging at once (one request per leader group, all in flight together), then sleeps the
+        next :class:`~producer.config.SyncPolicy` interval. Raises SyncTimeoutError naming the
+        lagging partitions after ``timeout`` seconds.
         """
         policy = self.config.sync_policy
         deadline = policy.clock() + timeout
-        self.flush(timeout)
-        remaining = self.written()
+        remaining = self._delivered_before(timeout)
         committed: dict[str, int | None] = {}
         last_error: KafkaOperationError | None = None
         intervals = policy.intervals()
         while True:
-            for topic, (partition_id, last) in list(remaining.items()):
-                try:
-                    offset = self._committed(self.topics.leader_group(partition_id), topic)
-                except KafkaOperationError as exc:
-                    if exc.fatal:
-                        raise
+            for topic, (_pid, last) in list(remaining.items()):
+                seen = self._offsets_seen.get(topic)
+                if seen is not None and seen[0] is not None and seen[0] > last:
+                    del remaining[topic]  # committed offsets only grow: any read past ``last`` proves it
+            if not remaining:
+                return
+            groups = {topic: self.topics.leader_group(pid) for topic, (pid, _) in remaining.items()}
+            for topic, answer in self._committed_all(groups).items():
+                if isinstance(answer, KafkaOperationError):
+                    if answer.fatal:
+                        raise answer
                     # a broker restart or a coordinator move: ask again (on a fresh admin client) until the deadline
-                    last_error = exc
-                    log.info("sync: %s; asking again on a fresh admin client", exc)
+                    last_error = answer
+                    log.info("sync: %s; asking again on a fresh admin client", answer)
                     self._drop_admin()
                     continue
-                committed[topic] = offset
-                if offset is not None and offset > last:
+                committed[topic] = answer
+                if answer is not None and answer > remaining[topic][1]:
                     del remaining[topic]
             if not remaining:
                 return
@@ -444,9 +471,57 @@ class Producer:
                 )
             policy.sleep(min(next(intervals), max(0.0, deadline - now)))
 
+    def _delivered_before(self, timeout: float) -> dict[str, tuple[str, int]]:
+        """Wait for the messages produced so far; {ingest topic: (partition_id, last offset)} of
+        everything delivered up to them. DeliveryError if one failed or is not done in time."""
+        with self._lock:
+            pending = list(self._pending)
+            targets = dict(self._last_offset)
+        _done, late = wait_futures(pending, timeout=timeout)
+        if late:
+            raise DeliveryError(f"{len(late)} messages still in flight after {timeout}s")
+        self._raise_failed()
+        for future in pending:
+            report = future.result()  # DeliveryError if it failed (reported by an earlier flush)
+            if report.offset is not None and report.offset > targets.get(report.topic, ("", -1))[1]:
+                targets[report.topic] = (report.partition_id, report.offset)
+        return targets
+
+    def _committed_all(self, groups: dict[str, str]) -> dict[str, int | KafkaOperationError | None]:
+        """{ingest topic: its leader group's committed offset (None if none), or the error reading it}
+        for ``groups`` ({ingest topic: leader group}); the groups are read concurrently."""
+        since = time.monotonic()
+        if self._offsets_reader is not None or len(groups) <= 1:
+            return {topic: self._committed_since(group, topic, since) for topic, group in groups.items()}
+        with self._lock:
+            if self._sync_pool is None:
+                self._sync_pool = ThreadPoolExecutor(_SYNC_READERS, thread_name_prefix="shoal-producer-sync")
+            pool = self._sync_pool
+        futures = {topic: pool.submit(self._committed_since, group, topic, since) for topic, group in groups.items()}
+        return {topic: future.result() for topic, future in futures.items()}
+
+    def _committed_since(self, group: str, topic: str, since: float) -> int | KafkaOperationError | None:
+        """The committed offset of ``group`` on ``topic`` as read by a request sent at ``since`` or
+        later: concurrent ``sync()`` calls share one read per topic instead of each sending its own."""
+        with self._lock:
+            lock = self._offset_locks.setdefault(topic, threading.Lock())
+        with lock:
+            seen = self._offsets_seen.get(topic)
+            if seen is not None and seen[1] >= since:
+                return seen[0]
+            sent = time.monotonic()
+            try:
+                offset = self._committed(group, topic)
+            except KafkaOperationError as exc:
+                return exc
+            self._offsets_seen[topic] = (offset, sent)
+            return offset
+
     def _committed(self, group: str, topic: str) -> int | None:
         if self._offsets_reader is not None:
             return self._offsets_reader(group, topic)
         from shoal.kafka.indexes import committed_offsets
 
-        return committed_offsets(self.admin, {group: [(topic, 0)]}, timeout_s=10).get(group, {}).get((topic, 0))
+        # not ``stable``: a leader group has a transaction pending most of the time under load
+        offsets = committed_offsets(self.admin, {group: [(topic, 0)]}, timeout_s=10, stable=False)
+        return offsets.get(group, {}).get((topic, 0))

@@ -161,7 +161,7 @@ MAX_OFFSET_READERS = 64
 
 
 def committed_offsets(
-    admin: AdminClient, requests: Mapping[str, Iterable[TP]], *, timeout_s: float = 10.0
+    admin: AdminClient, requests: Mapping[str, Iterable[TP]], *, timeout_s: float = 10.0, stable: bool = True
 ) -> dict[str, dict[TP, int | None]]:
     """{group: {(topic, partition): committed offset or None}}.
 
@@ -169,11 +169,16 @@ def committed_offsets(
     not with the AdminClient's ``list_consumer_group_offsets``: librdkafka 2.16 crashes the process
     (SIGSEGV in ``rd_kafka_cgrp_op``, confluentinc/librdkafka#5040) when that request meets an error
     that asks for a new coordinator (NOT_COORDINATOR, a broker gone), which every broker loss can
-    cause. A consumer's own fetch looks the coordinator up again and retries."""
+    cause. A consumer's own fetch looks the coordinator up again and retries.
+
+    ``stable=False`` reads through ``read_uncommitted`` consumers, whose fetch does not set
+    KIP-447's ``require_stable``: the answer is the last committed offset even while a transaction
+    holds newer pending offsets (never a pending one), instead of UNSTABLE_OFFSET_COMMIT retried
+    with backoff. For waiting on a group that commits in transactions all the time."""
     parts = {group: [TopicPartition(t, p) for t, p in sorted(set(tps))] for group, tps in requests.items() if set(tps)}
     settings = getattr(admin, "shoal_settings", None)
     if isinstance(settings, KafkaSettings):
-        return _consumer_offsets(admin, settings, parts, timeout_s)
+        return _consumer_offsets(admin, settings, parts, timeout_s, stable)
     return _group_offsets(
         admin, {group: ConsumerGroupTopicPartitions(group, tps) for group, tps in parts.items()}, timeout_s
     )
@@ -220,25 +225,29 @@ def _group_offsets(
 _READERS_LOCK = threading.Lock()
 
 
-def _offset_reader(admin: AdminClient, settings: KafkaSettings, group: str) -> Any:
+def _offset_reader(admin: AdminClient, settings: KafkaSettings, group: str, stable: bool = True) -> Any:
     """The consumer of ``group`` kept on ``admin`` (threads may share an admin client)."""
     with _READERS_LOCK:
-        readers: dict[str, Any] | None = getattr(admin, "shoal_offset_readers", None)
+        readers: dict[tuple[str, bool], Any] | None = getattr(admin, "shoal_offset_readers", None)
         if readers is None:
             readers = {}
             setattr(admin, "shoal_offset_readers", readers)  # noqa: B010
-        reader = readers.pop(group, None)
+        reader = readers.pop((group, stable), None)
         if reader is None:
-            reader = clients.consumer(settings, group_id=group)
+            reader = clients.consumer(settings, group_id=group, read_committed=stable)
             while len(readers) >= MAX_OFFSET_READERS:
                 oldest = next(iter(readers))
                 readers.pop(oldest).close()
-        readers[group] = reader  # most recently used last
+        readers[(group, stable)] = reader  # most recently used last
         return reader
 
 
 def _consumer_offsets(
-    admin: AdminClient, settings: KafkaSettings, parts: Mapping[str, list[TopicPartition]], timeout_s: float
+    admin: AdminClient,
+    settings: KafkaSettings,
+    parts: Mapping[str, list[TopicPartition]],
+    timeout_s: float,
+    stable: bool = True,
 ) -> dict[str, dict[TP, int | None]]:
     """Each group's committed offsets through its consumer; a retriable error is asked again with
     backoff until ``timeout_s`` has passed."""
@@ -248,7 +257,8 @@ def _consumer_offsets(
         backoff = Backoff(initial_s=0.2, maximum_s=2.0)
         while True:
             try:
-                answer = _offset_reader(admin, settings, group).committed(tps, timeout=max(1.0, deadline.remaining()))
+                reader = _offset_reader(admin, settings, group, stable)
+                answer = reader.committed(tps, timeout=max(1.0, deadline.remaining()))
             except KafkaException as exc:
                 error = classify(exc, f"cannot read the committed offsets of group {group}")
                 if not error.retriable or deadline.expired():

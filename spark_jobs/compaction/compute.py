@@ -173,15 +173,25 @@ def _chunk_range(kafka: KafkaSettings, sources: list[SegmentSource]) -> tuple[st
     """(topic, first offset, end offset) of the manifests and chunks of ``sources`` on their one channel."""
     from shoal.kafka.admin import log_start_and_end
 
-    topic = sources[0].topic
-    if any(s.topic != topic for s in sources):
-        raise CompactionJobError("the segments of one compaction must come from one channel")
-    start = min(s.manifest_offset for s in sources)
-    end = max(s.manifest_offset + s.chunk_count for s in sources) + 2  # + the transaction marker
+    topic, start, end = _local_range(sources)
     log_start, log_end = log_start_and_end(kafka, topic)
     if start < log_start:
         raise CompactionJobError(f"{topic} was truncated to {log_start}, above segment data at {start}")
     return topic, start, min(end, log_end)
+
+
+LOCAL_FETCH_BYTES = 16 * 1024 * 1024
+"""``fetch.message.max.bytes`` of the in-process chunk reader (inputs up to ``local_max_bytes``)."""
+
+
+def _local_range(sources: list[SegmentSource]) -> tuple[str, int, int]:
+    """(topic, first offset, end offset) of the manifests and chunks of ``sources``, without asking
+    Kafka (:func:`_chunk_range` also checks the log start, at the cost of one more consumer)."""
+    topic = sources[0].topic
+    if any(s.topic != topic for s in sources):
+        raise CompactionJobError("the segments of one compaction must come from one channel")
+    start = min(s.manifest_offset for s in sources)
+    return topic, start, max(s.manifest_offset + s.chunk_count for s in sources) + 2  # + the transaction marker
 
 
 def compute_major_local(
@@ -195,10 +205,19 @@ def compute_major_local(
     if not sources:
         raise CompactionJobError("nothing to compact")
     by_id = {s.segment_id: s for s in sources}
-    topic, start, end = _chunk_range(kafka, sources)
+    topic, start, end = _local_range(sources)
     chunks: dict[str, dict[int, bytes]] = {sid: {} for sid in by_id}
     missing = sum(s.chunk_count for s in sources)
-    reading = read_to_end(kafka, topic, start, what="segments channel", group_id="shoal-compaction-local")
+    # one consumer reads the range (its own watermarks; a range truncated by Tail shows as missing
+    # chunks below), with fetches large enough for every chunk of a small major in a few requests
+    reading = read_to_end(
+        kafka,
+        topic,
+        start,
+        what="segments channel",
+        group_id="shoal-compaction-local",
+        **{"fetch.message.max.bytes": LOCAL_FETCH_BYTES},
+    )
     try:
         for msg in reading:
             if int(msg.offset() or 0) >= end:
@@ -222,11 +241,14 @@ def compute_major_local(
         parts = chunks[sid]
         absent = [i for i in range(src.chunk_count) if i not in parts]
         if absent:
-            raise CompactionJobError(f"segment {sid}: chunk {absent[0]} of {src.chunk_count} missing on {src.topic}")
+            raise CompactionJobError(
+                f"segment {sid}: chunk {absent[0]} of {src.chunk_count} missing on {src.topic} "
+                "(truncated by Tail, or not committed)"
+            )
         blob = b"".join(parts[i] for i in range(src.chunk_count))
         if len(blob) != src.size_bytes or hashlib.sha256(blob).hexdigest() != src.sha256:
             raise CompactionJobError(f"segment {sid}: reassembled bytes do not match the manifest's size/sha256")
-        tables.append(pq.read_table(io.BytesIO(blob)))
+        tables.append(pq.ParquetFile(pa.BufferReader(blob)).read())  # one in-memory file: no dataset layer
     merged = lww_merge(tables, list(table.primary_key), drop_tombstones=drop_tombstones)
     schema = versioned_schema(table)
     return pa.Table.from_arrays([merged.column(f.name) for f in schema], schema=schema)

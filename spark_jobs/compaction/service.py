@@ -183,6 +183,7 @@ class CompactionService:
                 continue
             added += self.book.add(row["topic"], int(row["offset"]), manifest)
         log.info("compaction: batch %d, %d manifests", batch_id, added)
+        self.learn_tables()
         if evaluate:
             self.evaluate()
 
@@ -230,6 +231,21 @@ class CompactionService:
             shutil.rmtree(checkpoint, ignore_errors=True)
 
     # -- deciding ------------------------------------------------------------------------------
+
+    def learn_tables(self) -> None:
+        """Read the definition of every table the book names that this process has not read yet.
+
+        Called as manifests arrive, so a compaction finds its table's definition in memory: the
+        first METADATA read of a process (a Kafka store consumer) costs more than computing a
+        small major. A table that cannot be read now is read again when it is compacted."""
+        with self._lock:
+            for name in sorted(set(self.book.partitions().values()) - set(self._tables)):
+                if self.config.table is not None and name != self.config.table:
+                    continue
+                try:
+                    self._table(name)
+                except ShoalError as exc:
+                    log.warning("compaction: cannot read the definition of table %s yet: %s", name, exc)
 
     def _table(self, name: str) -> TableDefinition:
         if name not in self._tables:

@@ -2,7 +2,8 @@
 
 Loop (:meth:`PartitionLeader.step`), on the leader's own thread:
 
-1. consume a batch of ingest messages (``read_committed``, group ``TopicNames.leader_group``);
+1. consume a batch of ingest messages (``read_committed``, group ``TopicNames.leader_group``): wait
+   for the first one, then take every message already fetched (:func:`ingest_batch`);
 2. re-validate each one (:mod:`storage_node.replica.validate`); refused ones go to the
    deadletter topic with headers naming the reason, the source topic, partition and offset
    (:mod:`.deadletter`);
@@ -75,6 +76,21 @@ from storage_node.roles.leader.transaction import delivery_recorder, leader_erro
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+
+def ingest_batch(consumer: Consumer, max_messages: int, timeout_s: float) -> list[Message]:
+    """Up to ``max_messages`` ingest messages, returned as soon as there is one.
+
+    Waits up to ``timeout_s`` for the first message only, then takes what the consumer has already
+    fetched without waiting. ``consume(n, timeout)`` blocks for the whole timeout unless ``n``
+    messages arrive, which at a low rate put up to ``timeout_s`` between a write and its
+    transaction (the leader's ``poll_timeout_s``). Under load the messages that arrived during the
+    previous transaction are all fetched already, so transactions stay as large as before.
+    """
+    first = consumer.poll(timeout_s)
+    if first is None:
+        return []
+    return [first, *consumer.consume(max_messages - 1, 0)] if max_messages > 1 else [first]
 
 
 class LeaderRoleState(enum.Enum):
@@ -341,7 +357,7 @@ class PartitionLeader(Worker):
         self.ingest_quiesced.clear()
         self.stall()
         self.collect_unreferenced()
-        msgs = self._consumer.consume(self.config.max_messages_per_transaction, self.config.poll_timeout_s)
+        msgs = ingest_batch(self._consumer, self.config.max_messages_per_transaction, self.config.poll_timeout_s)
         data = [m for m in msgs if m.error() is None]
         for m in msgs:
             err = m.error()

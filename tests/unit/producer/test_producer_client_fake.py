@@ -180,3 +180,38 @@ def test_sync_keeps_polling_through_a_failed_offset_read() -> None:
         producer.sync(timeout=2)
     assert raised.value is fatal
     producer.close()
+
+
+def test_concurrent_syncs_share_an_offset_read() -> None:
+    """A read sent after a round began answers that round too: concurrent sync() calls do not each ask Kafka."""
+    import time
+
+    calls: list[str] = []
+
+    def reader(group: str, topic: str) -> int | None:
+        calls.append(topic)
+        return len(calls)
+
+    producer, _ = _producer(FakeKafka(), FakeClock(), offsets_reader=reader)
+    before = time.monotonic()
+    assert producer._committed_since("g", "t", before) == 1
+    assert producer._committed_since("g", "t", before) == 1  # sent after ``before``: shared
+    assert producer._committed_since("g", "t", time.monotonic()) == 2  # a later round asks again
+    assert producer._committed_since("g", "u", before) == 3 and calls == ["t", "t", "u"]
+    producer.close()
+
+
+def test_sync_needs_no_request_for_a_partition_already_seen_past_its_offset() -> None:
+    kafka = FakeKafka()
+    calls: list[str] = []
+
+    def reader(group: str, topic: str) -> int | None:
+        calls.append(topic)
+        return 5
+
+    producer, _ = _producer(kafka, FakeClock(), offsets_reader=reader)
+    producer.write("events", [{"k": 1, "ts": 1}])
+    producer.sync(timeout=1)
+    producer.sync(timeout=1)  # offset 0 was seen accepted (committed 5): no second read
+    assert len(calls) == 1
+    producer.close()

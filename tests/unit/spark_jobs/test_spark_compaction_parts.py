@@ -106,3 +106,33 @@ def test_reassembly_checks_every_segment_and_yields_its_rows() -> None:
     missing = batch.take(pa.array(keep))
     with pytest.raises(CompactionJobError, match="chunk 0 is missing"):
         list(reassemble([missing], sources, TABLE))
+
+
+def test_the_service_reads_a_table_definition_once_when_its_manifests_arrive() -> None:
+    """A compaction then finds the definition in memory; a failed read is retried on the next batch."""
+    from types import SimpleNamespace
+    from typing import Any
+
+    from metadata.client import MetadataConfig
+    from shoal.errors import ShoalError
+    from spark_jobs.compaction.service import CompactionConfig, CompactionService
+
+    reads: list[str] = []
+    failures = [ShoalError("ZooKeeper is away")]
+
+    def current(name: str) -> Any:
+        reads.append(name)
+        if failures:
+            raise failures.pop()
+        return SimpleNamespace(table=TABLE)
+
+    config = CompactionConfig(MetadataConfig(zk_hosts="zk:1", bootstrap_servers="k:1", topic_prefix="p"))
+    service = CompactionService(None, config)  # type: ignore[arg-type]
+    service._client = SimpleNamespace(coordinator=SimpleNamespace(current=current))  # type: ignore[assignment]
+    service.learn_tables()
+    assert reads == []  # nothing in the book yet
+    service.book.add(TOPICS.segments(PID, 3), 0, _manifest(new_segment_id(), None, True, 0, 10))
+    service.learn_tables()
+    service.learn_tables()
+    service.learn_tables()
+    assert reads == ["t", "t"] and service._table("t") is TABLE
