@@ -284,3 +284,15 @@ def _fmt(value: Any) -> str:
     if isinstance(value, int):
         return f"{value:,}"
     return str(value)
+
+
+def random_strings(n: int, value_bytes: int, seed: int) -> Any:
+    """``n`` random lowercase strings of ``value_bytes`` bytes each, as one Arrow string array."""
+    import numpy as np
+    import pyarrow as pa
+
+    rng = np.random.default_rng(seed)
+    alphabet = np.frombuffer(b"abcdefghijklmnopqrstuvwxyz", dtype=np.uint8)
+    data = alphabet[rng.integers(0, len(alphabet), size=n * value_bytes)].tobytes()
+    offsets = pa.array(np.arange(0, (n + 1) * value_bytes, value_bytes, dtype=np.int32), pa.int32())
+    return pa.StringArray.from_buffers(n, offsets.buffers()[1], pa.py_buffer(data))

@@ -29,11 +29,7 @@ from bench import common
 def versioned_rows(n: int, first_key: int, value_bytes: int, seq: int) -> pa.Table:
     from shoal.segments.versioned import stamp
 
-    rng = np.random.default_rng(first_key)
-    alphabet = np.frombuffer(b"abcdefghijklmnopqrstuvwxyz", dtype=np.uint8)
-    data = alphabet[rng.integers(0, len(alphabet), size=n * value_bytes)].tobytes()
-    offsets = pa.array(np.arange(0, (n + 1) * value_bytes, value_bytes, dtype=np.int32), pa.int32())
-    values = pa.StringArray.from_buffers(n, offsets.buffers()[1], pa.py_buffer(data))
+    values = common.random_strings(n, value_bytes, seed=first_key)
     keys = pa.array(np.arange(first_key, first_key + n, dtype=np.uint64), pa.uint64())
     return stamp(pa.table({"k": keys, "v": values}), epoch=1, first_seq=seq)
 

@@ -27,11 +27,7 @@ def ingest_batch(first_key: int, n: int, value_bytes: int) -> pa.Table:
     """``n`` rows of the ingest schema (key, ~``value_bytes`` string, not deleted)."""
     from shoal.wire.ingest import DELETED_COLUMN
 
-    rng = np.random.default_rng(first_key)
-    alphabet = np.frombuffer(b"abcdefghijklmnopqrstuvwxyz", dtype=np.uint8)
-    data = alphabet[rng.integers(0, len(alphabet), size=n * value_bytes)].tobytes()
-    offsets = pa.array(np.arange(0, (n + 1) * value_bytes, value_bytes, dtype=np.int32), pa.int32())
-    values = pa.StringArray.from_buffers(n, offsets.buffers()[1], pa.py_buffer(data))
+    values = common.random_strings(n, value_bytes, seed=first_key)
     keys = pa.array(np.arange(first_key, first_key + n, dtype=np.uint64), pa.uint64())
     return pa.table({"k": keys, "v": values, DELETED_COLUMN: pa.array(np.zeros(n, dtype=bool))})
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import threading
 import time
 from collections.abc import Iterator
@@ -24,11 +25,13 @@ from metadata.client import MetadataClient, MetadataConfig
 from metadata.election import read_epoch
 from metadata.node_registry import lookup_node
 from producer import Producer, ProducerConfig
+from shoal import cluster_file
 from shoal.cluster_file import ClusterInfo
 from shoal.errors import ShoalError
 from shoal.jvm import jars
 from shoal.kafka import clients
-from shoal.kafka.admin import create_topic
+from shoal.kafka.admin import create_topic, log_start_and_end
+from shoal.kafka.readers import read_wal_channel
 from shoal.kafka.settings import ConnectionSettings, ScanSettings, Secret, TopicPolicy, read_secrets_file
 from shoal.scan import ScanRequest, describe_remote, scan_remote
 from shoal.security.acls import cluster_plan
@@ -220,6 +223,24 @@ class _Writer(threading.Thread):
         assert not self.is_alive() and self.error is None, self.error
 
 
+class _Partition:
+    """The one partition of a secured test table: its leader epoch record and each node's keys."""
+
+    def __init__(self, meta: MetadataClient, table: str, scan: ScanSettings) -> None:
+        self.meta, self.table, self.scan = meta, table, scan
+        self.pid = meta.coordinator.current(table).partitions[0].partition_id
+
+    def leader(self) -> tuple[int, str | None, int | None]:
+        record = read_epoch(self.meta.zk, self.meta.layout, self.pid)
+        return record.epoch, record.server_id, record.placement_id
+
+    def keys_on(self, server: str) -> set[int]:
+        location = lookup_node(self.meta.zk, self.meta.layout, server)
+        keys = scan_remote(location, ScanRequest(self.table, self.pid), scan=self.scan).column("k").to_pylist()
+        assert len(keys) == len(set(keys)), f"{server} holds a key twice"
+        return set(keys)
+
+
 def test_kill_leader_under_writes_loses_no_acknowledged_write(
     secured: tuple[Path, ClusterInfo, secure.SecureCluster],
 ) -> None:
@@ -230,24 +251,15 @@ def test_kill_leader_under_writes_loses_no_acknowledged_write(
         info, sec, "writer", topic_prefix=info.topic_prefix, zk_root=str(info.extra.get("zk_root", "/shoal"))
     )
     with MetadataClient(MetadataConfig(connection=admin_conn)) as meta:
-        pid = meta.coordinator.current("ft").partitions[0].partition_id
-
-        def leader() -> tuple[int, str | None]:
-            record = read_epoch(meta.zk, meta.layout, pid)
-            return record.epoch, record.server_id
-
-        def keys_on(server: str) -> set[int]:
-            location = lookup_node(meta.zk, meta.layout, server)
-            keys = scan_remote(location, ScanRequest("ft", pid), scan=admin_conn.scan).column("k").to_pylist()
-            assert len(keys) == len(set(keys)), f"{server} holds a key twice"
-            return set(keys)
+        part = _Partition(meta, "ft", admin_conn.scan)
+        leader, keys_on = part.leader, part.keys_on
 
         assert wait_until(lambda: leader()[1] is not None, 60)
         w = _Writer(writer_conn, "ft")
         w.start()
         try:
             assert wait_until(lambda: len(w.acked) >= 60, 60), (len(w.acked), w.error)
-            epoch0, victim = leader()
+            epoch0, victim, _ = leader()
             assert victim is not None
             survivor = "node-2" if victim == "node-1" else "node-1"
             before = len(w.acked)
@@ -276,6 +288,65 @@ def test_kill_leader_under_writes_loses_no_acknowledged_write(
             return bool(report["ok"]) and len(replicas) == 2 and keys_on(victim) == keys_on(survivor)
 
         assert wait_until(agreed, 60), verify_table(meta, "ft")
+
+
+def test_a_paused_leader_is_fenced_and_writes_go_on(secured: tuple[Path, ClusterInfo, secure.SecureCluster]) -> None:
+    """SIGSTOP the leader past its ZooKeeper session under writes, then SIGCONT: the other node leads
+    with a higher epoch, the paused one commits nothing more on its WAL channel (its transactional
+    producer is fenced, as the node principal), every acknowledged write is on both replicas and
+    ``shoal verify`` agrees (tests/faults/test_replication_faults.py, on the secured cluster)."""
+    data, info, sec = secured
+    create_table(data, ["node-1", "node-2"], 2, name="fz")
+    admin_conn = secure.connection_of(info)
+    writer_conn = _connection(
+        info, sec, "writer", topic_prefix=info.topic_prefix, zk_root=str(info.extra.get("zk_root", "/shoal"))
+    )
+    topics = TopicNames(info.topic_prefix)
+    with MetadataClient(MetadataConfig(connection=admin_conn)) as meta:
+        part = _Partition(meta, "fz", admin_conn.scan)
+        leader, keys_on, pid = part.leader, part.keys_on, part.pid
+
+        assert wait_until(lambda: leader()[1] is not None, 60)
+        w = _Writer(writer_conn, "fz")
+        w.start()
+        try:
+            assert wait_until(lambda: len(w.acked) >= 60, 60), (len(w.acked), w.error)
+            epoch0, paused, placement = leader()
+            assert paused is not None and placement is not None
+            other = "node-2" if paused == "node-1" else "node-1"
+            # the cluster file has the current pids (an earlier test restarted a node)
+            record = cluster_file.read(data / launcher.CLUSTER_FILE_NAME).process(paused)
+            assert record is not None
+            wal = topics.wal(pid, placement)
+            os.kill(record.pid, signal.SIGSTOP)
+            try:
+                assert wait_until(lambda: leader()[0] > epoch0 and leader()[1] == other, 90)
+                before = len(w.acked)
+                assert wait_until(lambda: len(w.acked) >= before + 40, 90), "writes did not resume on the new leader"
+                append_before = log_start_and_end(admin_conn.kafka, wal)[1]
+            finally:
+                os.kill(record.pid, signal.SIGCONT)
+            # the resumed node learns it lost the leadership; writes keep flowing to the new leader
+            after_resume = len(w.acked)
+            assert wait_until(lambda: len(w.acked) >= after_resume + 40, 90), "writes stopped after the resume"
+        finally:
+            w.stop()
+        # the zombie committed nothing after the new leader fenced its channel: whatever its channel
+        # holds past that point was written by a later leadership of that node (a preferred leader
+        # returns once caught up), with a higher epoch
+        later = list(read_wal_channel(admin_conn.kafka, wal, append_before))
+        assert all(r.record.gtid.epoch > epoch0 for r in later), [(r.offset, str(r.record.gtid)) for r in later]
+        acked, sent = set(w.acked), set(w.sent)
+
+        def agreed() -> bool:
+            try:
+                report = verify_table(meta, "fz")
+                held = [keys_on(server) for server in (paused, other)]
+            except ShoalError:
+                return False
+            return bool(report["ok"]) and all(acked <= keys <= sent for keys in held) and held[0] == held[1]
+
+        assert wait_until(agreed, 90), verify_table(meta, "fz")
 
 
 @pytest.mark.spark
