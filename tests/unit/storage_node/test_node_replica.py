@@ -9,7 +9,7 @@ import pytest
 
 from metadata.keyspace import KeyRange
 from metadata.table import Column, ColumnType, TableDefinition
-from shoal.errors import WireFormatError
+from shoal.errors import SchemaError, WireFormatError
 from shoal.ids import new_partition_id
 from shoal.scan import ScanRequest, scan_remote
 from shoal.wire.arrow_ipc import encode_batch
@@ -96,8 +96,17 @@ def test_validator_reasons() -> None:
 def test_scan_request_ticket_validation() -> None:
     req = ScanRequest("events", None, low=1, high=9)
     assert ScanRequest.from_ticket(req.to_ticket()) == req
-    for bad in (b"{", b'{"table": "../x"}', b'{"table": "t", "path": "/etc"}', b'{"table": "t", "key": [1]}'):
-        with pytest.raises((WireFormatError, ValueError)):
+    system = ScanRequest("events", "ab" * 16, system=True)
+    assert ScanRequest.from_ticket(system.to_ticket()) == system
+    bad_tickets = (
+        b"{",
+        b'{"table": "../x"}',
+        b'{"table": "t", "path": "/etc"}',
+        b'{"table": "t", "key": [1]}',
+        b'{"table": "t", "system": "yes"}',
+    )
+    for bad in bad_tickets:
+        with pytest.raises((WireFormatError, SchemaError, ValueError)):
             ScanRequest.from_ticket(bad)
 
 
@@ -108,6 +117,9 @@ def test_flight_scan_roundtrip(tmp_path: Path) -> None:
     try:
         loc = f"grpc://127.0.0.1:{server.port}"
         assert scan_remote(loc, ScanRequest("events", key=2)).to_pylist() == [{"k": 2, "v": "b"}]
+        # with its GTID columns (``shoal verify``'s coverage check)
+        versioned = scan_remote(loc, ScanRequest("events", key=2, system=True)).to_pylist()
+        assert versioned == [{"k": 2, "v": "b", "_shoal_epoch": 1, "_shoal_seq": 1, "_shoal_deleted": False}]
         with pytest.raises(Exception, match="no replica"):
             scan_remote(loc, ScanRequest("nope"))
     finally:
