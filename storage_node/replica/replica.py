@@ -399,5 +399,6 @@ class PartitionReplica:
         result = result.filter(pc.invert(result.column(DELETED_COLUMN)))
         if not include_system:
             result = result.select([n for n in result.column_names if n not in SYSTEM_COLUMNS])
-            result = pa.Table.from_arrays(result.select(schema.names).columns, schema=schema)
-        return result
+        else:  # segments written by the node and by Spark may differ in nullability: one schema out
+            schema = pa.schema([*schema, *(result.schema.field(n) for n in SYSTEM_COLUMNS)], metadata=schema.metadata)
+        return pa.Table.from_arrays(result.select(schema.names).columns, schema=schema)

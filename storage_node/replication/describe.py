@@ -25,9 +25,11 @@ from storage_node.replica import PartitionReplica
 
 
 def content_hash(rows: pa.Table, key_columns: list[str]) -> str:
-    """sha256 of ``rows`` sorted by ``key_columns``, schema metadata dropped, as one Arrow IPC stream."""
+    """sha256 of ``rows`` sorted by ``key_columns``, as one Arrow IPC stream of its values: schema
+    metadata dropped and every field nullable, so segments written by the node and by the Spark
+    compaction (which may declare nullability differently) hash alike when their rows are equal."""
     ordered = rows.sort_by([(k, "ascending") for k in key_columns]).replace_schema_metadata(None)
-    ordered = ordered.combine_chunks()
+    ordered = ordered.cast(pa.schema([f.with_nullable(True) for f in ordered.schema])).combine_chunks()
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, ordered.schema) as writer:
         for batch in ordered.to_batches():

@@ -142,6 +142,9 @@ class PartitionFollower(Worker):
         """Where the segments consumer last reached the channel's end (its position past markers)."""
         self._wal_delivered = -1
         self._wal_eof: int | None = None
+        self._last_sid: str | None = None
+        """The last segment the leader's channel delivered and this replica holds (None: none since
+        the follower positioned on the channel): the leader's root as far as this replica knows."""
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -184,6 +187,7 @@ class PartitionFollower(Worker):
                 self._handle(msg)
             else:
                 self._ack_past_markers()
+                self._reconcile_at_end()
             self._tail_wal()
             self._check_caught_up()
         except (ShoalError, KafkaException, OSError, ChunkError) as exc:
@@ -240,7 +244,7 @@ class PartitionFollower(Worker):
             consumer.close()
             raise KafkaOperationError(f"cannot read the committed offset of {self.group_id} on {topic}: {exc}") from exc
         self._acked, self._delivered, self._eof = committed, -1, None
-        self._bootstrap_topic = None
+        self._bootstrap_topic, self._last_sid = None, None
         try:
             reason = self._bootstrap_reason(topic, leader, committed)
             if reason is not None:
@@ -520,6 +524,7 @@ class PartitionFollower(Worker):
             if manifest.is_major and outcome is not ReceiveOutcome.SEGMENT_EXISTS:
                 self._given_up.clear()  # a new major replaces whatever was skipped
             self._ack(last[0] + 1)
+            self._last_sid = sid
             self._refetches.pop(sid, None)
             self._out_of_order.pop(sid, None)
             if outcome in (ReceiveOutcome.FAST_FORWARD, ReceiveOutcome.FAST_FORWARD_ADD) and manifest.is_major:
@@ -554,7 +559,8 @@ class PartitionFollower(Worker):
                 result.reason,
                 target,
             )
-            if n > 1 and self._diverged(manifest.base_segment_id):
+            base = manifest.base_segment_id
+            if n > 1 and (self._diverged(base) or self._drop_unpublished_major(base)):
                 self.stopping.wait(self.config.out_of_order_pause_s)
                 self._seek(offset)  # the same manifest again, now based on the (rewound) root
                 return
@@ -614,6 +620,61 @@ class PartitionFollower(Worker):
         log.warning(
             "%s: chain diverged from the leader's; root rewound to %s, detached %s", self.replica.name, base, above
         )
+        return True
+
+    def _reconcile_at_end(self) -> None:
+        """At the end of the leader's channel the local root is the leader's last segment, unless
+        this replica holds a major the leader never published (:meth:`_drop_unpublished_major`)."""
+        if self._eof is None or self._last_sid is None or self.replica.catch_up.bootstrapping:
+            return
+        if self.replica.chain.root != self._last_sid:
+            self._drop_unpublished_major(self._last_sid)
+
+    def _drop_unpublished_major(self, leader_sid: str | None) -> bool:
+        """Drop a local root major that folds the leader's segment ``leader_sid`` but that the
+        leader never published; True if it did.
+
+        An old leader can commit a compaction and lose the leadership before publishing it (the
+        intake commits, then a handover or a crash ends the term). The new leader refuses that major
+        as stale (its epoch ended) and goes on from the segments below it, so the local chain is
+        ahead of the leader's: segments the leader bases on ``leader_sid`` would be OUT_OF_ORDER
+        here for ever, and ``shoal verify`` reports the replica as different. A major holds no row
+        of its own (it folds segments; rows of folded segments the new leader lacks were adopted from
+        the old leader's WAL channel), so it is dropped without a push: root goes back to
+        ``leader_sid`` when that entry is still here, or, when the major's folded segments were
+        already deleted, to an empty chain from which the replica bootstraps (fast-forward from the
+        leader's latest major, not eligible until caught up).
+        """
+        chain = self.replica.chain
+        root = chain.root
+        entry = None if root is None else chain.get(root)
+        if (
+            leader_sid is None
+            or root is None
+            or entry is None
+            or not entry.is_major
+            or leader_sid not in entry.included_segment_ids
+        ):
+            return False
+        on_chain = leader_sid in {s.segment_id for s in chain.walk()}
+        self.replica.rewind(leader_sid if on_chain else None)
+        drop = [root] if on_chain else [r.segment_id for r in self.replica.detached()]
+        self.replica.delete_segments(drop)
+        self.stats.rewinds += 1
+        log.warning(
+            "%s: local major %s (epoch %d) was never published by the leader, whose chain ends at %s; %s",
+            self.replica.name,
+            root,
+            entry.epoch,
+            leader_sid,
+            "root moved back to it" if on_chain else "its folded segments are gone here: bootstrapping",
+        )
+        if not on_chain:
+            bootstrap.request_bootstrap(self.replica, f"local major {root} was never published by the leader")
+        elif self._wal is not None and self.leader_placement_id is not None:
+            self._wal.close()  # the overlay was emptied: tail again from what the chain now covers
+            self._wal = None
+            self._open_wal(self.leader_placement_id)
         return True
 
     def _chunks(self, wire: WireManifest, last: list[int]) -> Iterator[bytes]:

@@ -1,8 +1,9 @@
 """Replica bootstrap: the pure decisions, the catch-up state, eligibility, and two follower fixes.
 
 The follower tests drive :class:`PartitionFollower` with scripted consumers (no Kafka): an INVALID
-segment given up after ``max_refetches`` must not loop OUT_OF_ORDER forever, and the WAL overlay
-keeps its hash chain and GTID order across a bad record.
+segment given up after ``max_refetches`` must not loop OUT_OF_ORDER forever, the WAL overlay
+keeps its hash chain and GTID order across a bad record, and an old leader's major that the new
+leader never published is dropped (root back to the leader's, or a bootstrap).
 """
 
 from __future__ import annotations
@@ -19,10 +20,11 @@ from confluent_kafka import KafkaError, TopicPartition
 
 from metadata.table import Column, ColumnType, TableDefinition
 from shoal.errors import PartitionUnavailableError
-from shoal.ids import new_partition_id
+from shoal.ids import new_partition_id, new_segment_id
 from shoal.kafka.settings import KafkaSettings
-from shoal.segments import SegmentRecord
+from shoal.segments import SegmentRecord, lww_merge, read_segment, write_segment
 from shoal.segments.channel import KIND_CHUNK, KIND_HEADER, KIND_MANIFEST, to_wire
+from shoal.segments.compaction import compaction_entry, segments_to_compact
 from shoal.segments.parquet_io import segment_path
 from shoal.topics import TopicNames
 from shoal.wire.arrow_ipc import encode_batch
@@ -33,6 +35,7 @@ from storage_node.replica import CatchUpPhase, PartitionReplica, versioned_rows
 from storage_node.replica.overlay import WalOverlay
 from storage_node.replication import bootstrap
 from storage_node.replication.bootstrap import ReplicaPosition, bootstrap_reason, caught_up, start_offset
+from storage_node.replication.collect import collect_on_follower
 from storage_node.roles.follower import FollowerConfig, PartitionFollower
 
 TABLE = TableDefinition(
@@ -216,8 +219,8 @@ def _ingest(keys: list[int]) -> pa.Table:
     )
 
 
-def _segments(tmp: Path, pid: str, n: int) -> tuple[PartitionReplica, list[SegmentRecord]]:
-    leader = PartitionReplica(TABLE, pid, LEADER, tmp / "leader")
+def _segments(tmp: Path, pid: str, n: int, placement: int = LEADER) -> tuple[PartitionReplica, list[SegmentRecord]]:
+    leader = PartitionReplica(TABLE, pid, placement, tmp / "leader")
     out = []
     for i in range(n):
         leader.append(versioned_rows(_ingest([i * 10, i * 10 + 1]), Gtid(1, i * 2)), i)
@@ -251,6 +254,56 @@ def test_an_invalid_segment_given_up_does_not_loop_out_of_order(tmp_path: Path) 
     assert len(channel.seeks) <= 10, f"the follower keeps replaying: {len(channel.seeks)} seeks"
     assert channel.commits == [2]  # acked the major only
     assert channel.position == len(channel.messages)  # it waits at the channel's end for a new major
+
+
+def _unpublished_major(tmp: Path) -> tuple[PartitionReplica, list[SegmentRecord], FakeChannel, str]:
+    """An old leader (placement FOLLOWER) flushed three segments, then committed a major of them and
+    lost the leadership before publishing it; the new leader republished the three on its channel."""
+    old, records = _segments(tmp, new_partition_id(), 3, placement=FOLLOWER)
+    channel = FakeChannel([m for r in records for m in _published(old, r)])
+    chain = old.chain
+    folded = [e.segment_id for e in segments_to_compact(chain)]
+    merged = lww_merge([read_segment(old.directory, s).replace_schema_metadata(None) for s in folded], old.key_columns)
+    sid = new_segment_id()
+    w = write_segment(old.directory, sid, merged, key_columns=old.key_columns)
+    entry = compaction_entry(chain, sid, placement_id=FOLLOWER, epoch=1)
+    record = SegmentRecord(entry=entry, sha256=w.sha256, row_count=w.row_count, size_bytes=w.size_bytes)
+    old.commit_major(record, leader_epoch=1)
+    return old, records, channel, sid
+
+
+def test_an_unpublished_major_is_dropped_and_root_returns_to_the_leaders(tmp_path: Path) -> None:
+    old, records, channel, major = _unpublished_major(tmp_path)
+    before = old.scan(include_system=True).sort_by("k")
+    f = _follower(old)
+    f._consumer, f.topic = channel, TOPICS.segments(old.partition_id, LEADER)  # type: ignore[assignment]
+    for _ in range(20):
+        f._step()
+    assert old.chain.root == records[-1].segment_id  # the leader's chain, not the major it never had
+    assert major not in old.chain.entries and not segment_path(old.directory, major).exists()
+    assert not old.catch_up.bootstrapping and f.stats.rewinds == 1
+    assert old.scan(include_system=True).sort_by("k").equals(before)
+    assert channel.commits[-1] == len(channel.messages)  # every segment acked: they are all here
+
+
+def test_an_unpublished_major_whose_folded_segments_are_gone_bootstraps(tmp_path: Path) -> None:
+    old, records, channel, major = _unpublished_major(tmp_path)
+    before = old.scan(include_system=True).sort_by("k")
+    assert collect_on_follower(old)  # the follower role deletes what the major folds as it starts
+    f = _follower(old)
+    f._consumer, f.topic = channel, TOPICS.segments(old.partition_id, LEADER)  # type: ignore[assignment]
+    for _ in range(20):
+        f._step()
+    assert old.empty and old.catch_up.bootstrapping  # nothing kept that the leader does not hold
+    assert not segment_path(old.directory, major).exists()
+    f._seek(0)  # the bootstrap positions on the leader's latest major (offset 0 here)
+    for _ in range(20):
+        f._step()
+    assert old.chain.root == records[-1].segment_id and [e.segment_id for e in old.chain.walk()][::-1] == [
+        r.segment_id for r in records
+    ]
+    old.catch_up.finish()
+    assert old.scan(include_system=True).sort_by("k").equals(before)
 
 
 def _wal(records: list[WalRecord]) -> FakeChannel:
