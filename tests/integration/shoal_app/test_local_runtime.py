@@ -79,7 +79,15 @@ def test_up_status_down_with_three_brokers(tmp_path: Path) -> None:
         # Production shape: RF 3 and min.insync.replicas 2 by default; acks=all writes succeed.
         admin = clients.admin(KafkaSettings(info.bootstrap_servers))
         create_topic(admin, "rf3", policy=TopicPolicy())
-        md = admin.list_topics("rf3", timeout=10).topics["rf3"]
+        # Each broker's metadata cache learns of the topic on its own: ask until the one answering knows.
+        seen: list[Any] = []
+
+        def rf3_known() -> bool:
+            seen.append(admin.list_topics("rf3", timeout=10).topics["rf3"])
+            return seen[-1].error is None and bool(seen[-1].partitions)
+
+        assert wait_until(rf3_known, timeout=30, interval=0.2)
+        md = seen[-1]
         assert len(md.partitions[0].replicas) == 3
         from confluent_kafka.admin import ConfigResource
 
