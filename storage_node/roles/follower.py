@@ -98,6 +98,10 @@ class FollowerConfig:
     out_of_order_pause_s: float = 2.0
     tail_wal: bool = True
     """Tail the leader's WAL channel into an in-memory overlay (fresh reads on this follower)."""
+    unpublished_major_grace_s: float = 10.0
+    """At the end of the leader's channel, how long a local root major that folds the leader's last
+    segment may wait for the leader to publish it before it is judged never published and dropped
+    (a new leader republishes its chain within a second or two of taking over)."""
 
 
 class PartitionFollower(Worker):
@@ -145,6 +149,8 @@ class PartitionFollower(Worker):
         self._last_sid: str | None = None
         """The last segment the leader's channel delivered and this replica holds (None: none since
         the follower positioned on the channel): the leader's root as far as this replica knows."""
+        self._behind_since: tuple[str, float] | None = None
+        """(the leader's last segment, when it was first seen below the local root at the channel's end)."""
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -625,52 +631,77 @@ class PartitionFollower(Worker):
     def _reconcile_at_end(self) -> None:
         """At the end of the leader's channel the local root is the leader's last segment, unless
         this replica holds a major the leader never published (:meth:`_drop_unpublished_major`)."""
-        if self._eof is None or self._last_sid is None or self.replica.catch_up.bootstrapping:
+        last = self._last_sid
+        if self._eof is None or last is None or self.replica.catch_up.bootstrapping:
             return
-        if self.replica.chain.root != self._last_sid:
-            self._drop_unpublished_major(self._last_sid)
+        if self.replica.chain.root == last:
+            self._behind_since = None
+            return
+        now = time.monotonic()
+        if self._behind_since is None or self._behind_since[0] != last:
+            self._behind_since = (last, now)
+        if now - self._behind_since[1] >= self.config.unpublished_major_grace_s:
+            self._behind_since = None
+            self._drop_unpublished_major(last, minors_above=False)
 
-    def _drop_unpublished_major(self, leader_sid: str | None) -> bool:
-        """Drop a local root major that folds the leader's segment ``leader_sid`` but that the
-        leader never published; True if it did.
+    def _drop_unpublished_major(self, leader_sid: str | None, *, minors_above: bool = True) -> bool:
+        """Drop the local major that folds the leader's segment ``leader_sid`` but that the leader
+        never published, with the minors above it; True if it did.
 
         An old leader can commit a compaction and lose the leadership before publishing it (the
         intake commits, then a handover or a crash ends the term). The new leader refuses that major
         as stale (its epoch ended) and goes on from the segments below it, so the local chain is
         ahead of the leader's: segments the leader bases on ``leader_sid`` would be OUT_OF_ORDER
-        here for ever, and ``shoal verify`` reports the replica as different. A major holds no row
-        of its own (it folds segments; rows of folded segments the new leader lacks were adopted from
-        the old leader's WAL channel), so it is dropped without a push: root goes back to
-        ``leader_sid`` when that entry is still here, or, when the major's folded segments were
-        already deleted, to an empty chain from which the replica bootstraps (fast-forward from the
-        leader's latest major, not eligible until caught up).
+        here for ever (the major's folded segments, ``leader_sid`` among them, may already be
+        deleted, so :meth:`_diverged` cannot rewind), and ``shoal verify`` reports the replica as
+        different. A major holds no row of its own (it folds segments; rows of folded segments the
+        new leader lacks were adopted from the old leader's WAL channel), so it is dropped without a
+        push. Minors the old leader flushed above it (only when ``minors_above``: once the leader
+        published past ``leader_sid``) are pushed to the leader, as :meth:`_diverged` does, and
+        dropped once pushed. Root goes back to ``leader_sid`` when that entry is still here;
+        otherwise the chain is emptied and the replica bootstraps (fast-forward from the leader's
+        latest major, not eligible until caught up).
         """
         chain = self.replica.chain
-        root = chain.root
-        entry = None if root is None else chain.get(root)
-        if (
-            leader_sid is None
-            or root is None
-            or entry is None
-            or not entry.is_major
-            or leader_sid not in entry.included_segment_ids
-        ):
+        above: list[str] = []
+        major = None
+        for s in chain.walk():
+            if s.is_major:
+                major = s
+                break
+            above.append(s.segment_id)
+        if leader_sid is None or major is None or leader_sid not in major.included_segment_ids:
+            return False
+        if above and not minors_above:
             return False
         on_chain = leader_sid in {s.segment_id for s in chain.walk()}
         self.replica.rewind(leader_sid if on_chain else None)
-        drop = [root] if on_chain else [r.segment_id for r in self.replica.detached()]
-        self.replica.delete_segments(drop)
+        kept: set[str] = set()
+        if above:
+            pushed = [r for r in self.replica.detached() if r.segment_id in above]
+            try:
+                self.stats.pushed += push_segments(
+                    self.replica, pushed, kafka=self.config.kafka, topics=self.config.topics
+                )
+            except ShoalError as exc:
+                kept = set(above)  # unreferenced, as after a rewind: merged if this replica leads again
+                log.warning("%s: pushing the minors above an unpublished major failed: %s", self.replica.name, exc)
+        drop = [major.segment_id, *above] if on_chain else [r.segment_id for r in self.replica.detached()]
+        self.replica.delete_segments([s for s in drop if s not in kept])
         self.stats.rewinds += 1
         log.warning(
-            "%s: local major %s (epoch %d) was never published by the leader, whose chain ends at %s; %s",
+            "%s: local major %s (epoch %d) was never published by the leader, whose chain ends at %s; dropped it%s; %s",
             self.replica.name,
-            root,
-            entry.epoch,
+            major.segment_id,
+            major.epoch,
             leader_sid,
+            f" and the minors above it {above}" if above else "",
             "root moved back to it" if on_chain else "its folded segments are gone here: bootstrapping",
         )
         if not on_chain:
-            bootstrap.request_bootstrap(self.replica, f"local major {root} was never published by the leader")
+            bootstrap.request_bootstrap(
+                self.replica, f"local major {major.segment_id} was never published by the leader"
+            )
         elif self._wal is not None and self.leader_placement_id is not None:
             self._wal.close()  # the overlay was emptied: tail again from what the chain now covers
             self._wal = None

@@ -12,8 +12,14 @@ from typing import Any
 
 import pytest
 from fault_support import NODES, Cluster3, wait_until
+from node_it_support import make_table
 
 from metadata.election import candidates
+from shoal.ids import new_segment_id
+from shoal.segments import SegmentRecord, lww_merge, read_segment, write_segment
+from shoal.segments.compaction import compaction_entry, segments_to_compact
+from storage_node.replica import PartitionReplica
+from storage_node.replication.collect import collect_on_follower
 
 pytestmark = pytest.mark.integration
 
@@ -119,3 +125,57 @@ def test_empty_replica_never_leads_with_missing_data(
         c.nodes.start(other)
         c.nodes.start(leader)
         assert wait_until(lambda: c.converged(acked, sent), 180), c.summary()
+
+
+def _commit_unpublished_major(replica: PartitionReplica, epoch: int) -> str:
+    """Commit a major of the chain since its latest major, as the compaction intake does, and
+    delete what it folds, as the follower role does when it starts; nothing is published."""
+    chain = replica.chain
+    folded = [e.segment_id for e in segments_to_compact(chain)]
+    parts = [read_segment(replica.directory, sid).replace_schema_metadata(None) for sid in folded]
+    sid = new_segment_id()
+    w = write_segment(replica.directory, sid, lww_merge(parts, replica.key_columns), key_columns=replica.key_columns)
+    entry = compaction_entry(chain, sid, placement_id=replica.placement_id, epoch=epoch)
+    record = SegmentRecord(entry=entry, sha256=w.sha256, row_count=w.row_count, size_bytes=w.size_bytes)
+    replica.commit_major(record, leader_epoch=epoch)
+    assert collect_on_follower(replica) == folded
+    return sid
+
+
+def test_an_old_leaders_unpublished_major_is_dropped_and_every_replica_converges(
+    cluster: Any, zk_hosts: str, topic_prefix: str, tmp_path: Path
+) -> None:
+    """An old leader committed a compaction and lost the leadership before publishing it (seen in
+    CI: the compaction intake committed while a rebalance handed the partition over). The new
+    leader never has that major; the old leader, now a follower, must give it up and converge on
+    the leader's chain instead of differing for ever. The state is made exactly: the leader is
+    stopped, a new one elected, and the major committed in the old leader's data dir offline."""
+    with Cluster3(tmp_path, cluster, zk_hosts, topic_prefix) as c:
+        acked, sent = _written(c)
+        leader = c.leader()
+        assert leader is not None
+        placement = _placement(c, leader)
+        epoch0 = c.epoch()[0]
+        c.nodes.stop(leader)
+        assert wait_until(lambda: c.epoch()[0] > epoch0 and c.leader() not in (None, leader), 90), c.epoch()
+        replica = PartitionReplica(make_table(replication_factor=3), c.pid, placement, c.nodes.data_dir(leader))
+        try:
+            major = _commit_unpublished_major(replica, epoch0)
+        finally:
+            replica.close()
+        c.nodes.start(leader)
+        assert wait_until(lambda: c.converged(acked, sent), 180), c.summary()
+
+        def one_chain() -> bool:  # the same rows are not enough: the leader's next segment must apply here
+            chains = [(c.describe(n) or {}).get("chain") for n in NODES]
+            return chains[0] is not None and all(ch == chains[0] for ch in chains) and major not in chains[0]
+
+        assert wait_until(one_chain, 120), [c.describe(n) for n in NODES]
+        d = c.describe(leader)
+        assert d is not None and d["follower"]["rewinds"] >= 1, d["follower"]
+        w = c.writer(first_key=10_000)  # and replication goes on through the old leader
+        assert wait_until(lambda: len(w.acked) >= 100, 90), (len(w.acked), w.error)
+        w.stop()
+        acked |= set(w.acked)
+        sent |= set(w.sent)
+        assert wait_until(lambda: c.converged(acked, sent) and one_chain(), 180), c.summary()

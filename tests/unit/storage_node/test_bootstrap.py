@@ -22,7 +22,7 @@ from metadata.table import Column, ColumnType, TableDefinition
 from shoal.errors import PartitionUnavailableError
 from shoal.ids import new_partition_id, new_segment_id
 from shoal.kafka.settings import KafkaSettings
-from shoal.segments import SegmentRecord, lww_merge, read_segment, write_segment
+from shoal.segments import SegmentEntry, SegmentRecord, lww_merge, read_segment, write_segment
 from shoal.segments.channel import KIND_CHUNK, KIND_HEADER, KIND_MANIFEST, to_wire
 from shoal.segments.compaction import compaction_entry, segments_to_compact
 from shoal.segments.parquet_io import segment_path
@@ -275,8 +275,14 @@ def _unpublished_major(tmp: Path) -> tuple[PartitionReplica, list[SegmentRecord]
 def test_an_unpublished_major_is_dropped_and_root_returns_to_the_leaders(tmp_path: Path) -> None:
     old, records, channel, major = _unpublished_major(tmp_path)
     before = old.scan(include_system=True).sort_by("k")
-    f = _follower(old)
+    f = _follower(old)  # a grace period first: a new leader may still be republishing its chain
     f._consumer, f.topic = channel, TOPICS.segments(old.partition_id, LEADER)  # type: ignore[assignment]
+    for _ in range(20):
+        f._step()
+    assert old.chain.root == major
+    f = _follower(old, unpublished_major_grace_s=0)
+    f._consumer, f.topic = channel, TOPICS.segments(old.partition_id, LEADER)  # type: ignore[assignment]
+    f._seek(0)
     for _ in range(20):
         f._step()
     assert old.chain.root == records[-1].segment_id  # the leader's chain, not the major it never had
@@ -290,7 +296,7 @@ def test_an_unpublished_major_whose_folded_segments_are_gone_bootstraps(tmp_path
     old, records, channel, major = _unpublished_major(tmp_path)
     before = old.scan(include_system=True).sort_by("k")
     assert collect_on_follower(old)  # the follower role deletes what the major folds as it starts
-    f = _follower(old)
+    f = _follower(old, unpublished_major_grace_s=0)
     f._consumer, f.topic = channel, TOPICS.segments(old.partition_id, LEADER)  # type: ignore[assignment]
     for _ in range(20):
         f._step()
@@ -304,6 +310,46 @@ def test_an_unpublished_major_whose_folded_segments_are_gone_bootstraps(tmp_path
     ]
     old.catch_up.finish()
     assert old.scan(include_system=True).sort_by("k").equals(before)
+
+
+def test_minors_above_an_unpublished_major_are_pushed_once_the_leader_moved_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The old leader also flushed a minor on its unpublished major; the new leader adopted its rows
+    (WAL) and published a segment on its own chain. The minor is pushed to the leader and dropped."""
+    old, records, channel, major = _unpublished_major(tmp_path)
+    old.append(versioned_rows(_ingest([7, 8]), Gtid(1, 10)), 3)
+    minor = old.flush(1)
+    assert minor is not None and old.chain.root == minor.segment_id
+    assert collect_on_follower(old)  # the major's folded segments are gone here
+    new = PartitionReplica(TABLE, old.partition_id, LEADER, tmp_path / "new-leader")  # the leader's next segment
+    rows = versioned_rows(_ingest([7, 8]), Gtid(2, 0))
+    sid = new_segment_id()
+    w = write_segment(new.directory, sid, rows, key_columns=new.key_columns)
+    entry = SegmentEntry(segment_id=sid, base_segment_id=records[-1].segment_id, placement_id=LEADER, epoch=2)
+    nxt = SegmentRecord(entry=entry, sha256=w.sha256, row_count=w.row_count, size_bytes=w.size_bytes)
+    pushed: list[str] = []
+
+    def push(replica: PartitionReplica, segments: list[SegmentRecord], **_: Any) -> int:
+        pushed.extend(r.segment_id for r in segments)
+        return len(segments)
+
+    monkeypatch.setattr("storage_node.roles.follower.push_segments", push)
+    f = _follower(old, unpublished_major_grace_s=0)
+    f._consumer, f.topic = channel, TOPICS.segments(old.partition_id, LEADER)  # type: ignore[assignment]
+    for _ in range(10):
+        f._step()
+    assert old.chain.root == minor.segment_id and not pushed  # the leader has not moved on yet: nothing to judge
+    n = len(channel.messages)  # the leader publishes its next segment
+    channel.messages += [FakeMessage(n + i, v, [(KIND_HEADER, k)]) for i, (k, v) in enumerate(_published(new, nxt))]
+    for _ in range(40):
+        f._step()
+    assert pushed == [minor.segment_id]
+    assert old.catch_up.bootstrapping  # not eligible until a bootstrap from the leader's channel ends
+    assert not segment_path(old.directory, minor.segment_id).exists()
+    assert not segment_path(old.directory, major).exists()
+    # the replay from the leader's latest major (what the bootstrap does too) rebuilt its chain here
+    assert old.chain.root == sid and len(list(old.chain.walk())) == 4
 
 
 def _wal(records: list[WalRecord]) -> FakeChannel:
