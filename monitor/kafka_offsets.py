@@ -1,7 +1,9 @@
 """What the monitor asks Kafka, one batched request per question (KMinion / kafka-consumer-groups style).
 
 - the indexes of every channel (:mod:`shoal.kafka.indexes`: log start and end by
-  ``list_offsets``, committed offsets of the follower groups by ``list_consumer_group_offsets``):
+  ``list_offsets``, committed offsets of the follower groups through consumers' ``committed``;
+  the partitions of groups found by prefix, Spark queries' and compaction intakes', listed with
+  ``list_consumer_group_offsets`` once per ``group_topics_refresh_s``):
   Tail, Append, Ack, Consume and accepted-by-leader; and how many live members each group has
   (``describe_consumer_groups``);
 - topic ids (``describe_topics``) and the cluster id (metadata), to notice a topic recreated under
@@ -63,14 +65,18 @@ class KafkaOffsets:
         *,
         request_timeout_s: float = 10.0,
         fetch_timeout_s: float = 3.0,
+        group_topics_refresh_s: float = 120.0,
         extra: Mapping[str, Any] | None = None,
     ) -> None:
         self.kafka = KafkaSettings(kafka) if isinstance(kafka, str) else kafka
         self.request_timeout_s = request_timeout_s
         self.fetch_timeout_s = fetch_timeout_s
         self._extra = dict(extra or {})
+        self.group_topics_refresh_s = group_topics_refresh_s
         self._admin: AdminClient | None = None
         self._reader: Any = None
+        self._group_tps: dict[str, tuple[float, frozenset[TP]]] = {}
+        """{group: (when its partitions were listed, its partitions)} for :meth:`all_committed`."""
 
     @property
     def bootstrap_servers(self) -> str:
@@ -141,8 +147,31 @@ class KafkaOffsets:
         return committed_offsets(self.admin, requests, timeout_s=self.request_timeout_s)
 
     def all_committed(self, groups: Iterable[str]) -> dict[str, dict[TP, int | None]]:
-        """Every committed offset of each group (for groups whose topics are not known in advance)."""
-        return all_committed_offsets(self.admin, groups, timeout_s=self.request_timeout_s)
+        """Every committed offset of each group (for groups whose topics are not known in advance).
+
+        A group's partitions are listed with the AdminClient's whole-group offset fetch once per
+        ``group_topics_refresh_s``; in between, its offsets are read through consumers like every
+        other index (:func:`committed_offsets`). The AdminClient request is the one librdkafka 2.16
+        can crash on when it meets a coordinator change (confluentinc/librdkafka#5040): asked once
+        every two minutes instead of every poll, a broker loss rarely meets it."""
+        names = sorted(set(groups))
+        now = time.monotonic()
+        for g in [g for g, (at, _) in self._group_tps.items() if now - at > 10 * self.group_topics_refresh_s]:
+            del self._group_tps[g]  # a group no longer asked about (its partition or query is gone)
+        refresh = self.group_topics_refresh_s
+        cached = self._group_tps
+        # listed again: never listed, listed long ago, or no offsets yet
+        stale = [g for g in names if g not in cached or not cached[g][1] or now - cached[g][0] >= refresh]
+        out: dict[str, dict[TP, int | None]] = {}
+        if stale:
+            listed = all_committed_offsets(self.admin, stale, timeout_s=self.request_timeout_s)
+            for g in stale:
+                self._group_tps[g] = (now, frozenset(listed.get(g, {})))
+            out.update(listed)
+        known = {g: self._group_tps[g][1] for g in names if g not in out and self._group_tps[g][1]}
+        if known:
+            out.update(committed_offsets(self.admin, known, timeout_s=self.request_timeout_s))
+        return {g: out.get(g, {}) for g in names}
 
     def members(self, groups: Iterable[str]) -> dict[str, int]:
         """{group: live members} (0 for an empty, dead or unknown group)."""
