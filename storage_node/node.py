@@ -659,6 +659,7 @@ class StorageNode:
             return
         if decision.yield_now:
             held.leader_changes += 1  # this replica stops being leader (the role is stopped before the LOST)
+            self._stop_intake(held)  # first: a major committed after the role's publisher stopped is never published
             leader.stop(30)
             election.resign()
 
@@ -744,6 +745,15 @@ class StorageNode:
         )
         return InSyncKeeper(store, self.config.replica_lag)
 
+    @staticmethod
+    def _stop_intake(held: HeldPartition) -> None:
+        """End the compaction intake of a leader term that is ending (DESIGN.md section 9): until the
+        candidacy is resigned the epoch still allows it to commit a major, which no publisher would
+        replicate once the leader role stopped."""
+        intake, held.intake = held.intake, None
+        if intake is not None:
+            intake.stop()
+
     def _start_follower(self, held: HeldPartition) -> None:
         """Follow the partition's current leader (a no-op while this replica leads)."""
         if self._stop.is_set() or held.state not in (ReplicaState.LOAD, ReplicaState.LIVE):
@@ -758,6 +768,7 @@ class StorageNode:
             if held.follower is not None:  # a follower role that ended (failed): a new one replaces it
                 _add(held.retired, follower_counters(held.follower))
                 held.follower = None
+            self._stop_intake(held)  # majors are committed by a leader only
             pid, own = held.partition_id, held.placement_id
 
             def leader() -> int | None:
