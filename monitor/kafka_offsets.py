@@ -4,8 +4,8 @@
   ``list_offsets``, committed offsets of the follower groups through consumers' ``committed``;
   the partitions of groups found by prefix, Spark queries' and compaction intakes', listed with
   ``list_consumer_group_offsets`` once per ``group_topics_refresh_s``):
-  Tail, Append, Ack, Consume and accepted-by-leader; and how many live members each group has
-  (``describe_consumer_groups``);
+  Tail, Append, Ack, Consume and accepted-by-leader; and whether each group has live members
+  (its state in ``list_consumer_groups``);
 - topic ids (``describe_topics``) and the cluster id (metadata), to notice a topic recreated under
   a group or a different cluster;
 - the first *data* record at or after a committed offset, read ``read_committed`` with a consumer
@@ -23,7 +23,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException, TopicCollection, TopicPartition
+from confluent_kafka import ConsumerGroupState, KafkaError, KafkaException, TopicCollection, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from shoal.errors import KafkaOperationError
@@ -52,6 +52,12 @@ class RecordInfo:
     size_bytes: int
 
 
+_LIVE = frozenset(
+    {ConsumerGroupState.STABLE, ConsumerGroupState.PREPARING_REBALANCING, ConsumerGroupState.COMPLETING_REBALANCING}
+)
+"""Group states with live members."""
+
+
 class KafkaOffsets:
     """Lazy admin client + one reader consumer; ``close()`` releases them.
 
@@ -76,6 +82,7 @@ class KafkaOffsets:
         self._admin: AdminClient | None = None
         self._reader: Any = None
         self._group_tps: dict[str, tuple[float, frozenset[TP]]] = {}
+        self._listing: tuple[float, dict[str, ConsumerGroupState]] | None = None
         """{group: (when its partitions were listed, its partitions)} for :meth:`all_committed`."""
 
     @property
@@ -174,28 +181,40 @@ class KafkaOffsets:
         return {g: out.get(g, {}) for g in names}
 
     def members(self, groups: Iterable[str]) -> dict[str, int]:
-        """{group: live members} (0 for an empty, dead or unknown group)."""
+        """{group: 1 if it has live members, else 0} (an empty, dead or unknown group: 0).
+
+        From the groups' states in ListGroups (a group that is STABLE or rebalancing has members),
+        not DescribeGroups: that request goes to the group's coordinator, and librdkafka 2.16 aborts
+        the process on coordinator requests that meet a broker loss (``eonce->refcnt`` assertion,
+        confluentinc/librdkafka#4605; fix proposed in #5397), which killed the monitor after broker
+        kills. The exact member count is not needed: it only tells STALL from STOP."""
         names = sorted(set(groups))
         if not names:
             return {}
-        futures = self.admin.describe_consumer_groups(names, request_timeout=self.request_timeout_s)
-        out: dict[str, int] = {}
-        for name, fut in futures.items():
-            try:
-                out[name] = len(fut.result(timeout=self.request_timeout_s).members or [])
-            except (KafkaException, TimeoutError) as exc:
-                log.debug("describe group %s: %s", name, exc)
-                out[name] = 0
-        return out
+        try:
+            states = self._group_states()
+        except KafkaOperationError as exc:
+            log.debug("list groups: %s", exc)
+            states = {}
+        return {name: int(states.get(name) in _LIVE) for name in names}
 
     def groups_with_prefix(self, prefix: str) -> list[str]:
+        return sorted(g for g in self._group_states() if g.startswith(prefix))
+
+    def _group_states(self) -> dict[str, ConsumerGroupState]:
+        """{group: state} of every consumer group, listed at most once a second (one poll asks often)."""
+        now = time.monotonic()
+        if self._listing is not None and now - self._listing[0] < 1.0:
+            return self._listing[1]
         try:
             res = self.admin.list_consumer_groups(request_timeout=self.request_timeout_s).result(
                 timeout=self.request_timeout_s
             )
         except (KafkaException, TimeoutError) as exc:
             raise KafkaOperationError(f"cannot list consumer groups: {exc or 'no answer in time'}") from exc
-        return sorted(g.group_id for g in (res.valid or []) if g.group_id.startswith(prefix))
+        states = {g.group_id: g.state for g in (res.valid or [])}
+        self._listing = (now, states)
+        return states
 
     # -- records --------------------------------------------------------------------------------
 

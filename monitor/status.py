@@ -88,7 +88,7 @@ class Sample:
     lag: int
     """Data records past the committed offset (transaction markers excluded)."""
     members: int = 0
-    """Live members of the group (0 for a group that commits with assign() and no membership)."""
+    """1 if the group has live members, else 0 (a group that commits with assign() has no membership)."""
 
 
 @dataclass(frozen=True)
@@ -145,7 +145,7 @@ def evaluate(
             return Verdict(
                 Status.STALL,
                 f"committed offset stuck at {_fmt(cur.committed)} for {span:.0f}s with lag {cur.lag} "
-                f"while the group has {cur.members} live member(s)",
+                "while the group has live members",
             )
         return Verdict(
             Status.STOP,
