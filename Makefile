@@ -65,6 +65,7 @@ BENCH_RF3_ROWS ?= 500000
 BENCH_COMPACTION_SMALL ?= 20000
 BENCH_COMPACTION_LARGE ?= 200000
 BENCH_MEMORY_ROWS ?= 1000000
+BENCH_NODE_MEMORY_SECONDS ?= 90
 BENCH_OUT ?= build/bench
 
 # Every benchmark, each writing its JSON (top-level "ratio") to $(BENCH_OUT); bench.report turns
@@ -88,6 +89,8 @@ bench: setup
 	-$(PY) -m bench.bootstrap --output json > $(BENCH_OUT)/bootstrap.json
 	@echo "memory: a memtable of $(BENCH_MEMORY_ROWS) rows against its Arrow size"
 	-$(PY) -m bench.memory --rows $(BENCH_MEMORY_ROWS) --output json > $(BENCH_OUT)/memory.json
+	@echo "memory: one node leading 50 partitions, idle and under $(BENCH_NODE_MEMORY_SECONDS) s of load"
+	-$(PY) -m bench.node_memory --duration $(BENCH_NODE_MEMORY_SECONDS) --output json > $(BENCH_OUT)/node_memory.json
 	$(PY) -m bench.report $(BENCH_OUT) | tee $(BENCH_OUT)/report.md
 
 CHAOS_SEED ?=

@@ -17,7 +17,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -178,6 +178,125 @@ def cluster(args: argparse.Namespace, progress: Callable[[str], None]) -> Iterat
             launcher.down(config.cluster_file)
     finally:
         shutil.rmtree(data_dir, ignore_errors=True)
+
+
+@dataclass(frozen=True)
+class NodeCluster:
+    """A throwaway cluster with storage node processes (:func:`node_cluster`)."""
+
+    bootstrap_servers: str
+    zk_connect: str
+    topic_prefix: str
+    zk_root: str
+    nodes: tuple[Any, ...] = ()
+    """The storage nodes' :class:`~shoal.cluster_file.ProcessRecord` (server id as ``name``, ``pid``)."""
+
+    def metadata_config(self) -> Any:
+        from metadata.client import MetadataConfig
+
+        return MetadataConfig(
+            zk_hosts=self.zk_connect,
+            bootstrap_servers=self.bootstrap_servers,
+            topic_prefix=self.topic_prefix,
+            zk_root=self.zk_root,
+        )
+
+    def connection(self) -> Any:
+        from shoal.kafka.settings import ConnectionSettings
+
+        return ConnectionSettings.plain(
+            self.bootstrap_servers, self.zk_connect, topic_prefix=self.topic_prefix, zk_root=self.zk_root
+        )
+
+
+@contextlib.contextmanager
+def node_cluster(
+    say: Callable[[str], None],
+    *,
+    brokers: int,
+    nodes: int,
+    kafka_heap_mb: int,
+    flush_age: float | None = None,
+    prefix: str = "shoal-bench-",
+) -> Iterator[NodeCluster]:
+    """ZooKeeper + ``brokers`` brokers + ``nodes`` storage node processes (node-1, node-2, ...; memtable
+    flush age ``flush_age`` s, None = the node's default), every process stopped by pid at the end
+    (nodes, brokers, ZooKeeper: ``launcher.down`` on the cluster file), the data deleted."""
+    from shoal import cluster_file
+    from shoal_app.runtime import launcher, storage_nodes
+    from shoal_app.runtime.node_spec import local_target, node_spec
+    from shoal_app.runtime.ports import free_ports
+
+    data_dir = Path(tempfile.mkdtemp(prefix=prefix))
+    config = launcher.LocalClusterConfig(
+        data_dir=data_dir,
+        cache_dir=cache_dir(),
+        brokers=brokers,
+        nodes=0,
+        kafka_heap_mb=kafka_heap_mb,
+        start_timeout_s=180,
+        fresh=True,
+    )
+    say(f"starting ZooKeeper and {brokers} broker(s) in {data_dir}")
+    try:
+        info = launcher.up(config)
+        try:
+            target = local_target(
+                str(data_dir),
+                str(config.cluster_file.resolve()),
+                info.zk_connect,
+                info.bootstrap_servers,
+                config.topic_prefix,
+                config.zk_root,
+            )
+            ports = free_ports(nodes)
+            records = []
+            for i in range(1, nodes + 1):
+                spec = node_spec(i, target, ports[i - 1], metrics_port=None)
+                if flush_age is not None:
+                    spec = replace(spec, argv=(*spec.argv, "--flush-age", str(flush_age)))
+                say(f"starting storage node {spec.server_id}" + (f" (flush age {flush_age}s)" if flush_age else ""))
+                records.append(storage_nodes.start(spec))
+                # in the cluster file at once, so launcher.down stops it even if a later start fails
+                info = replace(info, processes=(*info.processes, records[-1]))
+                cluster_file.write(config.cluster_file, info)
+            storage_nodes.wait_registered(records, info.zk_connect, config.zk_root, 180)
+            yield NodeCluster(
+                info.bootstrap_servers, info.zk_connect, config.topic_prefix, config.zk_root, tuple(records)
+            )
+        finally:
+            say("stopping the cluster (every process by pid)")
+            launcher.down(config.cluster_file, timeout_s=15)
+    finally:
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+
+def table_definition(name: str, replication_factor: int) -> Any:
+    """The benchmarks' table: ``k`` uint64 (primary and partition key), ``v`` string, ``n`` int64."""
+    from metadata.table import Column, ColumnType, TableDefinition
+
+    cols = (Column("k", ColumnType.UINT64, False), Column("v", ColumnType.STRING), Column("n", ColumnType.INT64))
+    return TableDefinition(name, cols, ("k",), "k", replication_factor)
+
+
+def create_table(c: NodeCluster, definition: Any, servers: Sequence[str], partitions: int) -> None:
+    """Create ``definition`` on ``servers`` in ``partitions`` partitions of equal uint64 key ranges."""
+    from metadata.client import MetadataClient
+    from metadata.keyspace import Keyspace
+
+    splits = [Keyspace.UINT64.encode((2**64 // partitions) * i) for i in range(1, partitions)]
+    with MetadataClient(c.metadata_config()) as client:
+        client.coordinator.create_table(definition, list(servers), splits)
+
+
+def unwind_on_sigterm() -> None:
+    """Make SIGTERM unwind like Ctrl-C, so every ``finally`` stops the processes its block started."""
+    import signal
+
+    def _terminate(signum: int, _frame: Any) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    signal.signal(signal.SIGTERM, _terminate)
 
 
 def raw_producer_config(bootstrap: str, args: argparse.Namespace) -> dict[str, Any]:

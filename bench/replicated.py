@@ -31,16 +31,12 @@ import argparse
 import contextlib
 import multiprocessing as mp
 import queue
-import shutil
-import signal
-import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
 from bench import common
@@ -112,99 +108,31 @@ def fully_replicated(p: PartitionProgress) -> bool:
 # -- the cluster ----------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Cluster:
-    bootstrap_servers: str
-    zk_connect: str
-    topic_prefix: str
-    zk_root: str
+Cluster = common.NodeCluster
 
 
-@contextlib.contextmanager
-def rf3_cluster(args: argparse.Namespace, say: Callable[[str], None]) -> Iterator[Cluster]:
+def rf3_cluster(args: argparse.Namespace, say: Callable[[str], None]) -> contextlib.AbstractContextManager[Cluster]:
     """ZooKeeper + ``--brokers`` brokers + ``--nodes`` storage nodes (started here with ``--flush-age``),
     every process stopped by pid at the end (nodes, brokers, ZooKeeper), the data deleted."""
-    from shoal import cluster_file
-    from shoal_app.runtime import launcher, storage_nodes
-    from shoal_app.runtime.node_spec import local_target, node_spec
-    from shoal_app.runtime.ports import free_ports
-
-    data_dir = Path(tempfile.mkdtemp(prefix="shoal-bench-rf3-"))
-    config = launcher.LocalClusterConfig(
-        data_dir=data_dir,
-        cache_dir=common.cache_dir(),
+    return common.node_cluster(
+        say,
         brokers=args.brokers,
-        nodes=0,
+        nodes=args.nodes,
         kafka_heap_mb=args.kafka_heap_mb,
-        start_timeout_s=180,
-        fresh=True,
+        flush_age=args.flush_age,
+        prefix="shoal-bench-rf3-",
     )
-    say(f"starting ZooKeeper and {args.brokers} brokers in {data_dir}")
-    try:
-        info = launcher.up(config)
-        try:
-            target = local_target(
-                str(data_dir),
-                str(config.cluster_file.resolve()),
-                info.zk_connect,
-                info.bootstrap_servers,
-                config.topic_prefix,
-                config.zk_root,
-            )
-            ports = free_ports(args.nodes)
-            records = []
-            for i in range(1, args.nodes + 1):
-                spec = node_spec(i, target, ports[i - 1], metrics_port=None)
-                spec = replace(spec, argv=(*spec.argv, "--flush-age", str(args.flush_age)))
-                say(f"starting storage node {spec.server_id} (flush age {args.flush_age}s)")
-                records.append(storage_nodes.start(spec))
-                # in the cluster file at once, so launcher.down stops it even if a later start fails
-                info = replace(info, processes=(*info.processes, records[-1]))
-                cluster_file.write(config.cluster_file, info)
-            storage_nodes.wait_registered(records, info.zk_connect, config.zk_root, 180)
-            yield Cluster(info.bootstrap_servers, info.zk_connect, config.topic_prefix, config.zk_root)
-        finally:
-            say("stopping the cluster (every process by pid)")
-            launcher.down(config.cluster_file, timeout_s=15)
-    finally:
-        shutil.rmtree(data_dir, ignore_errors=True)
-
-
-def _meta(c: Cluster) -> Any:
-    from metadata.client import MetadataConfig
-
-    return MetadataConfig(
-        zk_hosts=c.zk_connect, bootstrap_servers=c.bootstrap_servers, topic_prefix=c.topic_prefix, zk_root=c.zk_root
-    )
-
-
-def _connection(c: Cluster) -> Any:
-    from shoal.kafka.settings import ConnectionSettings
-
-    return ConnectionSettings.plain(c.bootstrap_servers, c.zk_connect, topic_prefix=c.topic_prefix, zk_root=c.zk_root)
-
-
-def table_definition() -> Any:
-    from metadata.table import Column, ColumnType, TableDefinition
-
-    cols = (Column("k", ColumnType.UINT64, False), Column("v", ColumnType.STRING), Column("n", ColumnType.INT64))
-    return TableDefinition(TABLE, cols, ("k",), "k", 3)
 
 
 def create_table(c: Cluster, partitions: int) -> None:
-    from metadata.client import MetadataClient
-    from metadata.keyspace import Keyspace
-
-    splits = [Keyspace.UINT64.encode((2**64 // partitions) * i) for i in range(1, partitions)]
-    with MetadataClient(_meta(c)) as client:
-        client.coordinator.create_table(table_definition(), list(NODES), splits)
+    common.create_table(c, common.table_definition(TABLE, 3), NODES, partitions)
 
 
 def node_locations(c: Cluster) -> list[str]:
     from metadata.client import MetadataClient
     from metadata.node_registry import lookup_node
 
-    with MetadataClient(_meta(c)) as client:
+    with MetadataClient(c.metadata_config()) as client:
         return [lookup_node(client.zk, client.layout, s) for s in NODES]
 
 
@@ -217,7 +145,7 @@ class ReplicationCheck:
         from monitor.segments import SegmentsTracker
         from shoal.topics import TopicNames
 
-        self.client = MetadataClient(_meta(c))
+        self.client = MetadataClient(c.metadata_config())
         self.topics = TopicNames(c.topic_prefix)
         self.kafka = KafkaOffsets(c.bootstrap_servers)
         self.tracker = SegmentsTracker(c.bootstrap_servers)
@@ -307,7 +235,7 @@ def _producer_config(c: Cluster, args: argparse.Namespace, **extra: Any) -> Any:
     from producer import ProducerConfig
 
     return ProducerConfig(
-        _connection(c),
+        c.connection(),
         linger_ms=args.linger_ms,
         max_message_bytes=args.max_message_bytes,
         kafka_config={"batch.size": args.batch_bytes},
@@ -705,7 +633,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     args = p.parse_args(argv)
     say = common.progress_printer(args.output)
-    signal.signal(signal.SIGTERM, _terminate)  # SIGTERM unwinds like Ctrl-C: every finally stops its processes
+    common.unwind_on_sigterm()
     with rf3_cluster(args, say) as c:
         create_table(c, args.partitions)
         say("waiting for every partition to accept a first write")
@@ -724,10 +652,6 @@ def main(argv: list[str] | None = None) -> None:
                 "raw": raw_latency(c, args, rate, say),
             }
     report(args, shoal, raw, latency)
-
-
-def _terminate(signum: int, _frame: Any) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")
 
 
 def _warm_up(c: Cluster, args: argparse.Namespace) -> None:

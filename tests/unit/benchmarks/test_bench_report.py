@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import common, replicated
+from bench import common, node_memory, replicated
 from bench.report import load, markdown
 
 
@@ -94,3 +94,64 @@ def test_latency_batches_spread_over_the_key_space_with_unique_odd_keys() -> Non
     assert len(set(keys)) == 200 and all(k % 2 == 1 for k in keys)
     first = batches[0].column("k").to_pylist()
     assert min(first) < 2**60 and max(first) > 2**63  # one batch reaches every partition
+
+
+def test_slope_per_min_is_a_least_squares_fit() -> None:
+    assert node_memory.slope_per_min([]) is None
+    assert node_memory.slope_per_min([(1.0, 5.0)]) is None
+    assert node_memory.slope_per_min([(1.0, 5.0), (1.0, 6.0)]) is None  # no time span
+    assert node_memory.slope_per_min([(0.0, 10.0), (30.0, 11.0), (60.0, 12.0)]) == pytest.approx(2.0)
+    sawtooth = [(float(t), 100.0 + (t % 10)) for t in range(60)]  # flushes: up and down, level overall
+    assert abs(node_memory.slope_per_min(sawtooth) or 0.0) < 2.0
+
+
+def _samples(phase: str, start: float, rss_mib: list[float]) -> list[node_memory.Sample]:
+    return [node_memory.Sample(start + i, phase, int(v * node_memory.MIB), 40) for i, v in enumerate(rss_mib)]
+
+
+def test_node_memory_summary_from_samples() -> None:
+    load = [120.0 + i for i in range(10)] + [131.0] + [130.0] * 19  # grows, then level
+    samples = (
+        _samples("no table", 0, [100.0, 101.0, 100.0])
+        + _samples("creating", 3, [110.0])
+        + _samples("idle", 4, [150.0, 150.0, 152.0])
+        + _samples("load", 7, load)
+    )
+    r = node_memory.summarize(samples, partitions=50, bound_mib_per_min=2.0)
+    assert r["RSS no table MiB"] == pytest.approx(100.0) and r["RSS idle MiB"] == pytest.approx(150.0)
+    assert r["per partition MiB"] == pytest.approx(1.0)
+    assert r["RSS peak load MiB"] == pytest.approx(131.0) and r["RSS final load MiB"] == pytest.approx(130.0)
+    assert r["bounded"] is True and r["last third slope MiB/min"] == pytest.approx(0.0)
+    assert r["ratio"] == pytest.approx(131.0 / 150.0)
+    leak = node_memory.summarize(
+        samples[:7] + _samples("load", 7, [120.0 + i for i in range(30)]), partitions=50, bound_mib_per_min=2.0
+    )
+    assert leak["bounded"] is False and leak["last third slope MiB/min"] == pytest.approx(60.0)
+    empty = node_memory.summarize(samples[:4], partitions=50, bound_mib_per_min=2.0)
+    assert empty["RSS idle MiB"] is None and empty["bounded"] is None and empty["ratio"] is None
+
+
+def test_report_tables_node_memory_against_its_goal(tmp_path: Path) -> None:
+    doc = common.json_document(
+        "node memory",
+        {"partitions": 50, "rate_rows_s": 5000},
+        [
+            {
+                "RSS no table MiB": 150.0,
+                "RSS idle MiB": 400.0,
+                "per partition MiB": 5.0,
+                "RSS peak load MiB": 520.0,
+                "RSS final load MiB": 500.0,
+                "last third slope MiB/min": 0.4,
+                "bounded": True,
+            }
+        ],
+        ratio=1.3,
+    )
+    (tmp_path / "node_memory.json").write_text(json.dumps(doc))
+    (tmp_path / "memory.json").write_text(json.dumps({"ratio": 0.9, "results": [{"rows": 10}]}))
+    lines = markdown(load(tmp_path)).splitlines()
+    row = next(line for line in lines if "(`node_memory`)" in line)
+    assert "1.30 (yes)" in row and "<= 1.5" in row
+    assert "peak 520 MiB" in row and "5.0 MiB/partition" in row and "bounded (last third 0.4 MiB/min)" in row
+    assert lines.index(row) == 1 + next(i for i, line in enumerate(lines) if "(`memory`)" in line)
