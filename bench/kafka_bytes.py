@@ -206,14 +206,16 @@ def wal_batch_by_reference(batch: Batch, tally: Tally) -> int:
         return batch.size
     if batch.compressed:
         raise ValueError("a WAL record batch is compressed: the by-reference sizes need uncompressed batches")
+    from shoal.errors import WireFormatError
     from shoal.wire.records import WalRecord
 
     size = _BATCH_HEADER
     for length, value in read_records(batch):
-        if value is None:
+        try:
+            record = WalRecord.from_bytes(value)
+        except WireFormatError:  # not a WAL record (nothing shoal wrote): counted as it is
             size += length + varint_size(length)
             continue
-        record = WalRecord.from_bytes(value)
         tally.wal_payload_bytes += len(record.payload)
         size += record_size_with_value(length, len(value), by_reference_size(record))
     return size

@@ -102,6 +102,8 @@ def test_wal_batch_by_reference_drops_the_payloads_and_keeps_the_rest() -> None:
     assert tally.wal_payload_bytes == sum(map(len, payloads))
     control = kb.read_batches(_batch([b"\x00\x00\x00\x00\x00\x00"], control=True))[0][0]
     assert kb.wal_batch_by_reference(control, tally) == control.size
+    foreign = kb.read_batches(_batch([b"not a WAL record", None]))[0][0]
+    assert kb.wal_batch_by_reference(foreign, tally) == foreign.size  # counted as it is
 
 
 def test_topic_kinds_and_log_dir_names() -> None:
