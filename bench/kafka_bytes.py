@@ -212,8 +212,10 @@ def wal_batch_by_reference(batch: Batch, tally: Tally) -> int:
     size = _BATCH_HEADER
     for length, value in read_records(batch):
         try:
-            record = WalRecord.from_bytes(value)
-        except WireFormatError:  # not a WAL record (nothing shoal wrote): counted as it is
+            record = None if value is None else WalRecord.from_bytes(value)
+        except WireFormatError:
+            record = None
+        if record is None or value is None:  # not a WAL record (nothing shoal wrote): counted as it is
             size += length + varint_size(length)
             continue
         tally.wal_payload_bytes += len(record.payload)
@@ -284,11 +286,10 @@ def broker_log_dirs(bootstrap: str) -> list[Path]:
     from shoal.kafka.settings import KafkaSettings
 
     admin = clients.admin(KafkaSettings(bootstrap))
-    brokers = sorted(admin.list_topics(timeout=30).brokers)
-    resources = [ConfigResource(ResourceType.BROKER, str(b)) for b in brokers]
     dirs: list[Path] = []
-    for fut in admin.describe_configs(resources, request_timeout=30).values():
-        entries = fut.result(timeout=30)
+    for broker in sorted(admin.list_topics(timeout=30).brokers):  # one broker resource per request
+        resource = ConfigResource(ResourceType.BROKER, str(broker))
+        entries = admin.describe_configs([resource], request_timeout=30)[resource].result(timeout=30)
         entry = entries.get("log.dirs") or entries.get("log.dir")
         value = None if entry is None else entry.value
         for d in (value or "").split(","):
