@@ -339,7 +339,18 @@ def scan(dirs: Sequence[Path], prefix: str, since: Positions | None) -> tuple[Po
 # -- the run --------------------------------------------------------------------------------------
 
 
-def write_phase(c: Any, run: argparse.Namespace, batch_rows: int, say: Callable[[str], None]) -> float:
+def phase_rows(phase: int, i: int, batch_rows: int, count: int, value_bytes: int) -> Any:
+    """Write ``i`` of ``count`` of a phase: P4's keys strided over every partition
+    (:func:`bench.replicated.latency_rows`), with values of their own (random, seeded by phase and
+    write), so that no two writes repeat values a segment's dictionary encoding would fold."""
+    from bench import replicated, write_path
+
+    rows = replicated.latency_rows(i, batch_rows, count, value_bytes)
+    values = write_path.build_rows(batch_rows, value_bytes, seed=(phase + 1) * 1_000_003 + i).column("v")
+    return rows.set_column(rows.schema.get_field_index("v"), "v", values)
+
+
+def write_phase(c: Any, run: argparse.Namespace, phase: int, batch_rows: int, say: Callable[[str], None]) -> float:
     """Write ``run.rows`` rows in writes of ``batch_rows`` rows spread over every partition, wait until
     every row is in a segment acked by every replica; the seconds it took."""
     from bench import replicated
@@ -350,7 +361,7 @@ def write_phase(c: Any, run: argparse.Namespace, batch_rows: int, say: Callable[
     t0 = time.perf_counter()
     with Producer(replicated._producer_config(c, run)) as producer:
         for i in range(count):
-            producer.write(replicated.TABLE, replicated.latency_rows(i, batch_rows, count, run.value_bytes))
+            producer.write(replicated.TABLE, phase_rows(phase, i, batch_rows, count, run.value_bytes))
         producer.flush()
         producer.sync(600)
     check = replicated.ReplicationCheck(c)
@@ -366,9 +377,9 @@ def measure(c: Any, run: argparse.Namespace, say: Callable[[str], None]) -> list
     dirs = broker_log_dirs(c.bootstrap_servers)
     say(f"reading {len(dirs)} broker log directories")
     phases = []
-    for batch_rows in run.batch_rows:
+    for phase, batch_rows in enumerate(run.batch_rows):
         before, _, _ = scan(dirs, c.topic_prefix, None)
-        seconds = write_phase(c, run, batch_rows, say)
+        seconds = write_phase(c, run, phase, batch_rows, say)
         rows = math.ceil(run.rows / batch_rows) * batch_rows
         _, tallies, notes = scan(dirs, c.topic_prefix, before)
         table = bytes_per_row(tallies, rows)
