@@ -320,7 +320,6 @@ def scan(dirs: Sequence[Path], prefix: str, since: Positions | None) -> tuple[Po
             kind = topic_kind(name[0], prefix)
             tally = tallies.setdefault(kind, Tally())
             copies[name] = copies.get(name, 0) + 1
-            tally.topics.add(name[0])
             for log_file in sorted(part.glob("*.log")):
                 data = log_file.read_bytes()
                 start = 0 if since is None or log_file not in since else since[log_file]
@@ -328,6 +327,8 @@ def scan(dirs: Sequence[Path], prefix: str, since: Positions | None) -> tuple[Po
                     positions[log_file] = read_batches(data)[1]
                 else:
                     positions[log_file] = tally_file(data, start, kind, tally)
+                if positions[log_file] > start:
+                    tally.topics.add(name[0])  # the topics that received something
     gone = sorted({f.parent.name for f in since or () if f not in positions})
     notes += [f"{name}: a log segment was deleted while measured (its bytes are missing)" for name in gone]
     for (topic, _p), n in copies.items():
