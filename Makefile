@@ -62,6 +62,7 @@ compose-test: setup
 BENCH_ROWS ?= 200000
 BENCH_SIZES ?= 1000,10000,100000,1000000
 BENCH_RF3_ROWS ?= 500000
+BENCH_KAFKA_BYTES_ROWS ?= 100000
 BENCH_COMPACTION_SMALL ?= 20000
 BENCH_COMPACTION_LARGE ?= 200000
 BENCH_MEMORY_ROWS ?= 1000000
@@ -87,6 +88,8 @@ bench: setup
 	-$(PY) -m bench.fast_forward --sizes $(BENCH_SIZES) --repeat 3 --output json > $(BENCH_OUT)/fast_forward.json
 	-$(PY) -m bench.split --output json > $(BENCH_OUT)/split.json
 	-$(PY) -m bench.bootstrap --output json > $(BENCH_OUT)/bootstrap.json
+	@echo "Kafka bytes per row at RF 3: today, and with WAL records by reference (docs/wal-by-reference.md)"
+	-$(PY) -m bench.kafka_bytes --rows $(BENCH_KAFKA_BYTES_ROWS) --output json > $(BENCH_OUT)/kafka_bytes.json
 	@echo "memory: a memtable of $(BENCH_MEMORY_ROWS) rows against its Arrow size"
 	-$(PY) -m bench.memory --rows $(BENCH_MEMORY_ROWS) --output json > $(BENCH_OUT)/memory.json
 	@echo "memory: one node leading 50 partitions, idle and under $(BENCH_NODE_MEMORY_SECONDS) s of load"

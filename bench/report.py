@@ -57,6 +57,8 @@ GOALS: dict[str, Goal] = {
     "fast_forward": Goal("-", "row-based apply time / fast-forward time"),
     "split": Goal("-", "re-insert time / split time"),
     "bootstrap": Goal("-", "WAL replay time / bootstrap time"),
+    # an evaluation, not a goal of the issue: the figures behind docs/wal-by-reference.md
+    "kafka_bytes": Goal("-", "Kafka bytes/row at RF 3, WAL records by reference / today"),
 }
 ORDER = tuple(GOALS)
 
@@ -113,6 +115,8 @@ def _detail(name: str, doc: dict[str, Any]) -> str:
         return f"{doc.get('rows', 0):,} rows"
     if name == "bootstrap":
         return f"{s.get('rows', 0):,} rows"
+    if name == "kafka_bytes":
+        return "; ".join(_kafka_bytes_phase(ph) for ph in doc.get("phases") or [])
     if name == "memory" and res:
         r = res[0]
         return (
@@ -133,6 +137,17 @@ def _detail(name: str, doc: dict[str, Any]) -> str:
     if name == "fast_forward" and res:
         return f"{res[-1].get('rows', 0):,}-row segment"
     return ""
+
+
+def _kafka_bytes_phase(phase: dict[str, Any]) -> str:
+    """Bytes per row (all replicas) of one ``kafka_bytes`` phase: today by kind, then by reference."""
+    kinds = {k["kind"]: k for k in phase.get("kinds") or []}
+    total = kinds.pop("total", {})
+    parts = ", ".join(f"{name} {_fmt(k.get('bytes/row'), 0)}" for name, k in kinds.items())
+    return (
+        f"writes of {phase.get('batch_rows', 0):,} rows: {_fmt(total.get('bytes/row'), 0)} B/row today "
+        f"({parts}), {_fmt(total.get('by-ref bytes/row'), 0)} by reference"
+    )
 
 
 def markdown(docs: dict[str, dict[str, Any]]) -> str:

@@ -17,6 +17,12 @@ The hash chain (TokuMX): every WAL record carries ``hash = chain_hash(prev_hash,
 and the ``prev_hash`` of the record before it on the same channel; the first record of a channel
 has ``prev_hash = GENESIS_HASH`` (32 zero bytes). :func:`verify_chain` checks a run of records.
 The hash covers the GTID and the payload; the other envelope fields are not hashed.
+
+A WAL record carries its payload: a copy of the accepted ingest record's value (DESIGN.md section
+4), so a WAL channel alone holds what its leader accepted. Records that reference the ingest offset
+and chain a payload hash instead were evaluated and not adopted for now: the decision, the measured
+Kafka bytes per row of both designs (``bench/kafka_bytes.py``), what each guarantee would need and
+the steps to build it are in ``docs/wal-by-reference.md``.
 """
 
 from __future__ import annotations

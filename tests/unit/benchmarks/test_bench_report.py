@@ -88,6 +88,18 @@ def test_report_table_from_a_run(tmp_path: Path) -> None:
     assert any("| P3 |" in line and "0.10 (yes)" in line for line in lines)
 
 
+def test_report_lists_kafka_bytes_per_phase_without_a_target() -> None:
+    kinds = [
+        {"kind": "ingest", "bytes/row": 180.0, "by-ref bytes/row": 180.0},
+        {"kind": "wal", "bytes/row": 182.0, "by-ref bytes/row": 2.0},
+        {"kind": "total", "bytes/row": 362.0, "by-ref bytes/row": 182.0},
+    ]
+    doc = {"ratio": 0.5, "phases": [{"batch_rows": 800, "kinds": kinds}]}
+    line = markdown({"kafka_bytes": doc}).splitlines()[2]
+    assert line.startswith("| - |") and "| 0.50 |" in line
+    assert "writes of 800 rows: 362 B/row today (ingest 180, wal 182), 182 by reference" in line
+
+
 def test_latency_batches_spread_over_the_key_space_with_unique_odd_keys() -> None:
     batches = [replicated.latency_rows(i, 50, 4, 8) for i in range(4)]
     keys = [k for b in batches for k in b.column("k").to_pylist()]
