@@ -40,6 +40,12 @@ it are skipped too (no ack) until a major that is not referenced arrives and is 
 so the follower neither loops OUT_OF_ORDER nor acks what it does not hold. The overlay keeps the
 WAL channel's hash chain and GTID order across records: a record that does not chain from the last
 accepted one is reported and skipped, the chain position stays at the last accepted record.
+
+An old leader's major that the new leader never published (a compaction committed as the term
+ended) leaves the local root ahead of the leader's chain: at the channel's end, after a grace
+period, or as soon as the leader publishes a segment based on one the major folds, the major is
+dropped and root goes back to the leader's segment, or the replica bootstraps when the folded
+segments are gone (:meth:`PartitionFollower._drop_unpublished_major`).
 """
 
 from __future__ import annotations
