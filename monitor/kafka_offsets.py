@@ -162,20 +162,18 @@ class KafkaOffsets:
         can crash on when it meets a coordinator change (confluentinc/librdkafka#5040): asked once
         every two minutes instead of every poll, a broker loss rarely meets it."""
         names = sorted(set(groups))
-        now = time.monotonic()
-        for g in [g for g, (at, _) in self._group_tps.items() if now - at > 10 * self.group_topics_refresh_s]:
-            del self._group_tps[g]  # a group no longer asked about (its partition or query is gone)
-        refresh = self.group_topics_refresh_s
-        cached = self._group_tps
+        now, refresh, cached = time.monotonic(), self.group_topics_refresh_s, self._group_tps
+        for g in [g for g, (at, _) in cached.items() if now - at > 10 * refresh]:
+            del cached[g]  # a group no longer asked about (its partition or query is gone)
         # listed again: never listed, listed long ago, or no offsets yet
         stale = [g for g in names if g not in cached or not cached[g][1] or now - cached[g][0] >= refresh]
         out: dict[str, dict[TP, int | None]] = {}
         if stale:
             listed = all_committed_offsets(self.admin, stale, timeout_s=self.request_timeout_s)
             for g in stale:
-                self._group_tps[g] = (now, frozenset(listed.get(g, {})))
+                cached[g] = (now, frozenset(listed.get(g, {})))
             out.update(listed)
-        known = {g: self._group_tps[g][1] for g in names if g not in out and self._group_tps[g][1]}
+        known = {g: cached[g][1] for g in names if g not in out and cached[g][1]}
         if known:
             out.update(committed_offsets(self.admin, known, timeout_s=self.request_timeout_s))
         return {g: out.get(g, {}) for g in names}

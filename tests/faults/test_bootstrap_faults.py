@@ -15,9 +15,7 @@ from fault_support import NODES, Cluster3, wait_until
 from node_it_support import make_table
 
 from metadata.election import candidates
-from shoal.ids import new_segment_id
-from shoal.segments import SegmentRecord, lww_merge, read_segment, write_segment
-from shoal.segments.compaction import compaction_entry, segments_to_compact
+from shoal_app.testing.segments import commit_local_major
 from storage_node.replica import PartitionReplica
 from storage_node.replication.collect import collect_on_follower
 
@@ -130,14 +128,7 @@ def test_empty_replica_never_leads_with_missing_data(
 def _commit_unpublished_major(replica: PartitionReplica, epoch: int) -> str:
     """Commit a major of the chain since its latest major, as the compaction intake does, and
     delete what it folds, as the follower role does when it starts; nothing is published."""
-    chain = replica.chain
-    folded = [e.segment_id for e in segments_to_compact(chain)]
-    parts = [read_segment(replica.directory, sid).replace_schema_metadata(None) for sid in folded]
-    sid = new_segment_id()
-    w = write_segment(replica.directory, sid, lww_merge(parts, replica.key_columns), key_columns=replica.key_columns)
-    entry = compaction_entry(chain, sid, placement_id=replica.placement_id, epoch=epoch)
-    record = SegmentRecord(entry=entry, sha256=w.sha256, row_count=w.row_count, size_bytes=w.size_bytes)
-    replica.commit_major(record, leader_epoch=epoch)
+    sid, folded = commit_local_major(replica, epoch=epoch)
     assert collect_on_follower(replica) == folded
     return sid
 

@@ -22,14 +22,14 @@ from metadata.table import Column, ColumnType, TableDefinition
 from shoal.errors import PartitionUnavailableError
 from shoal.ids import new_partition_id, new_segment_id
 from shoal.kafka.settings import KafkaSettings
-from shoal.segments import SegmentEntry, SegmentRecord, lww_merge, read_segment, write_segment
+from shoal.segments import SegmentEntry, SegmentRecord, write_segment
 from shoal.segments.channel import KIND_CHUNK, KIND_HEADER, KIND_MANIFEST, to_wire
-from shoal.segments.compaction import compaction_entry, segments_to_compact
 from shoal.segments.parquet_io import segment_path
 from shoal.topics import TopicNames
 from shoal.wire.arrow_ipc import encode_batch
 from shoal.wire.ingest import ingest_schema
 from shoal.wire.records import GENESIS_HASH, Gtid, SegmentChunk, WalRecord
+from shoal_app.testing.segments import commit_local_major
 from storage_node.node import HeldPartition, StorageNode
 from storage_node.replica import CatchUpPhase, PartitionReplica, versioned_rows
 from storage_node.replica.overlay import WalOverlay
@@ -261,14 +261,7 @@ def _unpublished_major(tmp: Path) -> tuple[PartitionReplica, list[SegmentRecord]
     lost the leadership before publishing it; the new leader republished the three on its channel."""
     old, records = _segments(tmp, new_partition_id(), 3, placement=FOLLOWER)
     channel = FakeChannel([m for r in records for m in _published(old, r)])
-    chain = old.chain
-    folded = [e.segment_id for e in segments_to_compact(chain)]
-    merged = lww_merge([read_segment(old.directory, s).replace_schema_metadata(None) for s in folded], old.key_columns)
-    sid = new_segment_id()
-    w = write_segment(old.directory, sid, merged, key_columns=old.key_columns)
-    entry = compaction_entry(chain, sid, placement_id=FOLLOWER, epoch=1)
-    record = SegmentRecord(entry=entry, sha256=w.sha256, row_count=w.row_count, size_bytes=w.size_bytes)
-    old.commit_major(record, leader_epoch=1)
+    sid, _folded = commit_local_major(old, epoch=1)
     return old, records, channel, sid
 
 

@@ -9,13 +9,13 @@ import pytest
 
 from metadata.table import Column, ColumnType, TableDefinition
 from shoal.errors import ConfigError
-from shoal.ids import new_partition_id, new_segment_id
+from shoal.ids import new_partition_id
 from shoal.kafka.settings import KafkaSettings
-from shoal.segments import SegmentRecord, lww_merge, read_segment, write_segment
-from shoal.segments.compaction import compaction_entry, segments_to_compact
+from shoal.segments import read_segment
 from shoal.segments.parquet_io import segment_path
 from shoal.wire.ingest import ingest_schema
 from shoal.wire.records import Gtid
+from shoal_app.testing.segments import commit_local_major
 from storage_node.config import LeaderConfig
 from storage_node.replica import PartitionReplica, versioned_rows
 from storage_node.replication.collect import (
@@ -49,16 +49,7 @@ def _replica_with_minors(tmp_path: Path, n: int = 3) -> PartitionReplica:
 
 
 def _compact(r: PartitionReplica) -> tuple[str, list[str]]:
-    chain = r.chain
-    folded = [e.segment_id for e in segments_to_compact(chain)]
-    merged = lww_merge([read_segment(r.directory, s).replace_schema_metadata(None) for s in folded], r.key_columns)
-    sid = new_segment_id()
-    w = write_segment(r.directory, sid, merged, key_columns=r.key_columns)
-    entry = compaction_entry(chain, sid, placement_id=r.placement_id, epoch=1)
-    r.commit_major(
-        SegmentRecord(entry=entry, sha256=w.sha256, row_count=w.row_count, size_bytes=w.size_bytes), leader_epoch=1
-    )
-    return sid, folded
+    return commit_local_major(r, epoch=1)
 
 
 def test_weak_segments_are_deletable_by_the_leader_only_after_every_follower_acked_the_major(tmp_path: Path) -> None:
