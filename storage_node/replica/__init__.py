@@ -15,7 +15,7 @@ and the roles (:mod:`storage_node.roles`) do.
 
 from storage_node.replica.catch_up import CatchUp, CatchUpPhase
 from storage_node.replica.memtable import Memtable
-from storage_node.replica.overlay import WalOverlay
+from storage_node.replica.overlay import PendingRows, WalOverlay
 from storage_node.replica.replica import KeyFilter, PartitionReplica, minor_backlog, replica_dir
 from storage_node.replica.rows import versioned_rows
 from storage_node.replica.validate import IngestValidator, Rejected
@@ -27,6 +27,7 @@ __all__ = [
     "KeyFilter",
     "Memtable",
     "PartitionReplica",
+    "PendingRows",
     "Rejected",
     "WalOverlay",
     "minor_backlog",

@@ -5,25 +5,48 @@ reads; rows covered by a fast-forwarded segment leave the overlay"); LinDB (seed
 follower's Consume (Replica) index is how far it has read the channel, its Ack index is what its
 durable segments cover. The overlay holds one versioned Arrow table per WAL record (rows stamped
 with their GTIDs), keyed by (channel, offset). Thread-safe.
+
+Rows are decoded when first read, not when tailed (:class:`PendingRows`): the follower checks each
+record's hash chain and GTID order as it tails, but most records are covered by a fast-forwarded
+segment and leave the overlay before any scan wants their rows, so decoding them on arrival (Arrow
+IPC decompression, schema check, GTID stamping) would be CPU spent for nothing. A scan decodes the
+records still pending once (:meth:`WalOverlay.decode_pending`, outside the replica's lock) and
+keeps the tables. A record that chains but whose rows do not decode is reported by its decoder
+(which returns None) and reads as empty, as it did when it was decoded on arrival.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import pyarrow as pa
 
+from shoal.errors import ShoalError
 from shoal.segments import WalRange
 from shoal.segments.coverage import Channel, normalize
 
+log = logging.getLogger(__name__)
+
 
 @dataclass(frozen=True)
+class PendingRows:
+    """A WAL record's rows, not decoded yet: ``decode()`` returns them versioned (GTID columns), or
+    None when they do not decode (the decoder reports that)."""
+
+    row_count: int
+    decode: Callable[[], pa.Table | None]
+
+
+@dataclass
 class _Entry:
     channel: Channel
     offset: int
-    table: pa.Table
+    row_count: int
+    table: pa.Table | None
+    pending: PendingRows | None
 
 
 class WalOverlay:
@@ -31,12 +54,18 @@ class WalOverlay:
         self._lock = threading.Lock()
         self._entries: list[_Entry] = []
 
-    def add(self, channel: Channel, offset: int, table: pa.Table, covered: Iterable[WalRange] = ()) -> bool:
-        """Add one WAL record's versioned rows unless ``covered`` already holds its offset."""
+    def add(
+        self, channel: Channel, offset: int, rows: pa.Table | PendingRows, covered: Iterable[WalRange] = ()
+    ) -> bool:
+        """Add one WAL record's versioned rows (or their decoder) unless ``covered`` already holds its offset."""
         if _covered(normalize(covered), channel, offset):
             return False
+        if isinstance(rows, PendingRows):
+            entry = _Entry(channel, offset, rows.row_count, None, rows)
+        else:
+            entry = _Entry(channel, offset, rows.num_rows, rows, None)
         with self._lock:
-            self._entries.append(_Entry(channel, offset, table))
+            self._entries.append(entry)
         return True
 
     def drop_covered(self, coverage: Iterable[WalRange]) -> int:
@@ -52,9 +81,31 @@ class WalOverlay:
         with self._lock:
             self._entries = []
 
-    def tables(self) -> list[pa.Table]:
+    def decode_pending(self) -> int:
+        """Decode every record whose rows were not read yet (outside the lock); returns how many."""
         with self._lock:
-            return [e.table for e in self._entries if e.table.num_rows]
+            todo = [e for e in self._entries if e.pending is not None]
+        for entry in todo:
+            pending = entry.pending
+            if pending is None:  # another reader decoded it meanwhile
+                continue
+            try:
+                table = pending.decode()
+            except ShoalError as exc:  # a decoder that does not report its own errors
+                table = None
+                log.error("WAL record at offset %d of channel %s is invalid: %s", entry.offset, entry.channel, exc)
+            with self._lock:
+                if entry.pending is pending:
+                    entry.table, entry.pending = table, None
+                    entry.row_count = 0 if table is None else table.num_rows
+        return len(todo)
+
+    def tables(self) -> list[pa.Table]:
+        """The versioned rows of every record; decodes what is still pending (call
+        :meth:`decode_pending` first when holding another lock, so that little is left to do here)."""
+        self.decode_pending()
+        with self._lock:
+            return [e.table for e in self._entries if e.table is not None and e.table.num_rows]
 
     @property
     def records(self) -> int:
@@ -62,9 +113,15 @@ class WalOverlay:
             return len(self._entries)
 
     @property
+    def pending(self) -> int:
+        """Records whose rows no read has decoded yet."""
+        with self._lock:
+            return sum(1 for e in self._entries if e.pending is not None)
+
+    @property
     def rows(self) -> int:
         with self._lock:
-            return sum(e.table.num_rows for e in self._entries)
+            return sum(e.row_count for e in self._entries)
 
 
 def _covered(ranges: tuple[WalRange, ...], channel: Channel, offset: int) -> bool:

@@ -374,6 +374,9 @@ class PartitionReplica:
     def scan(self, where: KeyFilter | None = None, *, include_system: bool = False) -> pa.Table:
         """Newest version per primary key across segments and memtable, tombstones hidden."""
         where = where or KeyFilter()
+        overlay = self.overlay
+        if overlay is not None:
+            overlay.decode_pending()  # WAL rows are decoded on first read, not under the replica's lock
         with self._lock:
             entries = self._list.chain.since_latest_major()
             tables = [t for m in [*self._frozen, self.memtable] for t in m.tables]

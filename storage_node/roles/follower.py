@@ -55,7 +55,9 @@ import logging
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from functools import partial
 
+import pyarrow as pa
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from shoal.errors import KafkaOperationError, ShoalError
@@ -79,7 +81,7 @@ from shoal.wire.records import ManifestRecord as WireManifest
 from shoal.worker import Deadline, Worker
 from storage_node.config import consumer_overrides
 from storage_node.errors import ChunkError
-from storage_node.replica import PartitionReplica, WalOverlay, versioned_rows
+from storage_node.replica import PartitionReplica, PendingRows, WalOverlay, versioned_rows
 from storage_node.replication import bootstrap
 from storage_node.replication.collect import collect_on_follower
 from storage_node.replication.publish import SEGMENTS_TOPIC_CONFIG, push_segments
@@ -385,6 +387,18 @@ class PartitionFollower(Worker):
             self.replica.overlay = WalOverlay()
         self.replica.overlay.clear()
 
+    def _overlay_rows(self, record: WalRecord, schema: pa.Schema, offset: int) -> pa.Table | None:
+        """A tailed WAL record's rows, versioned with its GTIDs, decoded by the first read that wants
+        them; None (reported here) when the record chained but its rows do not decode."""
+        try:
+            return versioned_rows(record.rows(schema), record.gtid)
+        except ShoalError as exc:
+            self.stats.invalid += 1
+            log.error(
+                "%s: WAL record at offset %s of %s is invalid: %s", self.replica.name, offset, self._wal_topic, exc
+            )
+            return None
+
     def _tail_wal(self) -> None:
         if self._wal is None or self.leader_placement_id is None:
             return
@@ -403,7 +417,6 @@ class PartitionFollower(Worker):
             table = self.replica.table
             schema = ingest_schema(table.arrow_schema(), table.primary_key)
             for m in data:
-                rows = None
                 try:
                     record = WalRecord.from_bytes(m.value())
                     self._check_wal_chain(record)
@@ -411,7 +424,10 @@ class PartitionFollower(Worker):
                     # do not decode (a record that does not chain leaves the position where it was)
                     self._wal_prev_hash = record.hash
                     self._wal_next = Gtid(record.gtid.epoch, record.gtid.seq + max(record.row_count, 1))
-                    rows = versioned_rows(record.rows(schema), record.gtid)
+                    # decoded by the first read that wants them: most records leave the overlay
+                    # (covered by a fast-forwarded segment) before any scan does
+                    offset = int(m.offset() or 0)
+                    rows = PendingRows(record.row_count, partial(self._overlay_rows, record, schema, offset))
                 except ShoalError as exc:
                     self.stats.invalid += 1
                     log.error(
