@@ -14,6 +14,7 @@ input segments' bytes. DESIGN.md sections 5 and 9.
 from __future__ import annotations
 
 import shutil
+import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -36,7 +37,21 @@ def main(argv: list[str] | None = None) -> None:
         "default: the service's default)",
     )
     p.add_argument(
-        "--profile", default=None, help="write a cProfile of the timed compaction (service.prepare) to this file"
+        "--repeat",
+        type=common.positive_int,
+        default=3,
+        help="runs of each side, alternated (service, pyarrow, service, ...); the medians are compared",
+    )
+    p.add_argument(
+        "--warmup",
+        type=int,
+        default=1,
+        help="unmeasured runs of each side first (the service's first run in a process is reported as 'cold')",
+    )
+    p.add_argument(
+        "--profile",
+        default=None,
+        help="write a cProfile of the last timed compaction (service.prepare, warm) to this file",
     )
     args = p.parse_args(argv)
     say = common.progress_printer(args.output)
@@ -94,54 +109,82 @@ def main(argv: list[str] | None = None) -> None:
                             )
                             / 1e6
                         )
-                        say("compaction service (compute + write the major)")
-                        with common.timer() as spark_s, common.profiled(args.profile):
-                            prepared = service.prepare(held.partition_id, force=True)
-                        assert prepared is not None
-                        out_rows = prepared.manifest.row_count
-                        say("pyarrow read + lww_merge + write")
-                        with common.timer() as arrow_s:
-                            merged = lww_merge(
+                        service_times: list[float] = []
+                        arrow_times: list[float] = []
+                        arrow_peaks: list[float] = []
+                        cold: list[float] = []
+                        for run in range(args.warmup):  # unmeasured: first reads of the channel, allocator growth
+                            say(f"warm-up {run + 1} of {args.warmup}: the service, then pyarrow")
+                            with common.timer() as warm_s:
+                                service.prepare(held.partition_id, force=True)
+                            cold.append(warm_s())
+                            lww_merge(
                                 [read_segment(held.replica.directory, e.segment_id) for e in entries],
                                 list(table.primary_key),
                             )
-                            write_segment(work, "0" * 32, merged, key_columns=list(table.primary_key))
-                        assert merged.num_rows == out_rows, (merged.num_rows, out_rows)
+                        for run in range(args.repeat):  # alternated, so neither side gets the warm caches
+                            say(f"compaction service (compute + write the major), run {run + 1} of {args.repeat}")
+                            profile = args.profile if run == args.repeat - 1 else None
+                            with ArrowPeak() as peak, common.timer() as spark_s, common.profiled(profile):
+                                prepared = service.prepare(held.partition_id, force=True)
+                            arrow_peaks.append(peak.mib)
+                            assert prepared is not None
+                            service_times.append(spark_s())
+                            out_rows = prepared.manifest.row_count
+                            say(f"pyarrow read + lww_merge + write, run {run + 1} of {args.repeat}")
+                            with common.timer() as arrow_s:
+                                merged = lww_merge(
+                                    [read_segment(held.replica.directory, e.segment_id) for e in entries],
+                                    list(table.primary_key),
+                                )
+                                write_segment(work, "0" * 32, merged, key_columns=list(table.primary_key))
+                            arrow_times.append(arrow_s())
+                            assert merged.num_rows == out_rows, (merged.num_rows, out_rows)
+                            del merged
                 finally:
                     if spark is not None:
                         spark.stop()
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    service_s, baseline_s = statistics.median(service_times), statistics.median(arrow_times)
     rows = [
         {
             "compaction": "compaction service (Kafka chunks -> major)",
             "segments": len(entries),
             "input MB": mb,
             "output rows": out_rows,
-            "seconds": spark_s(),
-            "MB/s": mb / spark_s(),
+            "seconds": service_s,
+            "MB/s": mb / service_s,
         },
         {
             "compaction": "pyarrow read + dedup + write",
             "segments": len(entries),
             "input MB": mb,
             "output rows": out_rows,
-            "seconds": arrow_s(),
-            "MB/s": mb / arrow_s(),
+            "seconds": baseline_s,
+            "MB/s": mb / baseline_s,
         },
     ]
-    ratio = arrow_s() / spark_s()
+    ratio = baseline_s / service_s
     settings = {
         "rounds": args.rounds,
         "rows_per_round": args.rows_per_round,
         "value_bytes": args.value_bytes,
         "master": args.master,
+        "repeat": args.repeat,
+        "warmup": args.warmup,
         "local_max_bytes": config.local_max_bytes,
         "path": "in-process (no Spark job)" if mb * 1e6 <= config.local_max_bytes else "Spark job",
         "cluster": "throwaway local (1 broker)" if ep.started_here else ep.bootstrap_servers,
     }
     notes = [
-        f"Spark / pyarrow MB/s ratio: {ratio:.2f}",
+        f"Spark / pyarrow MB/s ratio: {ratio:.2f} (medians of {args.repeat} alternated runs)",
+        "service runs (s): " + ", ".join(f"{t:.3f}" for t in service_times),
+        "the service's first run in this process (cold, not in the ratio): "
+        + (f"{cold[0]:.3f} s" if cold else "not run (--warmup 0)"),
+        "pyarrow runs (s): " + ", ".join(f"{t:.3f}" for t in arrow_times),
+        f"Arrow memory held by the service's run at its peak (sampled every 5 ms): {max(arrow_peaks):.0f} MiB "
+        f"for {mb:.1f} MB of input segments (plus the chunk bytes in Python, about twice the input)",
         "Spark's time includes reading every chunk back from Kafka and checking each segment's sha256; "
         "the baseline reads the leader's local files",
     ]
@@ -156,6 +199,33 @@ def main(argv: list[str] | None = None) -> None:
         ratio_meaning=f"P6 at {mb:.1f} MB of minors: compaction MB/s / plain pyarrow MB/s "
         "(goal >= 0.3 at 5 MB, >= 0.7 at 50 MB)",
     )
+
+
+class ArrowPeak:
+    """Peak of Arrow's allocated bytes above the level at entry, sampled every 5 ms on a thread."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.mib = 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, name="arrow-peak", daemon=True)
+
+    def _sample(self) -> None:
+        import pyarrow as pa
+
+        base = peak = pa.total_allocated_bytes()
+        while not self._stop.wait(0.005):
+            peak = max(peak, pa.total_allocated_bytes())
+        self.mib = (max(peak, pa.total_allocated_bytes()) - base) / 2**20
+
+    def __enter__(self) -> ArrowPeak:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
 
 
 def _round_rows(start: int, n: int, value_bytes: int, round_no: int) -> Any:

@@ -268,7 +268,7 @@ def ingest_command(
 @click.option(
     "--local-max-bytes",
     type=click.IntRange(min=0),
-    default=16 * 1024 * 1024,
+    default=64 * 1024 * 1024,
     show_default=True,
     help="Compute majors whose inputs total at most this many bytes in this process, without a Spark job "
     "(0: always a Spark job).",
