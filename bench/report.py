@@ -104,9 +104,11 @@ def _detail(name: str, doc: dict[str, Any]) -> str:
     if name == "spark_sink" and len(res) >= 2:
         return f"{s.get('rows', 0):,} rows: sink {_fmt(res[0]['seconds'], 1)} s, Parquet {_fmt(res[1]['seconds'], 1)} s"
     if name.startswith("compaction") and len(res) >= 2:
+        runs = f" (medians of {s['repeat']} runs)" if s.get("repeat") else ""
+        path = f", {s['path']}" if s.get("path") else ""
         return (
-            f"{_fmt(res[0]['input MB'], 1)} MB in {res[0]['segments']} segments: service "
-            f"{_fmt(res[0]['seconds'], 2)} s, pyarrow {_fmt(res[1]['seconds'], 2)} s"
+            f"{_fmt(res[0]['input MB'], 1)} MB in {res[0]['segments']} segments{path}: service "
+            f"{_fmt(res[0]['seconds'], 2)} s, pyarrow {_fmt(res[1]['seconds'], 2)} s{runs}"
         )
     if name == "replication":
         cpu = {r["role"]: r["CPU us/row"] for r in doc.get("cpu_per_row") or []}
