@@ -105,6 +105,17 @@ def fully_replicated(p: PartitionProgress) -> bool:
     return all(n == 0 for n in p.unacked_segments)
 
 
+def _stages(progress: list[PartitionProgress]) -> dict[str, bool]:
+    """Which steps of :func:`fully_replicated` hold for every partition (the P1 timeline)."""
+    return {
+        "accepted": all(p.ingest_end == 0 or (p.accepted is not None and p.accepted >= p.ingest_end) for p in progress),
+        "in segments": all(
+            p.wal_append == 0 or (p.wal_covered is not None and p.wal_covered >= p.wal_append - 1) for p in progress
+        ),
+        "acked": all(all(n == 0 for n in p.unacked_segments) for p in progress),
+    }
+
+
 # -- the cluster ----------------------------------------------------------------------------------
 
 
@@ -170,6 +181,13 @@ class ReplicationCheck:
         _cluster, existing = self.kafka.cluster_and_topics()
         ix = self.kafka.channel_indexes([q for q in queries if q.topic in existing])
         self.read_at = time.time()  # every index below was read by now; manifests only add what they cover
+        leading = [
+            ch.topic
+            for p in parts
+            for ch in p.segments
+            if ch.owner is not None and ch.owner.placement_id == p.leader_placement_id and ch.topic in ix
+        ]
+        self.tracker.update_many({t: (ix[t].tail, ix[t].append) for t in leading})  # all channels at once
         out = []
         for p in parts:
             lead = p.leader_placement_id
@@ -315,6 +333,8 @@ def run_shoal(c: Cluster, args: argparse.Namespace, say: Callable[[str], None]) 
         done: list[tuple[Any, ...]] = []
         deadline = time.monotonic() + 1800
         polls = 0
+        poll_s: list[float] = []
+        stages: dict[str, float] = {}
         t_end: float | None = None
         while t_end is None:
             # polls while the producers write too, so the manifests are read as they come (incrementally)
@@ -328,7 +348,14 @@ def run_shoal(c: Cluster, args: argparse.Namespace, say: Callable[[str], None]) 
             if any(p.exitcode not in (None, 0) for p in procs):
                 raise RuntimeError("benchmark: a producer process failed")
             polls += 1
-            at = check.replicated_at()
+            began = time.monotonic()
+            progress = check.progress()
+            poll_s.append(time.monotonic() - began)
+            if len(done) == len(procs):
+                for stage, reached in _stages(progress).items():
+                    if reached:
+                        stages.setdefault(stage, check.read_at)
+            at = check.read_at if progress and all(fully_replicated(p) for p in progress) else None
             if len(done) == len(procs) and at is not None and at > max(d[2] for d in done):
                 t_end = at
             elif len(done) == len(procs):
@@ -351,6 +378,9 @@ def run_shoal(c: Cluster, args: argparse.Namespace, say: Callable[[str], None]) 
         "produced s": t_produced - t_first,
         "wal records": sum(p.wal_append for p in parts),
         "polls": polls,
+        "longest poll s": max(poll_s, default=0.0),
+        # first poll (after the producers finished) that found each stage done, from the first write
+        **{f"{stage} s": at - t_first for stage, at in stages.items()},
     }
 
 

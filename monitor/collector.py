@@ -208,6 +208,7 @@ class Collector:
         ctx = _PollContext(self, now, bounds, committed, members, records, existing, indexes)
         tables: dict[str, list[PartitionReport]] = {}
         with self._lock:
+            self._read_manifests(ctx, parts)
             for p in parts:
                 tables.setdefault(p.table, []).append(self._partition(ctx, p))
             spark = [self._spark_query(ctx, g, spark_committed[g]) for g in spark_groups]
@@ -462,6 +463,15 @@ class Collector:
             reason="; ".join(r.reason for r in replicas if r.status is not Status.OK) or "all replicas OK",
         )
 
+    def _read_manifests(self, ctx: _PollContext, parts: list[PartitionTopology]) -> None:
+        """Bring every existing segments channel's manifests up to its end, all channels at once
+        (:meth:`SegmentsTracker.update_many`); a channel recreated recently is read again from its start."""
+        bounds = {c.topic: ctx.bounds[(c.topic, 0)] for p in parts for c in p.segments if (c.topic, 0) in ctx.bounds}
+        for topic in bounds:
+            if self.history.active_events(f"topic:{topic}", ctx.now, self.config.window_s):
+                self.segments.forget(topic)
+        self.segments.update_many(bounds)
+
     def _segments(self, ctx: _PollContext, p: PartitionTopology, c: Channel) -> SegmentsChannel | AbsentSegmentsChannel:
         head = self._channel_head(ctx, p, c)
         where = f"{p.table}/{p.partition_id} segments#{head.owner.placement_id}"
@@ -472,9 +482,7 @@ class Collector:
                 **{**dict(head), "exists": False}, replicas=[], recent=[], status=v.status, reason=v.reason
             )
         start, end = ctx.bounds[(c.topic, 0)]
-        if self.history.active_events(f"topic:{c.topic}", ctx.now, self.config.window_s):
-            self.segments.forget(c.topic)
-        mans = self.segments.update(c.topic, start, end)
+        mans = self.segments.update(c.topic, start, end)  # read by _read_manifests: nothing left to read
         acks = {r.replica.placement_id: ctx.indexes[c.topic].ack(r.ack_group) for r in c.readers}
         recent = (
             [

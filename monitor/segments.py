@@ -111,59 +111,88 @@ class SegmentsTracker:
 
     def update(self, topic: str, log_start: int, log_end: int) -> ChannelManifests:
         """Read the channel from where the last update stopped up to ``log_end``."""
-        ch = self.channels.get(topic)
-        if ch is None or ch.next_offset > log_end:
-            ch = self.channels[topic] = ChannelManifests(topic, log_start)
-        if ch.next_offset < log_start:
-            ch.manifests = [m for m in ch.manifests if m.offset >= log_start]
-            ch.next_offset = log_start
-        if ch.next_offset >= log_end:
-            return ch
+        self.update_many({topic: (log_start, log_end)})
+        return self.channels[topic]
+
+    def update_many(self, bounds: Mapping[str, tuple[int, int]]) -> dict[str, ChannelManifests]:
+        """:meth:`update` every channel of ``bounds`` ({topic: (log start, log end)}) together.
+
+        The lagging channels are assigned at once and read concurrently: the consumer takes about
+        a second to start fetching a partition it was not fetching, so channels read one after
+        another cost that second each (8 channels: 8 s per monitor poll). One deadline
+        (``timeout_s``) bounds the whole read; a channel not read to its end by then keeps its
+        position and goes on from there next time.
+        """
+        ends: dict[str, int] = {}
+        for topic, (log_start, log_end) in bounds.items():
+            ch = self.channels.get(topic)
+            if ch is None or ch.next_offset > log_end:
+                ch = self.channels[topic] = ChannelManifests(topic, log_start)
+            if ch.next_offset < log_start:
+                ch.manifests = [m for m in ch.manifests if m.offset >= log_start]
+                ch.next_offset = log_start
+            if ch.next_offset < log_end:
+                ends[topic] = log_end
+        if ends:
+            self._read(ends)
+        return {topic: self.channels[topic] for topic in bounds}
+
+    def _read(self, ends: dict[str, int]) -> None:
         consumer = self._reader()
         try:
-            consumer.assign([TopicPartition(topic, 0, ch.next_offset)])
+            consumer.assign([TopicPartition(topic, 0, self.channels[topic].next_offset) for topic in ends])
             deadline = time.monotonic() + self.timeout_s
-            while ch.next_offset < log_end and time.monotonic() < deadline:
+            while ends and time.monotonic() < deadline:
                 msg = consumer.poll(0.2)
                 if msg is None:
                     continue
+                topic = msg.topic()
+                if topic not in ends:
+                    continue  # a channel already read to its end (fetched past it)
+                ch, log_end = self.channels[topic], ends[topic]
                 err = msg.error()
                 if err is not None:
                     if err.code() == KafkaError._PARTITION_EOF:
                         ch.next_offset = max(ch.next_offset, int(msg.offset() or log_end))
-                        break
+                        del ends[topic]
+                        continue
                     raise KafkaOperationError(f"reading segments channel {topic}: {err}")
-                offset = int(msg.offset() or 0)
-                ch.next_offset = offset + 1
-                value = msg.value() or b""
-                if value[:HEADER_LEN] != self._header:
-                    continue  # a chunk (or anything else): not a manifest
-                try:
-                    m = ManifestRecord.from_bytes(value)
-                except WireFormatError:
-                    ch.invalid += 1
-                    log.warning("segments channel %s: undecodable manifest at offset %d", topic, offset)
-                    continue
-                ch.manifests.append(
-                    ManifestInfo(
-                        offset,
-                        m.segment_id,
-                        m.is_major,
-                        m.base_segment_id,
-                        m.created_at_ms,
-                        m.size_bytes,
-                        m.row_count,
-                        m.epoch,
-                        tuple((r.topic, r.start_offset, r.end_offset) for r in m.covered_wal_offsets),
-                    )
-                )
-                if len(ch.manifests) > MAX_KEPT:
-                    del ch.manifests[: len(ch.manifests) - MAX_KEPT]
+                self._take(ch, msg)
+                if ch.next_offset >= log_end:
+                    del ends[topic]
         except KafkaException as exc:
-            raise KafkaOperationError(f"cannot read segments channel {topic}: {exc}") from exc
+            raise KafkaOperationError(f"cannot read segments channels {sorted(ends)}: {exc}") from exc
         finally:
             try:
                 consumer.unassign()
             except KafkaException:
                 log.debug("unassign failed", exc_info=True)
-        return ch
+
+    def _take(self, ch: ChannelManifests, msg: Any) -> None:
+        """One record of ``ch``'s channel: keep it if it is a manifest, skip it if it is a chunk."""
+        offset = int(msg.offset() or 0)
+        ch.next_offset = offset + 1
+        value = msg.value() or b""
+        if value[:HEADER_LEN] != self._header:
+            return  # a chunk (or anything else): not a manifest
+        try:
+            m = ManifestRecord.from_bytes(value)
+        except WireFormatError:
+            ch.invalid += 1
+            log.warning("segments channel %s: undecodable manifest at offset %d", ch.topic, offset)
+            return
+        ch.manifests.append(
+            ManifestInfo(
+                offset,
+                m.segment_id,
+                m.is_major,
+                m.base_segment_id,
+                m.created_at_ms,
+                m.size_bytes,
+                m.row_count,
+                m.epoch,
+                tuple((r.topic, r.start_offset, r.end_offset) for r in m.covered_wal_offsets),
+            )
+        )
+        if len(ch.manifests) > MAX_KEPT:
+            del ch.manifests[: len(ch.manifests) - MAX_KEPT]
