@@ -41,6 +41,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from bench import common
@@ -275,7 +276,6 @@ def stop_node(
     """SIGTERM the node (rows still written with ``--stop-under-load``); the seconds until it exited
     (None if not within ``--stop-timeout``) and its log lines from the signal on."""
     from bench.replicated import latency_rows
-    from shoal_app.runtime.process import tail
 
     node = c.nodes[0]
     writing = threading.Event()
@@ -301,7 +301,7 @@ def stop_node(
         if args.stop_under_load:
             writer.result()
     say(f"{node.name} exited {stop_s:.1f} s after SIGTERM" if stop_s is not None else f"{node.name} still runs")
-    lines = tail(node.log_path, 400).splitlines()
+    lines = Path(node.log_path).read_text(errors="replace").splitlines()
     start = max((i for i, line in enumerate(lines) if f"node {node.name} stopping" in line), default=0)
     return stop_s, lines[start:]
 
