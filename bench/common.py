@@ -271,6 +271,26 @@ def node_cluster(
         shutil.rmtree(data_dir, ignore_errors=True)
 
 
+def stop_seconds(record: Any, timeout_s: float) -> float | None:
+    """SIGTERM the process group of ``record`` (as ``shoal stop`` and the launcher do) and return the
+    seconds until its process exited; None if it still runs after ``timeout_s`` (the cluster's own
+    cleanup kills it then)."""
+    import signal
+
+    import psutil
+
+    from shoal_app.runtime.process import is_running
+
+    proc = psutil.Process(record.pid)
+    start = time.perf_counter()
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout_s)
+    except psutil.TimeoutExpired:
+        return None if is_running(record) else time.perf_counter() - start
+    return time.perf_counter() - start
+
+
 def table_definition(name: str, replication_factor: int) -> Any:
     """The benchmarks' table: ``k`` uint64 (primary and partition key), ``v`` string, ``n`` int64."""
     from metadata.table import Column, ColumnType, TableDefinition

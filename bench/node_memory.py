@@ -12,12 +12,16 @@ node's default flush policy unless ``--flush-age``), samples the node process's 
    ``--batches-per-s`` batches a second, each batch spread over every partition (one ingest message
    per partition); every ``--sync-every`` seconds a ``sync()`` on its own thread measures how long
    the node takes to accept what was written before it (its lag);
-5. ``drain``: the last ``sync()``: every row written is accepted.
+5. ``drain``: the last ``sync()``: every row written is accepted;
+6. ``stop``: SIGTERM to the node (as ``shoal stop`` sends it), idle or, with ``--stop-under-load``,
+   while ``--rate`` rows/s are still written; ``stop s`` is the time until its process exited
+   (``-`` if it still ran after ``--stop-timeout`` seconds; the cluster's cleanup kills it then).
 
 It reports the RSS before the table exists, idle with every partition led (and the growth per
 partition between the two), peak and final RSS under load, rows written and accepted, the node's
-CPU during the load, and whether the RSS is bounded under load: the slope of a least-squares line
-through the last third of the load's samples, in MiB per minute, at most ``--bound-mib-per-min``.
+CPU during the load, its stop time, and whether the RSS is bounded under load: the slope of a
+least-squares line through the last third of the load's samples, in MiB per minute, at most
+``--bound-mib-per-min``.
 ``ratio`` = peak RSS under load / idle RSS with every partition led (what a steady load costs on top
 of the partitions' fixed cost; DESIGN.md section 5 for what a leader keeps in memory).
 
@@ -37,6 +41,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from bench import common
@@ -243,6 +248,8 @@ def measure(c: common.NodeCluster, args: argparse.Namespace, say: Callable[[str]
             producer.sync(600)
             drain_s = elapsed()
         sampler.enter("accepted")
+        sampler.enter("stop")
+        stop_s, stop_log = stop_node(c, args, producer, say)
     result = summarize(sampler.samples, args.partitions, args.bound_mib_per_min)
     accepted = written + args.partitions  # sync() returned: every row written, warm-up rows too
     result.update(
@@ -256,10 +263,47 @@ def measure(c: common.NodeCluster, args: argparse.Namespace, say: Callable[[str]
             "last accept lag s": lags[-1][1] if lags else None,
             "drain s": drain_s,
             "node CPU %": 100.0 * cpu_s / load_s,
-            "RSS accepted MiB": sampler.samples[-1].rss / MIB,
+            "RSS accepted MiB": next(s.rss for s in reversed(sampler.samples) if s.phase == "accepted") / MIB,
+            "stop s": stop_s,
         }
     )
-    return {"result": result, "samples": sampler.samples, "lags": lags}
+    return {"result": result, "samples": sampler.samples, "lags": lags, "stop_log": stop_log}
+
+
+def stop_node(
+    c: common.NodeCluster, args: argparse.Namespace, producer: Any, say: Callable[[str], None]
+) -> tuple[float | None, list[str]]:
+    """SIGTERM the node (rows still written with ``--stop-under-load``); the seconds until it exited
+    (None if not within ``--stop-timeout``) and its log lines from the signal on."""
+    from bench.replicated import latency_rows
+
+    node = c.nodes[0]
+    writing = threading.Event()
+    done = threading.Event()
+
+    def write() -> None:
+        batch = max(1, int(args.rate / args.batches_per_s))
+        i = 0
+        while not done.wait(1.0 / args.batches_per_s):
+            producer.write(TABLE, latency_rows(i, batch, 1_000_000, args.value_bytes))
+            i += 1
+            writing.set()
+
+    with ThreadPoolExecutor(1) as pool:
+        if args.stop_under_load:
+            writer = pool.submit(write)
+            writing.wait(30)
+        say(f"SIGTERM to {node.name}" + (" under load" if args.stop_under_load else " (idle)"))
+        try:
+            stop_s = common.stop_seconds(node, args.stop_timeout)
+        finally:
+            done.set()
+        if args.stop_under_load:
+            writer.result()
+    say(f"{node.name} exited {stop_s:.1f} s after SIGTERM" if stop_s is not None else f"{node.name} still runs")
+    lines = Path(node.log_path).read_text(errors="replace").splitlines()
+    start = max((i for i, line in enumerate(lines) if f"node {node.name} stopping" in line), default=0)
+    return stop_s, lines[start:]
 
 
 # -- main -------------------------------------------------------------------------------------------
@@ -277,6 +321,7 @@ COLUMNS = (
     "load rows/s",
     "max accept lag s",
     "node CPU %",
+    "stop s",
 )
 
 
@@ -297,6 +342,8 @@ def main(argv: list[str] | None = None) -> None:
         help="the RSS counts as bounded if its slope over the last third of the load is at most this",
     )
     p.add_argument("--flush-age", type=float, default=None, help="the node's memtable flush age (default: its own)")
+    p.add_argument("--stop-timeout", type=float, default=120.0, help="seconds to wait for the node to exit")
+    p.add_argument("--stop-under-load", action="store_true", help="SIGTERM the node while rows are written")
     p.add_argument("--kafka-heap-mb", type=common.positive_int, default=512, help="the broker's heap")
     args = p.parse_args(argv)
     say = common.progress_printer(args.output)
@@ -316,6 +363,7 @@ def main(argv: list[str] | None = None) -> None:
         "batches_per_s": args.batches_per_s,
         "flush_age_s": args.flush_age or "node default",
         "bound_mib_per_min": args.bound_mib_per_min,
+        "stop": "under load" if args.stop_under_load else "idle",
     }
     notes = [
         "RSS of the storage node process alone (psutil), sampled every "
@@ -325,6 +373,8 @@ def main(argv: list[str] | None = None) -> None:
         f"{args.bound_mib_per_min:g} MiB/min",
         f"rows accepted: {result['rows accepted']:,} of {result['rows written']:,} "
         f"(every row accepted {result['drain s']:.1f} s after the load stopped)",
+        "stop s = SIGTERM to the node's process group -> its process exited"
+        + (" (rows still written)" if args.stop_under_load else " (idle)"),
     ]
     common.report(
         f"storage node RSS leading {args.partitions} partitions, idle and under load",
@@ -338,6 +388,7 @@ def main(argv: list[str] | None = None) -> None:
         extra={
             "samples": [[round(s.t, 1), s.phase, round(s.rss / MIB, 1), s.threads] for s in run["samples"]],
             "accept_lags": [[round(t, 1), round(lag, 3)] for t, lag in run["lags"]],
+            "stop_log": run["stop_log"],
         },
     )
 

@@ -2,7 +2,8 @@
 
 Lifetime (:meth:`StorageNode.run`): one :class:`contextlib.ExitStack` owns the metadata client,
 the Arrow Flight server, the metrics exporter, the table watchers, the elections and the roles, and
-releases them in reverse order on SIGTERM/SIGINT or when ``stop()`` is called.
+releases them in reverse order on SIGTERM/SIGINT or when ``stop()`` is called; the roles of every
+held partition stop together, within one bound (:meth:`StorageNode._release_all`).
 
 Threads, not asyncio. The node's layers (DESIGN.md section 11): :mod:`storage_node.replica` (state)
 <- :mod:`storage_node.replication` (procedures) <- :mod:`storage_node.roles` <- this module. Every
@@ -90,7 +91,7 @@ from metadata.placements import preferred_leader
 from metadata.table import TableDefinition
 from shoal.errors import KafkaOperationError, PartitionUnavailableError, ShoalError
 from shoal.kafka.indexes import channel_indexes
-from shoal.worker import Worker
+from shoal.worker import Deadline, Worker, stop_all
 from storage_node.config import NodeConfig
 from storage_node.metrics import start_node_metrics
 from storage_node.replica import PartitionReplica
@@ -121,6 +122,9 @@ REBALANCE_CHECK_S = 5.0
 """How often a leader checks whether to hand leadership to its partition's preferred leader."""
 REBALANCE_BACKOFF_S = 30.0
 """The pause after a check that failed (ZooKeeper or Kafka unavailable)."""
+STOP_TIMEOUT_S = 8.0
+"""How long a stopping node waits for all its roles together (:meth:`StorageNode._release_all`):
+SIGTERM to exit stays within a supervisor's grace period (docker's 10 s) whatever the partition count."""
 
 
 @dataclass
@@ -819,6 +823,8 @@ class StorageNode:
             log.warning("cannot re-register node %s: %s", self.config.server_id, exc)
         self._start_splitters()
         for held in self.partitions().values():
+            if self._stop.is_set():  # stopping: _release_all ends every role, a pass would only delay it
+                return
             if held.split_parent is not None:  # a LOAD split target: follows the parent, never campaigns
                 self._start_split_follower(held)
                 continue
@@ -925,22 +931,48 @@ class StorageNode:
         return out
 
     def _release_all(self) -> None:
+        """Stop every role within :data:`STOP_TIMEOUT_S` whatever the number of partitions held.
+
+        Each stage asks all its workers to stop, then waits for them together
+        (:func:`shoal.worker.stop_all`), so their Kafka clients close concurrently. The stages keep the
+        order in which one partition's roles are released: lifecycle workers, followers, splitters and
+        compaction intakes first (a major committed after the leader's publisher stopped would never
+        be published, see :meth:`_stop_intake`); then the leaders (each ends its batch: commits or aborts
+        its open WAL transaction, then closes its publisher, receiver, consumer and channel); then, once
+        the leaders ended or the bound passed, the elections are left (ZooKeeper) and the replicas closed.
+        """
+        started = time.monotonic()
+        deadline = Deadline(STOP_TIMEOUT_S)
+        held = list(self.partitions().values())
         for w in list(self._watchers.values()):
             w.stop()
-        for splitter in list(self._splitters.values()):
-            splitter.stop()
-        for held in self.partitions().values():
-            if held.lifecycle is not None:
-                held.lifecycle.stop()
-            if held.follower is not None:
-                held.follower.stop()
-            if held.intake is not None:
-                held.intake.stop()
-            if held.leader is not None:
-                held.leader.stop()
-            if held.election is not None:
-                held.election.close()
-            held.replica.close()
+        first: list[Worker | None] = [*self._splitters.values()]
+        first += [role for h in held for role in (h.lifecycle, h.follower, h.intake)]
+        left = stop_all(first, deadline)
+        roles_s = time.monotonic() - started
+        left += stop_all([h.leader for h in held], deadline)
+        leaders_s = time.monotonic() - started - roles_s
+        if left:
+            log.warning(
+                "node %s: %d role(s) still running after %.0f s: %s",
+                self.config.server_id,
+                len(left),
+                STOP_TIMEOUT_S,
+                ", ".join(w.name for w in left),
+            )
+        for h in held:
+            if h.election is not None:
+                h.election.close()
+            h.replica.close()
+        log.info(
+            "node %s released %d partition(s) in %.2f s (other roles %.2f s, leaders %.2f s, elections %.2f s)",
+            self.config.server_id,
+            len(held),
+            time.monotonic() - started,
+            roles_s,
+            leaders_s,
+            time.monotonic() - started - roles_s - leaders_s,
+        )
 
 
 def _fence_of(election: PartitionElection) -> Callable[[], EpochFence]:

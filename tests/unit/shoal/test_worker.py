@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from shoal.worker import Backoff, Deadline, Worker, WorkerState, poll_until
+from shoal.worker import Backoff, Deadline, Worker, WorkerState, poll_until, stop_all
 
 
 class _Counter(Worker):
@@ -75,3 +75,43 @@ def test_deadline() -> None:
     while d.sleep(0.01):
         pass
     assert d.expired() and d.remaining() == 0
+
+
+class _Closing(Worker):
+    """A worker whose cleanup waits for ``barrier``: it only passes if every other one cleans up too."""
+
+    def __init__(self, name: str, barrier: threading.Barrier) -> None:
+        super().__init__(name)
+        self.barrier = barrier
+        self.passed = False
+
+    def run(self) -> None:
+        self.stopping.wait()
+
+    def on_exit(self) -> None:
+        self.barrier.wait(10)  # BrokenBarrierError unless every worker reaches its cleanup
+        self.passed = True
+
+
+def test_stop_all_asks_every_worker_before_waiting_for_any() -> None:
+    barrier = threading.Barrier(5)
+    workers = [_Closing(f"closing-{i}", barrier).start() for i in range(5)]
+    assert stop_all([*workers, None], Deadline(30)) == []
+    assert all(w.passed and w.state is WorkerState.STOPPED for w in workers)
+
+
+def test_stop_all_returns_the_workers_still_running_at_the_deadline() -> None:
+    release = threading.Event()
+
+    class _Stuck(Worker):
+        def run(self) -> None:
+            release.wait(30)
+
+    stuck, quick = _Stuck("stuck").start(), _Counter().start()
+    try:
+        left = stop_all([quick, stuck], Deadline(0.2))
+        assert stuck in left and stuck.alive and stuck.stopping.is_set()
+        assert quick.join(5) and quick.state is WorkerState.STOPPED
+    finally:
+        release.set()
+        assert stuck.join(5)
