@@ -135,6 +135,7 @@ def _detail(name: str, doc: dict[str, Any]) -> str:
             f"idle {_fmt(r.get('RSS idle MiB'), 0)} MiB ({_fmt(r.get('per partition MiB'), 1)} MiB/partition), "
             f"peak {_fmt(r.get('RSS peak load MiB'), 0)} MiB, final {_fmt(r.get('RSS final load MiB'), 0)} MiB; "
             f"{bounded} (last third {_fmt(r.get('last third slope MiB/min'), 1)} MiB/min)"
+            + (f"; SIGTERM to exit {_fmt(r.get('stop s'), 1)} s" if r.get("stop s") is not None else "")
         )
     if name == "fast_forward" and res:
         return f"{res[-1].get('rows', 0):,}-row segment"
