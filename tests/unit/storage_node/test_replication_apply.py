@@ -19,7 +19,7 @@ from shoal.wire.ingest import ingest_schema
 from shoal.wire.records import Gtid
 from shoal.wire.records import ManifestRecord as WireManifest
 from storage_node.replica import PartitionReplica, versioned_rows
-from storage_node.replica.overlay import WalOverlay
+from storage_node.replica.overlay import PendingRows, WalOverlay
 from storage_node.replication.describe import content_hash, describe_replica
 from storage_node.replication.receive import InFlightBudget, ReceiveStats, apply_segment
 
@@ -148,6 +148,30 @@ def test_overlay_drops_rows_the_chain_covers_and_scans_see_it(tmp_path: Path) ->
     assert p.apply(s1) is ReceiveOutcome.FAST_FORWARD
     assert overlay.records == 1 and sorted(p.follower.scan().column("k").to_pylist()) == [1, 5]
     assert not overlay.add(ch, 0, versioned_rows(ingest([1], ["v1"]), Gtid(1, 0)), p.follower.chain.coverage())
+
+
+def test_overlay_decodes_a_pending_record_once_and_never_one_covered_first(tmp_path: Path) -> None:
+    p = Pair(tmp_path)
+    overlay = WalOverlay()
+    p.follower.overlay = overlay
+    ch = (p.pid, LEADER)
+    decoded: list[int] = []
+
+    def pending(offset: int, keys: list[int], gtid: Gtid) -> PendingRows:
+        def decode() -> pa.Table:
+            decoded.append(offset)
+            return versioned_rows(ingest(keys, [f"v{k}" for k in keys]), gtid)
+
+        return PendingRows(len(keys), decode)
+
+    overlay.add(ch, 0, pending(0, [1], Gtid(1, 0)))
+    overlay.add(ch, 2, pending(2, [5, 6], Gtid(1, 1)))
+    assert (overlay.records, overlay.pending, overlay.rows, decoded) == (2, 2, 3, [])
+    assert p.apply(p.flush([1])) is ReceiveOutcome.FAST_FORWARD  # covers offset 0 before any read
+    assert (overlay.records, overlay.pending, decoded) == (1, 1, [])
+    assert sorted(p.follower.scan().column("k").to_pylist()) == [1, 5, 6]
+    assert sorted(p.follower.scan().column("k").to_pylist()) == [1, 5, 6]
+    assert decoded == [2] and overlay.pending == 0 and overlay.rows == 2  # offset 0 never decoded
 
 
 def test_content_hash_is_order_independent() -> None:
