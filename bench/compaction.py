@@ -6,7 +6,9 @@ segments: the compaction service computing the major (the chunks read back from 
 and checked, the newest version per key kept, the Parquet major written; by a Spark job, or in the
 service's process for inputs up to ``--local-max-bytes``), and the baseline, a
 single process reading the segment files with pyarrow, ``lww_merge`` and ``write_segment``. MB = the
-input segments' bytes. DESIGN.md sections 5 and 9.
+input segments' bytes. Each side runs ``--repeat`` times, alternated, after ``--warmup`` unmeasured
+runs of each; the medians are compared, and the service's cold first run is reported apart.
+DESIGN.md sections 5 and 9.
 
     python -m bench.compaction --rounds 6 --rows-per-round 50000
 """
@@ -178,18 +180,18 @@ def main(argv: list[str] | None = None) -> None:
         "cluster": "throwaway local (1 broker)" if ep.started_here else ep.bootstrap_servers,
     }
     notes = [
-        f"Spark / pyarrow MB/s ratio: {ratio:.2f} (medians of {args.repeat} alternated runs)",
+        f"service / pyarrow MB/s ratio: {ratio:.2f} (medians of {args.repeat} alternated runs)",
         "service runs (s): " + ", ".join(f"{t:.3f}" for t in service_times),
         "the service's first run in this process (cold, not in the ratio): "
         + (f"{cold[0]:.3f} s" if cold else "not run (--warmup 0)"),
         "pyarrow runs (s): " + ", ".join(f"{t:.3f}" for t in arrow_times),
         f"Arrow memory held by the service's run at its peak (sampled every 5 ms): {max(arrow_peaks):.0f} MiB "
         f"for {mb:.1f} MB of input segments (plus the chunk bytes in Python, about twice the input)",
-        "Spark's time includes reading every chunk back from Kafka and checking each segment's sha256; "
+        "the service's time includes reading every chunk back from Kafka and checking each segment's sha256; "
         "the baseline reads the leader's local files",
     ]
     common.report(
-        "compaction: Spark service vs plain pyarrow",
+        "compaction: the compaction service vs plain pyarrow",
         ["compaction", "segments", "input MB", "output rows", "seconds", "MB/s"],
         rows,
         settings,
