@@ -115,34 +115,36 @@ def main(argv: list[str] | None = None) -> None:
                         arrow_times: list[float] = []
                         arrow_peaks: list[float] = []
                         cold: list[float] = []
+
+                        def baseline() -> int:
+                            """pyarrow alone: read the segment files, merge, write the major; its rows."""
+                            merged = lww_merge(
+                                [read_segment(held.replica.directory, e.segment_id) for e in entries],
+                                list(table.primary_key),
+                            )
+                            write_segment(work, "0" * 32, merged, key_columns=list(table.primary_key))
+                            return int(merged.num_rows)
+
                         for run in range(args.warmup):  # unmeasured: first reads of the channel, allocator growth
                             say(f"warm-up {run + 1} of {args.warmup}: the service, then pyarrow")
                             with common.timer() as warm_s:
                                 service.prepare(held.partition_id, force=True)
                             cold.append(warm_s())
-                            lww_merge(
-                                [read_segment(held.replica.directory, e.segment_id) for e in entries],
-                                list(table.primary_key),
-                            )
+                            baseline()
                         for run in range(args.repeat):  # alternated, so neither side gets the warm caches
                             say(f"compaction service (compute + write the major), run {run + 1} of {args.repeat}")
                             profile = args.profile if run == args.repeat - 1 else None
-                            with ArrowPeak() as peak, common.timer() as spark_s, common.profiled(profile):
+                            with ArrowPeak() as peak, common.timer() as service_timer, common.profiled(profile):
                                 prepared = service.prepare(held.partition_id, force=True)
                             arrow_peaks.append(peak.mib)
                             assert prepared is not None
-                            service_times.append(spark_s())
+                            service_times.append(service_timer())
                             out_rows = prepared.manifest.row_count
                             say(f"pyarrow read + lww_merge + write, run {run + 1} of {args.repeat}")
-                            with common.timer() as arrow_s:
-                                merged = lww_merge(
-                                    [read_segment(held.replica.directory, e.segment_id) for e in entries],
-                                    list(table.primary_key),
-                                )
-                                write_segment(work, "0" * 32, merged, key_columns=list(table.primary_key))
-                            arrow_times.append(arrow_s())
-                            assert merged.num_rows == out_rows, (merged.num_rows, out_rows)
-                            del merged
+                            with common.timer() as arrow_timer:
+                                baseline_rows = baseline()
+                            arrow_times.append(arrow_timer())
+                            assert baseline_rows == out_rows, (baseline_rows, out_rows)
                 finally:
                     if spark is not None:
                         spark.stop()

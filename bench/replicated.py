@@ -92,28 +92,28 @@ class PartitionProgress:
     """Per other replica: manifests on the leader's segments channel it has not acked."""
 
 
-def fully_replicated(p: PartitionProgress) -> bool:
-    """Every accepted row is in a segment every replica acked (the monitor's reading of the indexes).
+def replication_stages(p: PartitionProgress) -> dict[str, bool]:
+    """Which steps towards "every accepted row is in a segment every replica acked" hold for ``p``.
 
     The WAL channel is transactional: its last offset is a commit marker, so segments covering up
     to ``append - 1`` cover every record (as ``monitor.collector`` counts an old channel settled).
     """
-    if p.ingest_end > 0 and (p.accepted is None or p.accepted < p.ingest_end):
-        return False
-    if p.wal_append > 0 and (p.wal_covered is None or p.wal_covered < p.wal_append - 1):
-        return False
-    return all(n == 0 for n in p.unacked_segments)
+    return {
+        "accepted": p.ingest_end == 0 or (p.accepted is not None and p.accepted >= p.ingest_end),
+        "in segments": p.wal_append == 0 or (p.wal_covered is not None and p.wal_covered >= p.wal_append - 1),
+        "acked": all(n == 0 for n in p.unacked_segments),
+    }
+
+
+def fully_replicated(p: PartitionProgress) -> bool:
+    """Every accepted row is in a segment every replica acked (the monitor's reading of the indexes)."""
+    return all(replication_stages(p).values())
 
 
 def _stages(progress: list[PartitionProgress]) -> dict[str, bool]:
-    """Which steps of :func:`fully_replicated` hold for every partition (the P1 timeline)."""
-    return {
-        "accepted": all(p.ingest_end == 0 or (p.accepted is not None and p.accepted >= p.ingest_end) for p in progress),
-        "in segments": all(
-            p.wal_append == 0 or (p.wal_covered is not None and p.wal_covered >= p.wal_append - 1) for p in progress
-        ),
-        "acked": all(all(n == 0 for n in p.unacked_segments) for p in progress),
-    }
+    """Which steps of :func:`replication_stages` hold for every partition (the P1 timeline)."""
+    per = [replication_stages(p) for p in progress]
+    return {stage: bool(per) and all(s[stage] for s in per) for stage in ("accepted", "in segments", "acked")}
 
 
 # -- the cluster ----------------------------------------------------------------------------------
@@ -219,10 +219,6 @@ class ReplicationCheck:
     def done(self) -> bool:
         parts = self.progress()
         return bool(parts) and all(fully_replicated(p) for p in parts)
-
-    def replicated_at(self) -> float | None:
-        """The wall time the indexes were read if every row was replicated then, else None."""
-        return self.read_at if self.done() else None
 
     def preferred_leaders(self) -> bool:
         """Every partition led by its preferred leader (no handover left to happen during a measurement)."""
@@ -351,11 +347,11 @@ def run_shoal(c: Cluster, args: argparse.Namespace, say: Callable[[str], None]) 
             began = time.monotonic()
             progress = check.progress()
             poll_s.append(time.monotonic() - began)
+            reached = _stages(progress)
             if len(done) == len(procs):
-                for stage, reached in _stages(progress).items():
-                    if reached:
-                        stages.setdefault(stage, check.read_at)
-            at = check.read_at if progress and all(fully_replicated(p) for p in progress) else None
+                for stage in (s for s, ok in reached.items() if ok):
+                    stages.setdefault(stage, check.read_at)
+            at = check.read_at if all(reached.values()) else None
             if len(done) == len(procs) and at is not None and at > max(d[2] for d in done):
                 t_end = at
             elif len(done) == len(procs):

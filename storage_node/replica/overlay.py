@@ -17,18 +17,14 @@ keeps the tables. A record that chains but whose rows do not decode is reported 
 
 from __future__ import annotations
 
-import logging
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import pyarrow as pa
 
-from shoal.errors import ShoalError
 from shoal.segments import WalRange
 from shoal.segments.coverage import Channel, normalize
-
-log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -44,9 +40,14 @@ class PendingRows:
 class _Entry:
     channel: Channel
     offset: int
-    row_count: int
     table: pa.Table | None
     pending: PendingRows | None
+
+    @property
+    def row_count(self) -> int:
+        if self.pending is not None:
+            return self.pending.row_count
+        return 0 if self.table is None else self.table.num_rows
 
 
 class WalOverlay:
@@ -61,9 +62,9 @@ class WalOverlay:
         if _covered(normalize(covered), channel, offset):
             return False
         if isinstance(rows, PendingRows):
-            entry = _Entry(channel, offset, rows.row_count, None, rows)
+            entry = _Entry(channel, offset, None, rows)
         else:
-            entry = _Entry(channel, offset, rows.num_rows, rows, None)
+            entry = _Entry(channel, offset, rows, None)
         with self._lock:
             self._entries.append(entry)
         return True
@@ -89,15 +90,10 @@ class WalOverlay:
             pending = entry.pending
             if pending is None:  # another reader decoded it meanwhile
                 continue
-            try:
-                table = pending.decode()
-            except ShoalError as exc:  # a decoder that does not report its own errors
-                table = None
-                log.error("WAL record at offset %d of channel %s is invalid: %s", entry.offset, entry.channel, exc)
+            table = pending.decode()
             with self._lock:
                 if entry.pending is pending:
                     entry.table, entry.pending = table, None
-                    entry.row_count = 0 if table is None else table.num_rows
         return len(todo)
 
     def tables(self) -> list[pa.Table]:
