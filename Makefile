@@ -76,6 +76,7 @@ bench: setup
 	@mkdir -p $(BENCH_OUT) && rm -f $(BENCH_OUT)/*.json
 	@echo "P1/P4 replicated writes at RF 3 (3 brokers, 3 nodes, 8 partitions) vs raw Kafka"
 	-$(PY) -m bench.replicated --rows $(BENCH_RF3_ROWS) --output json > $(BENCH_OUT)/replicated.json
+	-$(PY) -m bench.latency_stages --output json > $(BENCH_OUT)/latency_stages.json
 	@echo "P5 Spark sink vs Spark to Parquet"
 	-$(PY) -m bench.spark_sink --rows $(BENCH_ROWS) --output json > $(BENCH_OUT)/spark_sink.json
 	@echo "P6 compaction vs plain pyarrow, small and larger minors"

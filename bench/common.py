@@ -218,9 +218,11 @@ def node_cluster(
     kafka_heap_mb: int,
     flush_age: float | None = None,
     prefix: str = "shoal-bench-",
+    node_args: Sequence[str] = (),
 ) -> Iterator[NodeCluster]:
     """ZooKeeper + ``brokers`` brokers + ``nodes`` storage node processes (node-1, node-2, ...; memtable
-    flush age ``flush_age`` s, None = the node's default), every process stopped by pid at the end
+    flush age ``flush_age`` s, None = the node's default; ``node_args`` appended to each ``shoal node``
+    command line), every process stopped by pid at the end
     (nodes, brokers, ZooKeeper: ``launcher.down`` on the cluster file), the data deleted."""
     from shoal import cluster_file
     from shoal_app.runtime import launcher, storage_nodes
@@ -255,6 +257,7 @@ def node_cluster(
                 spec = node_spec(i, target, ports[i - 1], metrics_port=None)
                 if flush_age is not None:
                     spec = replace(spec, argv=(*spec.argv, "--flush-age", str(flush_age)))
+                spec = replace(spec, argv=(*spec.argv, *node_args))
                 say(f"starting storage node {spec.server_id}" + (f" (flush age {flush_age}s)" if flush_age else ""))
                 records.append(storage_nodes.start(spec))
                 # in the cluster file at once, so launcher.down stops it even if a later start fails

@@ -1,7 +1,8 @@
 """Node memory: the RSS of one storage node leading 50 partitions, idle and under a steady load.
 
 Starts a throwaway local cluster (ZooKeeper, 1 KRaft broker) and ONE storage node process (the
-node's default flush policy unless ``--flush-age``), samples the node process's RSS (psutil) every
+node's default flush policy unless ``--flush-age``; its Arrow allocator ``--arrow-memory-pool``,
+the node's default unless given, see :mod:`storage_node.allocator`), samples the node process's RSS (psutil) every
 ``--sample-s`` seconds from the moment it registered, and goes through these phases:
 
 1. ``no table``: the node idle with no table, for ``--settle-s`` seconds;
@@ -45,6 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import common
+from storage_node.allocator import ARROW_MEMORY_POOLS, DEFAULT_ARROW_MEMORY_POOL
 
 TABLE = "bench"
 SERVER_ID = "node-1"
@@ -345,11 +347,23 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--stop-timeout", type=float, default=120.0, help="seconds to wait for the node to exit")
     p.add_argument("--stop-under-load", action="store_true", help="SIGTERM the node while rows are written")
     p.add_argument("--kafka-heap-mb", type=common.positive_int, default=512, help="the broker's heap")
+    p.add_argument(
+        "--arrow-memory-pool",
+        choices=sorted(ARROW_MEMORY_POOLS),
+        default=DEFAULT_ARROW_MEMORY_POOL,
+        help="the node's Arrow allocator (shoal node --arrow-memory-pool)",
+    )
     args = p.parse_args(argv)
     say = common.progress_printer(args.output)
     common.unwind_on_sigterm()
     with common.node_cluster(
-        say, brokers=1, nodes=1, kafka_heap_mb=args.kafka_heap_mb, flush_age=args.flush_age, prefix="shoal-bench-mem-"
+        say,
+        brokers=1,
+        nodes=1,
+        kafka_heap_mb=args.kafka_heap_mb,
+        flush_age=args.flush_age,
+        prefix="shoal-bench-mem-",
+        node_args=("--arrow-memory-pool", args.arrow_memory_pool),
     ) as c:
         run = measure(c, args, say)
     result = run["result"]
@@ -362,6 +376,7 @@ def main(argv: list[str] | None = None) -> None:
         "duration_s": args.duration,
         "batches_per_s": args.batches_per_s,
         "flush_age_s": args.flush_age or "node default",
+        "arrow_memory_pool": args.arrow_memory_pool,
         "bound_mib_per_min": args.bound_mib_per_min,
         "stop": "under load" if args.stop_under_load else "idle",
     }

@@ -47,6 +47,7 @@ class Goal:
 # see `memory`), so half the idle RSS (1.5x) leaves room for Kafka client queues and allocator slack.
 GOALS: dict[str, Goal] = {
     "replicated": Goal("P1", "RF 3 replicated write MB/s / raw acks=all produce + 3 consumers", at_least=0.5),
+    "latency_stages": Goal("P4", "write -> accepted p50 / write -> acks=all delivered p50, one batch at a time"),
     "spark_sink": Goal("P5", "Spark sink rows/s / Spark to Parquet rows/s", at_least=0.5),
     "compaction_small": Goal("P6", "compaction MB/s / plain pyarrow MB/s, small minors", at_least=0.3),
     "compaction_large": Goal("P6", "compaction MB/s / plain pyarrow MB/s, larger minors", at_least=0.7),
@@ -100,6 +101,10 @@ def _detail(name: str, doc: dict[str, Any]) -> str:
         return (
             f"{s.get('rows', 0):,} rows: shoal {_fmt(shoal.get('MB/s'), 1)} MB/s ({_fmt(shoal.get('seconds'), 1)} s), "
             f"raw {_fmt(raw.get('MB/s'), 1)} MB/s ({_fmt(raw.get('seconds'), 1)} s)"
+        )
+    if name == "latency_stages" and res:
+        return f"{s.get('rows_per_batch', 0):,}-row batches, ms p50/p99: " + ", ".join(
+            f"{r.get('stage')} {_fmt(r.get('p50_ms'), 0)}/{_fmt(r.get('p99_ms'), 0)}" for r in res
         )
     if name == "spark_sink" and len(res) >= 2:
         return f"{s.get('rows', 0):,} rows: sink {_fmt(res[0]['seconds'], 1)} s, Parquet {_fmt(res[1]['seconds'], 1)} s"

@@ -15,6 +15,7 @@ from shoal.errors import ConfigError
 from shoal.ids import validate_server_id
 from shoal.kafka.settings import ConnectionFields, ConnectionSettings, KafkaSettings
 from shoal.topics import TopicNames
+from storage_node.allocator import DEFAULT_ARROW_MEMORY_POOL, validate_pool_name
 
 
 @dataclass(frozen=True)
@@ -141,9 +142,12 @@ class NodeConfig(ConnectionFields):
     """When the partitions this node leads mark a follower out of sync."""
     tail_every_s: float = 5.0
     """How often the partitions this node leads move their Tail (LeaderConfig.tail_every_s)."""
+    arrow_memory_pool: str = DEFAULT_ARROW_MEMORY_POOL
+    """The process's Arrow allocator while the node runs (:mod:`storage_node.allocator`)."""
 
     def __post_init__(self) -> None:
         validate_server_id(self.server_id)
+        validate_pool_name(self.arrow_memory_pool)
         if not 0 <= self.leader_rebalance_delay_s <= 86_400:
             raise ConfigError(f"leader_rebalance_delay_s must be in [0, 86400], got {self.leader_rebalance_delay_s!r}")
         if not isinstance(self.replica_lag, ReplicaLagPolicy):

@@ -92,6 +92,7 @@ from metadata.table import TableDefinition
 from shoal.errors import KafkaOperationError, PartitionUnavailableError, ShoalError
 from shoal.kafka.indexes import channel_indexes
 from shoal.worker import Deadline, Worker, stop_all
+from storage_node.allocator import use_arrow_memory_pool
 from storage_node.config import NodeConfig
 from storage_node.metrics import start_node_metrics
 from storage_node.replica import PartitionReplica
@@ -279,10 +280,13 @@ class StorageNode:
         return [h.replica for h in held]
 
     def run(self) -> None:
-        """Run until ``stop()`` or SIGTERM/SIGINT (when called on the main thread)."""
+        """Run until ``stop()`` or SIGTERM/SIGINT (when called on the main thread).
+
+        Makes the config's Arrow pool the process's default first (:mod:`storage_node.allocator`)."""
         if threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGTERM, signal.SIGINT):
                 signal.signal(sig, self._on_signal)
+        use_arrow_memory_pool(self.config.arrow_memory_pool)
         self.config.data_dir.mkdir(parents=True, exist_ok=True)
         with contextlib.ExitStack() as stack:
             client = stack.enter_context(MetadataClient(self.metadata_config))

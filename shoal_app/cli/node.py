@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +22,7 @@ from shoal.errors import SchemaError, ShoalError
 from shoal_app.cli.connection import connection_options, metadata_config
 from shoal_app.cli.context import CliContext, emit, output_option, progress
 from shoal_app.cli.models import DrainMove, DrainResult
+from storage_node.allocator import ARROW_MEMORY_POOLS, ARROW_POOL_ENV, DEFAULT_ARROW_MEMORY_POOL
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +85,13 @@ log = logging.getLogger(__name__)
     show_default=True,
     help="Segment bytes a follower may lack before its leader marks it out of sync.",
 )
+@click.option(
+    "--arrow-memory-pool",
+    type=click.Choice(sorted(ARROW_MEMORY_POOLS)),
+    default=DEFAULT_ARROW_MEMORY_POOL,
+    show_default=True,
+    help="The node process's Arrow allocator (system: lowest RSS with many partitions; storage_node.allocator).",
+)
 @connection_options
 @click.pass_context
 def node_command(
@@ -99,6 +109,7 @@ def node_command(
     leader_rebalance_delay_s: float,
     replica_lag_max_s: float,
     replica_lag_max_bytes: int,
+    arrow_memory_pool: str,
     **conn: Any,
 ) -> None:
     """Run one storage node until SIGTERM (``shoal node --id ID``): it holds the partitions discovery
@@ -110,6 +121,7 @@ def node_command(
     from storage_node.config import FlushPolicy, NodeConfig, ReplicaLagPolicy
     from storage_node.node import StorageNode
 
+    _exec_with_arrow_pool(arrow_memory_pool)
     try:
         # the typed connection settings, resolved once here (options, env, cluster file); a node waits for
         # Kafka by itself (it may start before the brokers answer), so no access check at start
@@ -135,10 +147,23 @@ def node_command(
             minor_stall_s=minor_stall_s,
             leader_rebalance_delay_s=leader_rebalance_delay_s,
             replica_lag=ReplicaLagPolicy(replica_lag_max_s, replica_lag_max_bytes),
+            arrow_memory_pool=arrow_memory_pool,
         )
         StorageNode(config, metadata=meta).run()
     except ShoalError as exc:
         raise click.ClickException(f"{type(exc).__name__}: {exc}") from exc
+
+
+def _exec_with_arrow_pool(pool: str) -> None:
+    """Re-execute this process (same pid, same arguments) with Arrow C++'s default pool set to
+    ``pool``: Arrow reads :data:`~storage_node.allocator.ARROW_POOL_ENV` once, so it must be in the
+    environment the process starts with. Nothing has started yet; a no-op once it is set."""
+    if os.environ.get(ARROW_POOL_ENV) == pool:
+        return
+    log.info("restarting with %s=%s", ARROW_POOL_ENV, pool)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], {**os.environ, ARROW_POOL_ENV: pool})
 
 
 def _parse_key(table: TableDefinition, text: str | None) -> int | str | None:

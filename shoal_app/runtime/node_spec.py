@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from shoal.errors import ConfigError
 from shoal.ids import validate_server_id
+from storage_node.allocator import ARROW_POOL_ENV, DEFAULT_ARROW_MEMORY_POOL
 
 COMPOSE_FLIGHT_PORT = 8815
 """The port each node serves scans on inside its container (every container has its own address)."""
@@ -142,6 +143,9 @@ def node_spec(index: int, target: NodeTarget, flight_port: int, metrics_port: in
         ]
     env = {
         "PYTHONUNBUFFERED": "1",
+        # Arrow C++ reads its default pool once, at start (storage_node.allocator): set here, so `shoal node`
+        # need not re-execute itself to set it
+        ARROW_POOL_ENV: DEFAULT_ARROW_MEMORY_POOL,
         "SHOAL_ZK_CONNECT": target.zk_connect,
         "SHOAL_BOOTSTRAP_SERVERS": target.bootstrap_servers,
         "SHOAL_TOPIC_PREFIX": target.topic_prefix,

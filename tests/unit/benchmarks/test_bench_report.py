@@ -167,3 +167,20 @@ def test_report_tables_node_memory_against_its_goal(tmp_path: Path) -> None:
     assert "1.30 (yes)" in row and "<= 1.5" in row
     assert "peak 520 MiB" in row and "5.0 MiB/partition" in row and "bounded (last third 0.4 MiB/min)" in row
     assert lines.index(row) == 1 + next(i for i, line in enumerate(lines) if "(`memory`)" in line)
+
+
+def test_report_tables_the_latency_stages_in_order_without_a_target(tmp_path: Path) -> None:
+    stages = [
+        {"stage": "delivered", "n": 3, "p50_ms": 62.0, "p99_ms": 90.0},
+        {"stage": "WAL produced", "n": 3, "p50_ms": 45.0, "p99_ms": 80.0},
+        {"stage": "WAL committed", "n": 3, "p50_ms": 227.0, "p99_ms": 400.0},
+        {"stage": "accepted", "n": 3, "p50_ms": 256.0, "p99_ms": 420.0},
+    ]
+    doc = common.json_document("stages", {"rows_per_batch": 1000}, stages, ratio=256.0 / 62.0)
+    (tmp_path / "latency_stages.json").write_text(json.dumps(doc))
+    row = next(line for line in markdown(load(tmp_path)).splitlines() if "(`latency_stages`)" in line)
+    assert row.startswith("| P4 |") and "| 4.13 |" in row
+    assert (
+        "1,000-row batches, ms p50/p99: delivered 62/90, WAL produced 45/80, WAL committed 227/400, accepted 256/420"
+        in row
+    )
