@@ -38,7 +38,10 @@ import contextlib
 import enum
 import json
 import logging
+import sys
 import threading
+import time
+import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -57,6 +60,11 @@ from shoal.ids import validate_partition_id, validate_placement_id, validate_ser
 
 log = logging.getLogger(__name__)
 _PREFIX = "n_"
+
+RECHECK_S = 10.0
+"""A candidate re-reads the line at least this often when its node asks (:meth:`PartitionElection.recheck`)."""
+STUCK_STEP_S = 60.0
+"""An election step running this long is logged with its stack (:meth:`PartitionElection.recheck`)."""
 
 
 @dataclass(frozen=True)
@@ -259,6 +267,10 @@ class PartitionElection:
         self._max_yields = max_yields
         self._yields = 0
         self._yields_epoch: int | None = None
+        self._step: tuple[str, float, int] | None = None
+        """The running step: (name, monotonic start, thread ident)."""
+        self._last_check = 0.0
+        self._stuck_logged: float | None = None
 
     @classmethod
     def for_file(
@@ -361,15 +373,56 @@ class PartitionElection:
 
     def _guarded(self, fn: Callable[[], None]) -> None:
         with self._work:
+            with self._cond:
+                self._step = (getattr(fn, "__name__", "step"), time.monotonic(), threading.get_ident())
             try:
                 fn()
             except (MetadataError, KazooException):
                 log.warning(
                     "election step for %s failed; will retry on the next event", self.partition_id, exc_info=True
                 )
+            finally:
+                with self._cond:
+                    self._step = None
+
+    def recheck(self, now: float | None = None) -> None:
+        """Liveness backstop, called by the node at every supervision tick (DESIGN.md section 7).
+
+        A candidate waits for a one-shot watch on its predecessor; if that event never arrives (a
+        watch lost with a connection, a step that failed between two events), nothing else would
+        wake it. So a candidate re-reads the line when its last check is :data:`RECHECK_S` old: a
+        few ZooKeeper reads, and the watch it sets again is the same callback (kazoo keeps one per
+        path). A step that has run for :data:`STUCK_STEP_S` is logged with its thread's stack."""
+        now = time.monotonic() if now is None else now
+        with self._cond:
+            step = self._step
+            due = self._state is LeaderState.CANDIDATE and now - self._last_check >= RECHECK_S
+            if due and step is None:
+                self._last_check = now
+        if step is not None:
+            name, since, ident = step
+            if now - since >= STUCK_STEP_S and self._stuck_logged != since:
+                self._stuck_logged = since
+                frame = sys._current_frames().get(ident)
+                stack = "".join(traceback.format_stack(frame)) if frame is not None else "(no frame)"
+                log.warning(
+                    "election step %s of %s has run for %.0f s; its thread:\n%s",
+                    name,
+                    self.partition_id,
+                    now - since,
+                    stack,
+                )
+            return
+        if due:
+            self._spawn(self._check)
+
+    def _on_predecessor_event(self, _event: Any) -> None:
+        self._spawn(self._check)
 
     def _check(self) -> None:
         """Lead if first in line, else watch the predecessor."""
+        with self._cond:
+            self._last_check = time.monotonic()
         while True:
             with self._cond:
                 node = self._node
@@ -389,7 +442,7 @@ class PartitionElection:
                 return
             pred = f"{self._layout.election(self.partition_id)}/{names[idx - 1]}"
             with zk_errors("watch predecessor"):
-                if self._zk.exists(pred, watch=lambda _event: self._spawn(self._check)) is not None:
+                if self._zk.exists(pred, watch=self._on_predecessor_event) is not None:
                     return
 
     def _should_yield(self, line: Sequence[Candidate]) -> bool:

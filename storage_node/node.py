@@ -64,6 +64,7 @@ compaction, segments).
 from __future__ import annotations
 
 import contextlib
+import faulthandler
 import logging
 import signal
 import threading
@@ -280,12 +281,16 @@ class StorageNode:
         return [h.replica for h in held]
 
     def run(self) -> None:
-        """Run until ``stop()`` or SIGTERM/SIGINT (when called on the main thread).
+        """Run until ``stop()`` or SIGTERM/SIGINT (when called on the main thread; there SIGUSR1 dumps
+        every thread's stack to stderr).
 
         Makes the config's Arrow pool the process's default first (:mod:`storage_node.allocator`)."""
         if threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGTERM, signal.SIGINT):
                 signal.signal(sig, self._on_signal)
+            # `kill -USR1 PID` prints every thread's stack to stderr (the node log), to see what a
+            # stuck node waits on without stopping it
+            faulthandler.register(signal.SIGUSR1, all_threads=True)
         use_arrow_memory_pool(self.config.arrow_memory_pool)
         self.config.data_dir.mkdir(parents=True, exist_ok=True)
         with contextlib.ExitStack() as stack:
@@ -298,6 +303,7 @@ class StorageNode:
                 self.config.topics,
                 delay_s=self.config.leader_rebalance_delay_s,
             )
+            stack.callback(self._rebalancer.close)
             scan = self.config.connection.scan
             server = ScanServer(
                 f"{scan.scheme}://{self.config.flight_host}:{self.config.flight_port}",
@@ -676,8 +682,8 @@ class StorageNode:
         the one with the highest durable position on the old leader's channels
         (:func:`storage_node.replication.bootstrap.most_advanced`); a replica that bootstraps does not
         campaign at all."""
-        assert self._client is not None
-        client, topics, kafka = self._client, self.config.topics, self.config.kafka
+        assert self._client is not None and self._rebalancer is not None
+        client, topics, kafka, rebalancer = self._client, self.config.topics, self.config.kafka, self._rebalancer
 
         def prefer(line: Sequence[Candidate]) -> int | None:
             # an out-of-sync replica never leads while an in-sync one is in line (Kafka's ISR rule)
@@ -694,7 +700,9 @@ class StorageNode:
 
             def acks(topic: str) -> list[int | None]:
                 try:
-                    return [a for _, a in channel_indexes(kafka, topic, groups, timeout_s=5).acks]
+                    return [
+                        a for _, a in channel_indexes(kafka, topic, groups, timeout_s=5, admin=rebalancer.admin()).acks
+                    ]
                 except KafkaOperationError:  # that channel does not exist (yet)
                     return [None] * len(others)
 
@@ -815,7 +823,9 @@ class StorageNode:
         - re-register this node's Flight location if a new ZooKeeper session dropped it;
         - a leader role that ended (fenced, failed) while the election still says LEADER -> resign;
         - not leading -> a running follower; election LOST -> campaign again;
-        - leading -> hand the leadership to a caught-up preferred leader (:meth:`_rebalance`).
+        - leading -> hand the leadership to a caught-up preferred leader (:meth:`_rebalance`);
+        - every election: :meth:`~metadata.election.PartitionElection.recheck` (a candidate re-reads
+          its line now and then; a stuck election step is logged with its stack).
         """
         try:
             if client.zk.exists(node_path(client.layout, self.config.server_id)) is None and self.location:
@@ -836,6 +846,8 @@ class StorageNode:
                 self._ensure_lifecycle(held)
                 continue
             election = held.election
+            if election is not None:
+                election.recheck()  # a candidate whose watch event never came checks the line again
             leading = held.leader is not None and not held.leader.stopped.is_set()
             if leading and held.discovery is not None and self._has_joiners(held):
                 self._ensure_lifecycle(held)  # JOIN_FINALIZE once the joiners caught up

@@ -86,7 +86,11 @@ def channel_indexes(
     KafkaOperationError when the topic does not exist or Kafka does not answer.
     """
     client = admin if admin is not None else clients.admin(settings)
-    found = read_indexes(client, [IndexQuery(topic, tuple(groups))], timeout_s=timeout_s)
+    try:
+        found = read_indexes(client, [IndexQuery(topic, tuple(groups))], timeout_s=timeout_s)
+    finally:
+        if admin is None:  # its consumers are closed here, not by a garbage collection in some other thread
+            close_offset_readers(client)
     if topic not in found:
         raise KafkaOperationError(f"cannot read offsets of {topic}: the topic does not exist")
     return found[topic]
@@ -240,6 +244,18 @@ def _offset_reader(admin: AdminClient, settings: KafkaSettings, group: str, stab
                 readers.pop(oldest).close()
         readers[(group, stable)] = reader  # most recently used last
         return reader
+
+
+def close_offset_readers(admin: AdminClient) -> None:
+    """Close the consumers :func:`committed_offsets` kept on ``admin``. An admin client made for one
+    call must end with this: a consumer left to the garbage collector is destroyed (and may block in
+    ``rd_kafka_destroy``) on whichever thread drops the last reference."""
+    with _READERS_LOCK:
+        readers: dict[tuple[str, bool], Any] = getattr(admin, "shoal_offset_readers", None) or {}
+        closing = list(readers.values())
+        readers.clear()
+    for reader in closing:
+        reader.close()
 
 
 def _consumer_offsets(

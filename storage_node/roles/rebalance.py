@@ -14,7 +14,9 @@
   back of the line.
 
 "Caught up" reads the Append index of the leader's segments channel and the preferred placement's
-Ack on it (:mod:`shoal.kafka.indexes`), through one admin client that lives as long as the node.
+Ack on it (:mod:`shoal.kafka.indexes`), through one admin client that lives as long as the node
+(:meth:`LeaderRebalancer.admin`; the node's TokuMX preference reads its indexes through it too, so
+an election step never creates or destroys a Kafka client).
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from metadata.election import read_epoch as read_epoch_record
 from metadata.rebalance import read_rebalance_request
 from metadata.zk_layout import ZkLayout
 from shoal.kafka import clients
-from shoal.kafka.indexes import IndexQuery, read_indexes
+from shoal.kafka.indexes import IndexQuery, close_offset_readers, read_indexes
 from shoal.kafka.settings import KafkaSettings
 from shoal.topics import TopicNames
 
@@ -56,11 +58,19 @@ class LeaderRebalancer:
         self._handled: dict[str, str] = {}
         """partition id -> the rebalance request it already yielded for."""
 
-    def _admin_client(self) -> AdminClient:
+    def admin(self) -> AdminClient:
+        """The node's admin client for index reads (created once; the election's ``prefer`` hooks share it)."""
         with self._lock:
             if self._admin is None:
                 self._admin = clients.admin(self._kafka)
             return self._admin
+
+    def close(self) -> None:
+        """Close the consumers the index reads kept on the admin client (at node stop)."""
+        with self._lock:
+            admin, self._admin = self._admin, None
+        if admin is not None:
+            close_offset_readers(admin)
 
     def caught_up(self, partition_id: str, leader_placement_id: int | None, placement_id: int) -> bool:
         """Whether ``placement_id`` acked everything on the segments channel of ``leader_placement_id``
@@ -69,7 +79,7 @@ class LeaderRebalancer:
             return True
         topic = self._topics.segments(partition_id, leader_placement_id)
         group = self._topics.replica_group(partition_id, placement_id)
-        found = read_indexes(self._admin_client(), [IndexQuery(topic, (group,))], timeout_s=5)
+        found = read_indexes(self.admin(), [IndexQuery(topic, (group,))], timeout_s=5)
         if topic not in found:
             return True  # the leader never created its channel: it published nothing
         idx = found[topic]

@@ -108,6 +108,8 @@ class Cluster3:
         self.nodes = NodeProcesses(tmp, zk_hosts, self.bs, prefix, flush_rows=60, flush_age=1.0)
         self.pid = ""
         self.writers: list[Writer] = []
+        self.why: str | None = None
+        """Why the last :meth:`converged` said no."""
 
     def __enter__(self) -> Cluster3:
         self.client.__enter__()
@@ -157,22 +159,43 @@ class Cluster3:
         return scan_remote(location, ScanRequest("events", self.pid)).column("k").to_pylist()
 
     def converged(self, acked: set[int], sent: set[int]) -> bool:
-        """Every replica agrees, holds every acknowledged key, and nothing that was never sent."""
+        """Every replica agrees, holds every acknowledged key, and nothing that was never sent (why not:
+        ``self.why``, which :meth:`summary` reports)."""
+        self.why = self._not_converged(acked, sent)
+        return self.why is None
+
+    def _not_converged(self, acked: set[int], sent: set[int]) -> str | None:
         rep = self.report()
         if not rep["ok"]:
-            return False
+            flags = [
+                {k: p.get(k) for k in ("agree", "wal_chains_ok", "gtids_ok", "gtid_error", "covered", "coverage_error")}
+                for p in rep["partitions"]
+            ]
+            channels = [
+                (c.get("topic"), c.get("error"))
+                for p in rep["partitions"]
+                for c in (*p.get("wal_channels", []), *p.get("segments_channels", []))
+                if not c.get("ok", True) or c.get("error")
+            ]
+            return f"verify: {rep.get('error')} {flags} channels {channels}"
         for server in NODES:
             try:
                 keys = self.keys_on(server)
-            except Exception:
-                return False
-            if len(keys) != len(set(keys)) or not acked <= set(keys) or not set(keys) <= sent:
-                return False
-        return True
+            except Exception as exc:
+                return f"{server}: cannot scan: {exc!r}"
+            have = set(keys)
+            if len(keys) != len(have):
+                return f"{server}: {len(keys) - len(have)} duplicate keys"
+            if not acked <= have:
+                missing = sorted(acked - have)
+                return f"{server}: misses {len(missing)} of {len(acked)} acknowledged keys, e.g. {missing[:5]}"
+            if not have <= sent:
+                return f"{server}: holds {len(have - sent)} keys never sent, e.g. {sorted(have - sent)[:5]}"
+        return None
 
     def summary(self) -> Any:
         rep = self.report()
-        return [rep.get("error")] + [
+        return [self.why, rep.get("error")] + [
             [
                 (r.get("server_id"), r.get("role"), r.get("row_count"), r.get("root"), r.get("error"))
                 for r in p["replicas"]

@@ -174,6 +174,24 @@ class Nemesis:
             self.info, name, cache_dir=self.cache_dir, kafka_heap_mb=self.kafka_heap_mb, timeout_s=150.0
         )
 
+    def dump_stacks(self, wait_s: float = 2.0) -> dict[str, str]:
+        """``kill -USR1`` every running node (its log gets every thread's stack), then each node's
+        election threads and last election lines (:func:`election_stacks`), for a run that failed."""
+        logs: dict[str, tuple[Path, int]] = {}
+        for name in NODES:
+            record = self.info.process(name)
+            if record is None or not is_running(record):
+                continue
+            path = Path(self.info.data_dir) / "nodes" / name / "node.log"
+            logs[name] = (path, path.stat().st_size if path.exists() else 0)
+            os.kill(record.pid, signal.SIGUSR1)
+        time.sleep(wait_s)
+        out = {}
+        for name, (path, size) in logs.items():
+            text = path.read_text(errors="replace")
+            out[name] = election_stacks(text[max(0, size - 20_000) :])
+        return out
+
     def heal_all(self) -> list[str]:
         """SIGCONT anything still paused and start every process that does not run (in place)."""
         for name in list(self.paused):
@@ -185,6 +203,18 @@ class Nemesis:
             self.info, cache_dir=self.cache_dir, kafka_heap_mb=self.kafka_heap_mb, timeout_s=150.0
         )
         return started
+
+
+def election_stacks(log_text: str) -> str:
+    """From a node log ending in a ``faulthandler`` dump: the election lines logged before the dump
+    and the stacks of the threads that run election code."""
+    start = log_text.find("Thread 0x")
+    if start < 0:
+        return ""
+    before, threads = log_text[:start], log_text[start:].split("\n\n")
+    lines = [ln for ln in before.splitlines() if "metadata.election" in ln][-8:]
+    kept = [t for t in threads if "election.py" in t or "rebalance.py" in t]
+    return "\n".join(lines + kept)
 
 
 def elapsed_clock() -> Callable[[], float]:

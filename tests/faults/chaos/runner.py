@@ -145,6 +145,8 @@ def run_once(
             before = acked()
             if not poll_until(lambda: acked() >= before + 50, 180, interval_s=0.5):
                 errors.append(f"writes did not resume after healing ({before} -> {acked()} acknowledged in 180 s)")
+                for name, stacks in nemesis.dump_stacks().items():
+                    log(f"{name}: election threads and lines after writes did not resume:\n{stacks}")
             for w in team:
                 w.stop()
                 if w.is_alive() or w.error is not None:
@@ -160,6 +162,9 @@ def run_once(
                 return _verify_ok(client) is True
 
             done = poll_until(converged, converge_timeout_s, interval_s=2.0)
+            if not done:
+                for name, stacks in nemesis.dump_stacks().items():
+                    log(f"{name}: election threads and lines after no convergence:\n{stacks}")
             observer.stop()
             replicas = {s: _rows(client, s, pid) for s in NODES}
             result = check(final, replicas, observer.observations, verify_ok=_verify_ok(client))

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import logging
+import threading
+import time
 from typing import Any
 
 import pytest
@@ -10,7 +13,7 @@ from metadata_it_support import close_client, expire_session, make_store, make_t
 
 from metadata.coordinator import MetadataCoordinator
 from metadata.discovery import ReplicaState
-from metadata.election import LeaderState, PartitionElection, read_epoch
+from metadata.election import RECHECK_S, STUCK_STEP_S, LeaderState, PartitionElection, read_epoch
 from metadata.errors import LeadershipLostError, NotEligibleError
 from metadata.metadata_file import PartitionEntry
 from metadata.zk_layout import ZkLayout
@@ -146,3 +149,63 @@ def test_joining_replica_is_not_eligible_and_fenced_commits(cluster: Any, zk: An
         again.close()
         desc = coord.partition_status(pid)
         assert desc.epoch == 2
+
+
+def test_a_candidate_whose_watch_event_was_lost_leads_at_its_next_recheck(
+    zk: Any, zk_hosts: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The liveness backstop (DESIGN.md section 7): a candidate waits for a one-shot watch on its
+    predecessor; when that event never comes, the node's supervision tick (``recheck``) re-reads the
+    line. Re-setting the watch never piles up callbacks, and a step that hangs is logged with its stack."""
+    pid = new_partition_id()
+    a_client, b_client = new_client(zk_hosts), new_client(zk_hosts)
+    release, entered = threading.Event(), threading.Event()
+    try:
+        a = PartitionElection(a_client, pid, "node-a", 1, replica_state=ReplicaState.LIVE)
+        a.start()
+        assert a.wait_for(LeaderState.LEADER, timeout=30)
+        b = PartitionElection(b_client, pid, "node-b", 2, replica_state=ReplicaState.LIVE)
+        b.start()
+        assert b.wait_for(LeaderState.CANDIDATE, timeout=30)
+        pred = f"{b_client.chroot}{ZkLayout().election(pid)}/{a._node}"  # kazoo keys its watchers by full path
+        assert wait_until(lambda: len(b_client._data_watchers[pred]) == 1, 30)
+        for i in range(3):  # each recheck sets the watch again: still one callback
+            b.recheck(now=time.monotonic() + 100 * (i + 1))
+            time.sleep(0.5)
+        assert len(b_client._data_watchers[pred]) == 1 and b.state is LeaderState.CANDIDATE
+
+        b_client._data_watchers[pred].clear()  # the event is lost (as with a watch dropped by a fault)
+        a.resign()
+        time.sleep(2)
+        assert b.state is LeaderState.CANDIDATE, "without the event nothing wakes the candidate"
+        b.recheck()  # its last check is recent: not due yet
+        time.sleep(1)
+        assert b.state is LeaderState.CANDIDATE
+        b.recheck(now=time.monotonic() + RECHECK_S)
+        assert b.wait_for(LeaderState.LEADER, timeout=30)
+        assert read_epoch(zk, ZkLayout(), pid).epoch == 2
+
+        # a step that never returns (here a preference hook blocked on an event) is reported
+        c_client = b_client
+        c = PartitionElection(
+            c_client,
+            new_partition_id(),
+            "node-c",
+            3,
+            replica_state=ReplicaState.LIVE,
+            prefer=lambda _line: 3 if entered.set() is None and release.wait(120) else None,
+        )
+        caplog.set_level(logging.WARNING, logger="metadata.election")
+        c.start()
+        assert entered.wait(30) and c._step is not None
+        c.recheck(now=time.monotonic() + STUCK_STEP_S + 1)
+        assert any("has run for" in r.getMessage() and "_should_yield" in r.getMessage() for r in caplog.records)
+        release.set()
+        assert c.wait_for(LeaderState.LEADER, timeout=30)
+        c.close()
+        b.close()
+        a.close()
+    finally:
+        release.set()
+        close_client(a_client)
+        close_client(b_client)

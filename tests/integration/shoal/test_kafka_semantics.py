@@ -156,3 +156,32 @@ def test_committed_offsets_read_back_through_admin(cluster: TestCluster, kafka_a
     res = futures[group_id].result(30)
     offsets = {(tp.topic, tp.partition): tp.offset for tp in res.topic_partitions}
     assert offsets == {(topic, 0): 4}
+
+
+def test_channel_indexes_closes_the_consumers_of_the_admin_client_it_made(
+    cluster: TestCluster, kafka_admin, topic_prefix, group_id, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A one-call admin client ends with its offset readers closed (never left to the garbage collector,
+    which destroys them on whichever thread drops them); a caller's own admin client keeps them."""
+    from shoal.kafka import clients, indexes
+
+    topic = f"{topic_prefix}.indexes"
+    create_topic(kafka_admin, topic, policy=TopicPolicy())
+    settings = KafkaSettings(cluster.bootstrap_servers)
+    made = []
+    real_admin = clients.admin
+
+    def admin(s: KafkaSettings):  # type: ignore[no-untyped-def]
+        made.append(real_admin(s))
+        return made[-1]
+
+    monkeypatch.setattr(clients, "admin", admin)
+    idx = indexes.channel_indexes(settings, topic, (group_id,), timeout_s=10)
+    assert (idx.tail, idx.append, idx.ack(group_id)) == (0, 0, None)
+    assert len(made) == 1 and made[0].shoal_offset_readers == {}
+
+    own = real_admin(settings)
+    indexes.channel_indexes(settings, topic, (group_id,), timeout_s=10, admin=own)
+    assert len(own.shoal_offset_readers) == 1
+    indexes.close_offset_readers(own)
+    assert own.shoal_offset_readers == {}

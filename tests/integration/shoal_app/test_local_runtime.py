@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import KafkaError, KafkaException, Producer
 
 from shoal import cluster_file
 from shoal.kafka import clients
@@ -91,8 +91,20 @@ def test_up_status_down_with_three_brokers(tmp_path: Path) -> None:
         assert len(md.partitions[0].replicas) == 3
         from confluent_kafka.admin import ConfigResource
 
-        [cfg_future] = admin.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, "rf3")]).values()
-        assert cfg_future.result(30)["min.insync.replicas"].value == "2"
+        configs: list[Any] = []
+
+        def rf3_configs() -> bool:  # the broker asked may still not know the topic: ask again
+            [cfg_future] = admin.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, "rf3")]).values()
+            try:
+                configs.append(cfg_future.result(30))
+            except KafkaException as exc:
+                if exc.args[0].code() != KafkaError.UNKNOWN_TOPIC_OR_PART:
+                    raise
+                return False
+            return True
+
+        assert wait_until(rf3_configs, timeout=30, interval=0.2)
+        assert configs[-1]["min.insync.replicas"].value == "2"
         producer = Producer({"bootstrap.servers": info.bootstrap_servers, "acks": "all", "enable.idempotence": True})
         producer.produce("rf3", value=b"x")
         assert producer.flush(30) == 0
