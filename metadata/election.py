@@ -6,6 +6,11 @@ sequence leads. Before it acts as leader the winner bumps ``<partition>/epoch`` 
 ZooKeeper transaction with a check that its candidate znode still exists, so every election has
 its own epoch and no two leaders ever share one (TokuMX's primarySeqNumber).
 
+Liveness: a candidate that is not first watches its predecessor's znode (kazoo's Election recipe)
+and checks the line again when it goes. The node also calls :meth:`PartitionElection.recheck` at
+every supervision tick, so a candidate whose event never came reads the line again within
+:data:`RECHECK_S`, and an election step that hangs is logged with its stack (DESIGN.md section 7).
+
 Connection states (kazoo listener): while the connection is SUSPENDED a leader must not trust its
 position and stops accepting writes (:meth:`PartitionElection.check_writable` raises); when the
 connection comes back it resumes only if its candidate znode and epoch are still its own; at LOST
