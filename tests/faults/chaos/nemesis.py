@@ -188,8 +188,9 @@ class Nemesis:
         time.sleep(wait_s)
         out = {}
         for name, (path, size) in logs.items():
-            text = path.read_text(errors="replace")
-            out[name] = election_stacks(text[max(0, size - 20_000) :])
+            data = path.read_bytes()  # sizes are in bytes
+            before, dump = data[max(0, size - 20_000) : size], data[size:]
+            out[name] = election_stacks(before.decode(errors="replace"), dump.decode(errors="replace"))
         return out
 
     def heal_all(self) -> list[str]:
@@ -205,15 +206,11 @@ class Nemesis:
         return started
 
 
-def election_stacks(log_text: str) -> str:
-    """From a node log ending in a ``faulthandler`` dump: the election lines logged before the dump
-    and the stacks of the threads that run election code."""
-    start = log_text.find("Thread 0x")
-    if start < 0:
-        return ""
-    before, threads = log_text[:start], log_text[start:].split("\n\n")
+def election_stacks(before: str, dump: str) -> str:
+    """The election lines of a node log's ``before`` part (the last 8) and, from the ``faulthandler``
+    ``dump`` that follows it, the stacks of the threads that run election code."""
     lines = [ln for ln in before.splitlines() if "metadata.election" in ln][-8:]
-    kept = [t for t in threads if "election.py" in t or "rebalance.py" in t]
+    kept = [t.strip() for t in dump.split("\n\n") if "hread 0x" in t and ("election.py" in t or "rebalance.py" in t)]
     return "\n".join(lines + kept)
 
 

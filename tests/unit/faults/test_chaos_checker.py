@@ -114,3 +114,27 @@ def test_counts_add_up_over_runs() -> None:
     total = a.add(b)
     assert total.runs == 2 and total.writes == 15 and total.lost == 1
     assert total.faults == {"kill_leader": 3, "zk_blip": 1}
+
+
+def test_election_stacks_keeps_the_election_lines_and_threads_of_a_faulthandler_dump() -> None:
+    from chaos.nemesis import election_stacks
+
+    before = (
+        "2026-11-24 18:40:09,001 INFO metadata.election: node-1#1 on p: IDLE -> CANDIDATE\n"
+        "2026-11-24 18:40:10,001 INFO storage_node.node: unrelated\n"
+    )
+    dump = (
+        "Thread 0x00007f01 (most recent call first):\n"
+        '  File "/x/metadata/election.py", line 427 in _check\n'
+        '  File "/x/threading.py", line 975 in run\n'
+        "\n"
+        "Thread 0x00007f02 (most recent call first):\n"
+        '  File "/x/storage_node/roles/follower.py", line 10 in run\n'
+        "\n"
+        "Current thread 0x00007f03 (most recent call first):\n"
+        '  File "/x/storage_node/node.py", line 330 in run\n'
+    )
+    out = election_stacks(before, dump)
+    assert "IDLE -> CANDIDATE" in out and "unrelated" not in out
+    assert "_check" in out and "follower.py" not in out and "node.py" not in out
+    assert election_stacks("", "") == ""
