@@ -8,10 +8,11 @@ memtables held ~6 MiB of rows. The same load with the system allocator (glibc ma
 379 MiB (1.12x idle) and used less CPU (38% against 42%); jemalloc peaked at 438 MiB (1.28x).
 Measured with ``python -m bench.node_memory`` (README, "Performance at RF 3"). The default is
 still pyarrow's own (mimalloc): in two of three fresh-clone CI runs with ``system`` as the default,
-the short random fault schedule ended with every node a candidate and no leader (an election
-liveness bug, not understood yet, which also showed once with mimalloc, so it is not the
-allocator; the default stays the one of every earlier run until it is found). ``shoal node
---arrow-memory-pool system`` chooses the system allocator.
+the short random fault schedule ended with every node a candidate and no leader. That also showed
+once with mimalloc, so it is not the allocator; its likely cause (Kafka clients destroyed inside an
+election step) is gone and candidates now re-check their line (:meth:`metadata.election.PartitionElection.recheck`),
+but the default stays the one of every earlier run until runs with ``system`` show the failure
+gone. ``shoal node --arrow-memory-pool system`` chooses the system allocator.
 
 Arrow has two defaults: pyarrow's (:func:`pyarrow.set_memory_pool`, what pyarrow's Python calls
 allocate from) and Arrow C++'s, which the Parquet and IPC readers and the compute kernels use and

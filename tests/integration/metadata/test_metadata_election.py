@@ -186,9 +186,8 @@ def test_a_candidate_whose_watch_event_was_lost_leads_at_its_next_recheck(
         assert read_epoch(zk, ZkLayout(), pid).epoch == 2
 
         # a step that never returns (here a preference hook blocked on an event) is reported
-        c_client = b_client
         c = PartitionElection(
-            c_client,
+            b_client,
             new_partition_id(),
             "node-c",
             3,
