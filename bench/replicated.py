@@ -13,6 +13,12 @@ P1 throughput. Producers in 2 processes write ``--rows`` rows of about 100 bytes
    with raw confluent-kafka (acks=all, idempotent) from 2 processes to an 8-partition topic with the
    same topic policy (RF 3) and has 3 consumer processes read all of it; its time runs from the first
    produce until the third consumer has read everything. ``ratio`` = shoal MB/s / raw MB/s.
+Warm-up. Before either pipeline is measured, each runs once unmeasured (``--warmup-rows``, by default
+   the measured size up to 500,000 rows; shoal's warm-up rows have their own keys): brokers that
+   just started spend most of their first load compiling (a profile of a broker under shoal's first
+   load: the C2 compiler threads took more CPU than every Kafka thread together; the same 500,000
+   rows a second time took 7.6 broker CPU seconds instead of 42), so a cold run measures the JIT
+   more than either pipeline. A long-running cluster has compiled these paths.
 P4 latency at 50% of shoal's measured rate: small batches written on a fixed schedule; per batch the
    time from ``write`` to ``sync()`` returning (accepted by the leader) and to the batch's sampled
    key being returned by a scan of every node (its replica's fresh read: a leader's memtable, a
@@ -72,6 +78,15 @@ def latency_summary(seconds: Sequence[float]) -> dict[str, Any]:
 def throughput_ratio(shoal_mb_s: float, raw_mb_s: float) -> float | None:
     """shoal MB/s / raw MB/s (None when the baseline moved nothing)."""
     return shoal_mb_s / raw_mb_s if raw_mb_s > 0 else None
+
+
+WARMUP_KEY_OFFSET = 1
+"""Added to every warm-up key: the measured keys are multiples of a large step, so none collides."""
+
+
+def warmup_rows(rows: int, requested: int | None) -> int:
+    """Rows of each pipeline's unmeasured first run: ``requested``, or ``rows`` up to 500,000."""
+    return min(rows, 500_000) if requested is None else requested
 
 
 def split_evenly(n: int, parts: int) -> list[tuple[int, int]]:
@@ -162,17 +177,32 @@ class ReplicationCheck:
         self.tracker = SegmentsTracker(c.bootstrap_servers)
         self.read_at = 0.0
         """Wall time right after the last poll read the indexes: when what it found was true."""
+        self._topology: list[Any] | None = None
+
+    def _read_topology(self) -> list[Any]:
+        from monitor.topology import read_topology
+
+        self._topology = read_topology(self.topics, self.client.coordinator, TABLE)
+        return self._topology
+
+    def topology_changed(self) -> bool:
+        """Read the partitions' leaders, replicas and channels again: did they change since they were
+        last read? (A poll with ``fresh_topology=False`` trusts the ones it read before.)"""
+        before = self._topology
+        return self._read_topology() != before
 
     def close(self) -> None:
         self.kafka.close()
         self.tracker.close()
         self.client.close()
 
-    def progress(self) -> list[PartitionProgress]:
-        from monitor.topology import read_topology
+    def progress(self, *, fresh_topology: bool = True) -> list[PartitionProgress]:
+        """Where every partition is. ``fresh_topology=False`` reuses the leaders, replicas and channels
+        read by an earlier poll (its METADATA and ZooKeeper reads were half of a poll's time under load);
+        a caller then confirms a result with :meth:`topology_changed`."""
         from shoal.kafka.indexes import IndexQuery
 
-        parts = read_topology(self.topics, self.client.coordinator, TABLE)
+        parts = self._read_topology() if fresh_topology or self._topology is None else self._topology
         queries = []
         for p in parts:
             queries.append(IndexQuery(p.ingest.topic, tuple(r.ack_group for r in p.ingest.readers)))
@@ -258,11 +288,11 @@ def _producer_config(c: Cluster, args: argparse.Namespace, **extra: Any) -> Any:
 
 
 def _shoal_writer(
-    c: Cluster, args: argparse.Namespace, span: tuple[int, int], go: Any, out: Any
+    c: Cluster, args: argparse.Namespace, span: tuple[int, int], total: int, key_offset: int, go: Any, out: Any
 ) -> None:  # a child process
     from producer import Producer
 
-    rows = build_rows(span[0], span[1], args.rows, args.value_bytes)
+    rows = build_rows(span[0], span[1], total, args.value_bytes, key_offset=key_offset)
     with Producer(_producer_config(c, args)) as producer:
         producer.partition_map(TABLE)
         out.put(("ready", 0.0, 0))
@@ -273,11 +303,11 @@ def _shoal_writer(
         out.put(("done", t0, time.time()))
 
 
-def _raw_payloads(args: argparse.Namespace, span: tuple[int, int]) -> list[bytes]:
+def _raw_payloads(args: argparse.Namespace, span: tuple[int, int], total: int) -> list[bytes]:
     from producer.batching import split_messages
     from producer.validation import to_ingest
 
-    rows = build_rows(span[0], span[1], args.rows, args.value_bytes)
+    rows = build_rows(span[0], span[1], total, args.value_bytes)
     messages = split_messages(TABLE, to_ingest(rows, deleted=False), max_bytes=args.max_message_bytes, max_rows=100_000)
     return [m.payload for m in messages]
 
@@ -316,15 +346,20 @@ def _collect(out: Any, kind: str, n: int, procs: list[Any], timeout_s: float) ->
     return got
 
 
-def run_shoal(c: Cluster, args: argparse.Namespace, say: Callable[[str], None]) -> dict[str, Any]:
+def run_shoal(
+    c: Cluster, args: argparse.Namespace, say: Callable[[str], None], rows: int, key_offset: int = 0
+) -> dict[str, Any]:
+    """``rows`` rows written by ``--producers`` processes, timed until every replica acked their segments.
+
+    ``key_offset`` moves every key (a warm-up writes rows of its own, not the measured run's)."""
     ctx = mp.get_context("spawn")
     go, out = ctx.Event(), ctx.Queue()
-    spans = split_evenly(args.rows, args.producers)
-    procs = _children(ctx, [(_shoal_writer, (c, args, s, go, out)) for s in spans])
+    spans = split_evenly(rows, args.producers)
+    procs = _children(ctx, [(_shoal_writer, (c, args, s, rows, key_offset, go, out)) for s in spans])
     check = ReplicationCheck(c)
     try:
         _collect(out, "ready", len(procs), procs, 180)
-        say(f"shoal: {args.producers} producer processes writing {args.rows:,} rows into {args.partitions} partitions")
+        say(f"shoal: {args.producers} producer processes writing {rows:,} rows into {args.partitions} partitions")
         go.set()
         done: list[tuple[Any, ...]] = []
         deadline = time.monotonic() + 1800
@@ -345,7 +380,7 @@ def run_shoal(c: Cluster, args: argparse.Namespace, say: Callable[[str], None]) 
                 raise RuntimeError("benchmark: a producer process failed")
             polls += 1
             began = time.monotonic()
-            progress = check.progress()
+            progress = check.progress(fresh_topology=False)
             poll_s.append(time.monotonic() - began)
             reached = _stages(progress)
             if len(done) == len(procs):
@@ -353,6 +388,9 @@ def run_shoal(c: Cluster, args: argparse.Namespace, say: Callable[[str], None]) 
                     stages.setdefault(stage, check.read_at)
             at = check.read_at if all(reached.values()) else None
             if len(done) == len(procs) and at is not None and at > max(d[2] for d in done):
+                if check.topology_changed():  # a leader or replica moved meanwhile: poll again with it
+                    stages.clear()
+                    continue
                 t_end = at
             elif len(done) == len(procs):
                 time.sleep(args.poll_s)
@@ -362,14 +400,14 @@ def run_shoal(c: Cluster, args: argparse.Namespace, say: Callable[[str], None]) 
     finally:
         check.close()
         _stop_children(procs)
-    payload = sum(len(m) for s in spans for m in _raw_payloads(args, s))
+    payload = sum(len(m) for s in spans for m in _raw_payloads(args, s, rows))
     seconds = t_end - t_first
     return {
         "pipeline": "shoal RF 3 (write -> segments acked by every replica)",
-        "rows": args.rows,
+        "rows": rows,
         "MB": payload / 1e6,
         "seconds": seconds,
-        "rows/s": args.rows / seconds,
+        "rows/s": rows / seconds,
         "MB/s": payload / 1e6 / seconds,
         "produced s": t_produced - t_first,
         "wal records": sum(p.wal_append for p in parts),
@@ -383,10 +421,12 @@ def run_shoal(c: Cluster, args: argparse.Namespace, say: Callable[[str], None]) 
 # -- P1: the raw Kafka baseline ------------------------------------------------------------------
 
 
-def _raw_writer(c: Cluster, args: argparse.Namespace, topic: str, span: tuple[int, int], go: Any, out: Any) -> None:
+def _raw_writer(
+    c: Cluster, args: argparse.Namespace, topic: str, span: tuple[int, int], total: int, go: Any, out: Any
+) -> None:  # a child process
     from confluent_kafka import Producer
 
-    payloads = _raw_payloads(args, span)
+    payloads = _raw_payloads(args, span, total)
     producer = Producer(common.raw_producer_config(c.bootstrap_servers, args))
     producer.list_topics(topic, timeout=30)
     out.put(("ready", 0.0, sum(len(p) for p in payloads)))
@@ -418,7 +458,8 @@ def _raw_reader(c: Cluster, args: argparse.Namespace, topic: str, expect_bytes: 
     out.put(("read", time.time(), got))
 
 
-def run_raw(c: Cluster, args: argparse.Namespace, say: Callable[[str], None]) -> dict[str, Any]:
+def run_raw(c: Cluster, args: argparse.Namespace, say: Callable[[str], None], rows: int) -> dict[str, Any]:
+    """The same messages as ``rows`` shoal rows, to a new topic, timed until every consumer read them all."""
     from shoal.kafka import clients
     from shoal.kafka.admin import create_topic
     from shoal.kafka.settings import KafkaSettings, TopicPolicy
@@ -430,8 +471,8 @@ def run_raw(c: Cluster, args: argparse.Namespace, say: Callable[[str], None]) ->
     ctx = mp.get_context("spawn")
     go, out = ctx.Event(), ctx.Queue()
     expect = ctx.Value("q", 0)
-    spans = split_evenly(args.rows, args.producers)
-    writers = [(_raw_writer, (c, args, topic, s, go, out)) for s in spans]
+    spans = split_evenly(rows, args.producers)
+    writers = [(_raw_writer, (c, args, topic, s, rows, go, out)) for s in spans]
     readers = [(_raw_reader, (c, args, topic, expect, go, out)) for _ in range(args.raw_consumers)]
     procs = _children(ctx, writers + readers)
     try:
@@ -450,10 +491,10 @@ def run_raw(c: Cluster, args: argparse.Namespace, say: Callable[[str], None]) ->
     seconds = max(r[1] for r in reads) - t_first
     return {
         "pipeline": f"raw acks=all produce + {args.raw_consumers} consumers (RF 3 topic)",
-        "rows": args.rows,
+        "rows": rows,
         "MB": total / 1e6,
         "seconds": seconds,
-        "rows/s": args.rows / seconds,
+        "rows/s": rows / seconds,
         "MB/s": total / 1e6 / seconds,
         "produced s": max(m[2] for m in msgs) - t_first,
     }
@@ -571,7 +612,7 @@ def raw_latency(c: Cluster, args: argparse.Namespace, rate: float, say: Callable
     from shoal.kafka.settings import KafkaSettings, TopicPolicy
 
     batch, interval, count = _schedule(rate, args.batches_per_s, args.latency_seconds)
-    payload = _raw_payloads(args, (0, batch))
+    payload = _raw_payloads(args, (0, batch), args.rows)
     say(
         f"P4 raw: {count} x {len(payload)} message(s) of {sum(map(len, payload)):,} bytes every {interval * 1e3:.0f} ms"
     )
@@ -650,6 +691,12 @@ def main(argv: list[str] | None = None) -> None:
         default=4.0,
         help="P4: batches per second (each batch is one ingest message per partition, one leader transaction each)",
     )
+    p.add_argument(
+        "--warmup-rows",
+        type=common.non_negative_int,
+        default=None,
+        help="rows of the unmeasured first run of each pipeline (default: --rows, at most 500,000; 0: none)",
+    )
     p.add_argument("--skip-latency", action="store_true", help="P1 only")
     p.add_argument(
         "--latency-rate",
@@ -664,11 +711,16 @@ def main(argv: list[str] | None = None) -> None:
         create_table(c, args.partitions)
         say("waiting for every partition to accept a first write")
         _warm_up(c, args)
+        warmup = warmup_rows(args.rows, args.warmup_rows)
+        if warmup:
+            say(f"warm-up (not measured): each pipeline once with {warmup:,} rows")
+            run_raw(c, args, say, warmup)
+            run_shoal(c, args, say, warmup, key_offset=WARMUP_KEY_OFFSET)
         if args.latency_rate is not None:
             shoal, raw = {}, {}
         else:
-            raw = run_raw(c, args, say)
-            shoal = run_shoal(c, args, say)
+            raw = run_raw(c, args, say, args.rows)
+            shoal = run_shoal(c, args, say, args.rows)
         latency: dict[str, Any] = {}
         if not args.skip_latency:
             rate = args.latency_rate if args.latency_rate is not None else 0.5 * shoal["rows/s"]
@@ -699,6 +751,7 @@ def report(args: argparse.Namespace, shoal: dict[str, Any], raw: dict[str, Any],
     ratio = throughput_ratio(shoal["MB/s"], raw["MB/s"]) if shoal and raw else None
     settings = {
         "rows": args.rows,
+        "warmup_rows": warmup_rows(args.rows, args.warmup_rows),
         "row_bytes": 16 + args.value_bytes,
         "partitions": args.partitions,
         "replication_factor": 3,

@@ -140,8 +140,13 @@ class KafkaOffsets:
     # -- indexes --------------------------------------------------------------------------------
 
     def channel_indexes(self, queries: Iterable[IndexQuery]) -> dict[str, ChannelIndexes]:
-        """{topic: ChannelIndexes} of every queried channel that exists (batched requests)."""
-        return read_indexes(self.admin, queries, timeout_s=self.request_timeout_s)
+        """{topic: ChannelIndexes} of every queried channel that exists (batched requests).
+
+        The committed offsets are read without KIP-447's ``require_stable``: each group's last
+        committed offset, never one a transaction still holds pending. An observer does not wait
+        for the leaders' open transactions (under steady writes a leader group almost always has
+        one, and each poll waited seconds for them)."""
+        return read_indexes(self.admin, queries, timeout_s=self.request_timeout_s, stable=False)
 
     def log_bounds(self, tps: Iterable[TP]) -> dict[TP, tuple[int, int]]:
         """{(topic, partition): (log start, log end)}; partitions that vanished meanwhile are left out."""

@@ -16,9 +16,11 @@ read them.
 
 from __future__ import annotations
 
+import collections
 import concurrent.futures
+import contextlib
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -97,10 +99,10 @@ def channel_indexes(
 
 
 def read_indexes(
-    admin: AdminClient, queries: Iterable[IndexQuery], *, timeout_s: float = 10.0
+    admin: AdminClient, queries: Iterable[IndexQuery], *, timeout_s: float = 10.0, stable: bool = True
 ) -> dict[str, ChannelIndexes]:
     """{topic: ChannelIndexes} of every queried channel (partition 0) in batched requests; a topic
-    that does not exist is left out.
+    that does not exist is left out. ``stable`` as in :func:`committed_offsets`.
 
     Read in the order that keeps ``tail <= ack <= append`` true of a live channel: the log starts
     first (a Tail only moves up, so the one read is at or below the Tail when the acks are read),
@@ -115,7 +117,7 @@ def read_indexes(
         if (q.topic, 0) in starts:
             for group in q.ack_groups + q.consume_groups:
                 requests.setdefault(group, set()).add((q.topic, 0))
-    committed = committed_offsets(admin, requests, timeout_s=timeout_s)
+    committed = committed_offsets(admin, requests, timeout_s=timeout_s, stable=stable)
     present = [k for k in keys if k in starts]
     ends = _list_offsets(admin, present, OffsetSpec.latest(), timeout_s) if present else {}
     out: dict[str, ChannelIndexes] = {}
@@ -160,8 +162,14 @@ def _list_offsets(admin: AdminClient, keys: Sequence[TP], spec: Any, timeout_s: 
     return out
 
 
-MAX_OFFSET_READERS = 64
-"""Consumers kept per admin client for :func:`committed_offsets` (the least recently used is closed)."""
+MAX_OFFSET_READERS = 128
+"""Consumers kept per admin client for :func:`committed_offsets` (the least recently used one not
+in use is closed). A table of 8 partitions at RF 3 has 104 groups to read (a leader group and, on
+each of its 3 WAL and 3 segments channels, 2 follower groups); with fewer kept, every poll of every
+channel made consumers again."""
+
+MAX_CONCURRENT_READS = 16
+"""Groups whose committed offsets :func:`committed_offsets` asks for at the same time."""
 
 
 def committed_offsets(
@@ -178,7 +186,13 @@ def committed_offsets(
     ``stable=False`` reads through ``read_uncommitted`` consumers, whose fetch does not set
     KIP-447's ``require_stable``: the answer is the last committed offset even while a transaction
     holds newer pending offsets (never a pending one), instead of UNSTABLE_OFFSET_COMMIT retried
-    with backoff. For waiting on a group that commits in transactions all the time."""
+    with backoff. For waiting on a group that commits in transactions all the time, and for
+    observers (the monitor, ``shoal offsets``), whose every poll otherwise waits for the leaders'
+    open transactions.
+
+    The groups are asked concurrently (up to :data:`MAX_CONCURRENT_READS`; each consumer's
+    ``committed`` is a round trip to its group's coordinator): one after the other, a poll of the
+    104 groups of an 8-partition table took seconds under load."""
     parts = {group: [TopicPartition(t, p) for t, p in sorted(set(tps))] for group, tps in requests.items() if set(tps)}
     settings = getattr(admin, "shoal_settings", None)
     if isinstance(settings, KafkaSettings):
@@ -229,21 +243,35 @@ def _group_offsets(
 _READERS_LOCK = threading.Lock()
 
 
-def _offset_reader(admin: AdminClient, settings: KafkaSettings, group: str, stable: bool = True) -> Any:
-    """The consumer of ``group`` kept on ``admin`` (threads may share an admin client)."""
+@contextlib.contextmanager
+def _borrowed_reader(admin: AdminClient, settings: KafkaSettings, group: str, stable: bool) -> Iterator[Any]:
+    """The consumer of ``group`` kept on ``admin``, held in use while the block runs (threads may
+    share an admin client; a reader in use is never the one closed to make room)."""
+    key = (group, stable)
     with _READERS_LOCK:
         readers: dict[tuple[str, bool], Any] | None = getattr(admin, "shoal_offset_readers", None)
         if readers is None:
             readers = {}
             setattr(admin, "shoal_offset_readers", readers)  # noqa: B010
-        reader = readers.pop((group, stable), None)
+        in_use: collections.Counter[tuple[str, bool]] = getattr(admin, "shoal_offset_readers_in_use", None) or (
+            collections.Counter()
+        )
+        setattr(admin, "shoal_offset_readers_in_use", in_use)  # noqa: B010
+        reader = readers.pop(key, None)
         if reader is None:
             reader = clients.consumer(settings, group_id=group, read_committed=stable)
-            while len(readers) >= MAX_OFFSET_READERS:
-                oldest = next(iter(readers))
-                readers.pop(oldest).close()
-        readers[(group, stable)] = reader  # most recently used last
-        return reader
+            idle = [k for k in readers if not in_use[k]]  # oldest first
+            while len(readers) >= MAX_OFFSET_READERS and idle:
+                readers.pop(idle.pop(0)).close()
+        readers[key] = reader  # most recently used last
+        in_use[key] += 1
+    try:
+        yield reader
+    finally:
+        with _READERS_LOCK:
+            in_use[key] -= 1
+            if in_use[key] <= 0:
+                del in_use[key]
 
 
 def close_offset_readers(admin: AdminClient) -> None:
@@ -265,16 +293,16 @@ def _consumer_offsets(
     timeout_s: float,
     stable: bool = True,
 ) -> dict[str, dict[TP, int | None]]:
-    """Each group's committed offsets through its consumer; a retriable error is asked again with
-    backoff until ``timeout_s`` has passed."""
+    """Each group's committed offsets through its consumer, groups asked concurrently; a retriable
+    error is asked again with backoff until ``timeout_s`` has passed."""
     deadline = Deadline(timeout_s)
-    out: dict[str, dict[TP, int | None]] = {}
-    for group, tps in parts.items():
+
+    def one(group: str, tps: list[TopicPartition]) -> dict[TP, int | None]:
         backoff = Backoff(initial_s=0.2, maximum_s=2.0)
         while True:
             try:
-                reader = _offset_reader(admin, settings, group, stable)
-                answer = reader.committed(tps, timeout=max(1.0, deadline.remaining()))
+                with _borrowed_reader(admin, settings, group, stable) as reader:
+                    answer = reader.committed(tps, timeout=max(1.0, deadline.remaining()))
             except KafkaException as exc:
                 error = classify(exc, f"cannot read the committed offsets of group {group}")
                 if not error.retriable or deadline.expired():
@@ -286,9 +314,14 @@ def _consumer_offsets(
                 if tp.error is not None and tp.error.code() not in (KafkaError.UNKNOWN_TOPIC_OR_PART,):
                     raise classify(KafkaException(tp.error), f"group {group} on {tp.topic}[{tp.partition}]")
                 got[(tp.topic, tp.partition)] = int(tp.offset) if tp.offset >= 0 else None
-            out[group] = got
-            break
-    return out
+            return got
+
+    if len(parts) <= 1:
+        return {group: one(group, tps) for group, tps in parts.items()}
+    workers = min(MAX_CONCURRENT_READS, len(parts))
+    with concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="shoal-committed") as pool:
+        futures = {group: pool.submit(one, group, tps) for group, tps in parts.items()}
+        return {group: fut.result() for group, fut in futures.items()}
 
 
 def _offsets_result(group: str, fut: Any, timeout_s: float) -> dict[TP, int | None]:

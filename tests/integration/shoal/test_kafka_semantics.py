@@ -185,3 +185,48 @@ def test_channel_indexes_closes_the_consumers_of_the_admin_client_it_made(
     assert len(own.shoal_offset_readers) == 1
     indexes.close_offset_readers(own)
     assert own.shoal_offset_readers == {}
+
+
+def test_committed_offsets_of_many_groups_at_once_and_without_waiting_for_an_open_transaction(
+    cluster: TestCluster, kafka_admin, topic_prefix, group_id, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """More groups than readers kept and than concurrent reads: each group gets its own offset and no
+    reader is closed while another thread uses it. A group whose offsets a transaction holds pending
+    reads as its last committed offset with ``stable=False`` at once; ``stable=True`` waits for it."""
+    from shoal.errors import KafkaOperationError
+    from shoal.kafka import clients, indexes
+
+    topic = f"{topic_prefix}.many"
+    create_topic(kafka_admin, topic, policy=TopicPolicy())
+    settings = KafkaSettings(cluster.bootstrap_servers)
+    groups = [f"{group_id}-{i}" for i in range(indexes.MAX_CONCURRENT_READS + 4)]
+    for i, g in enumerate(groups):
+        c = Consumer({"bootstrap.servers": cluster.bootstrap_servers, "group.id": g, "enable.auto.commit": False})
+        c.commit(offsets=[TopicPartition(topic, 0, i + 1)], asynchronous=False)
+        c.close()
+    monkeypatch.setattr(indexes, "MAX_OFFSET_READERS", 5)
+    admin = clients.admin(settings)
+    try:
+        for _ in range(2):  # the second round reuses and evicts readers
+            got = indexes.committed_offsets(admin, {g: [(topic, 0)] for g in groups}, timeout_s=30, stable=False)
+            assert got == {g: {(topic, 0): i + 1} for i, g in enumerate(groups)}
+        assert len(admin.shoal_offset_readers) <= indexes.MAX_CONCURRENT_READS + 5
+        assert not admin.shoal_offset_readers_in_use
+
+        # A transaction holds offset 40 of groups[0] (committed: 1) pending.
+        txn = Producer({"bootstrap.servers": cluster.bootstrap_servers, "transactional.id": f"{group_id}-txn"})
+        txn.init_transactions(30)
+        txn.begin_transaction()
+        member = Consumer({"bootstrap.servers": cluster.bootstrap_servers, "group.id": groups[0]})
+        txn.send_offsets_to_transaction([TopicPartition(topic, 0, 40)], member.consumer_group_metadata(), 30)
+        began = time.monotonic()
+        pending = indexes.committed_offsets(admin, {groups[0]: [(topic, 0)]}, timeout_s=30, stable=False)
+        assert pending == {groups[0]: {(topic, 0): 1}} and time.monotonic() - began < 10
+        with pytest.raises(KafkaOperationError):
+            indexes.committed_offsets(admin, {groups[0]: [(topic, 0)]}, timeout_s=2, stable=True)
+        txn.commit_transaction(30)
+        member.close()
+        done = indexes.committed_offsets(admin, {groups[0]: [(topic, 0)]}, timeout_s=30, stable=True)
+        assert done == {groups[0]: {(topic, 0): 40}}
+    finally:
+        indexes.close_offset_readers(admin)

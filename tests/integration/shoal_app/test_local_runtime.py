@@ -13,6 +13,7 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException, Producer
 
 from shoal import cluster_file
+from shoal.jvm.java import C1_ONLY
 from shoal.kafka import clients
 from shoal.kafka.admin import create_topic
 from shoal.kafka.settings import KafkaSettings, TopicPolicy
@@ -66,6 +67,9 @@ def test_up_status_down_with_three_brokers(tmp_path: Path) -> None:
         assert [p.name for p in info.processes] == ["zookeeper", "kafka-1", "kafka-2", "kafka-3"]
         assert up["bootstrap_servers"] == info.bootstrap_servers and len(info.bootstrap_servers.split(",")) == 3
         assert all(a.startswith("127.0.0.1:") for a in [*info.bootstrap_servers.split(","), info.zk_connect])
+        # Every JVM compiles with C1 only (shoal.jvm.java.C1_ONLY: C2 starved a 2-core machine).
+        for p in info.processes:
+            assert C1_ONLY in Path(f"/proc/{p.pid}/cmdline").read_bytes().decode().split("\0"), p.name
 
         status = checked("cli-status", shoal("status", "--output", "json", data_dir=data).stdout)
         assert status["healthy"] is True and status["brokers_seen"] == 3

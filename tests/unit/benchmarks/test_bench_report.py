@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
 
@@ -28,6 +29,16 @@ def test_throughput_ratio_and_split() -> None:
     assert replicated.throughput_ratio(5.0, 10.0) == 0.5
     assert replicated.throughput_ratio(5.0, 0.0) is None
     assert replicated.split_evenly(10, 3) == [(0, 3), (3, 6), (6, 10)]
+
+
+def test_the_warm_up_runs_the_measured_size_up_to_half_a_million_rows_unless_told() -> None:
+    assert replicated.warmup_rows(200_000, None) == 200_000
+    assert replicated.warmup_rows(2_000_000, None) == 500_000
+    assert replicated.warmup_rows(2_000_000, 0) == 0
+    assert replicated.warmup_rows(100, 7) == 7
+    with pytest.raises(argparse.ArgumentTypeError):
+        common.non_negative_int("-1")
+    assert common.non_negative_int("1_000") == 1000
 
 
 def _progress(**kw: object) -> replicated.PartitionProgress:
