@@ -80,6 +80,9 @@ def throughput_ratio(shoal_mb_s: float, raw_mb_s: float) -> float | None:
     return shoal_mb_s / raw_mb_s if raw_mb_s > 0 else None
 
 
+WRITING_POLL_S = 1.0
+"""How often the replication check polls while the producers still write (``--poll-s`` after)."""
+
 WARMUP_KEY_OFFSET = 1
 """Added to every warm-up key: the measured keys are multiples of a large step, so none collides."""
 
@@ -368,12 +371,13 @@ def run_shoal(
         stages: dict[str, float] = {}
         t_end: float | None = None
         while t_end is None:
-            # polls while the producers write too, so the manifests are read as they come (incrementally)
+            # polls while the producers write too, so the manifests are read as they come (incrementally),
+            # but at most once a second: the check shares the cores with what it measures
             if time.monotonic() > deadline:
                 raise TimeoutError("benchmark: rows not replicated to every replica within 1800 s")
             with contextlib.suppress(queue.Empty):
                 while len(done) < len(procs):
-                    msg = out.get(timeout=args.poll_s if len(done) < len(procs) else 0)
+                    msg = out.get(timeout=max(args.poll_s, WRITING_POLL_S))
                     if msg[0] == "done":
                         done.append(msg)
             if any(p.exitcode not in (None, 0) for p in procs):
