@@ -264,6 +264,8 @@ class PartitionElection:
         self._on_change = on_change
         self._cond = threading.Condition(threading.RLock())
         self._work = threading.Lock()
+        self._start_lock = threading.Lock()
+        """Held by :meth:`start` from its state check to CANDIDATE: one candidate znode per entry."""
         self._state = LeaderState.IDLE
         self._leadership: Leadership | None = None
         self._node: str | None = None
@@ -347,28 +349,32 @@ class PartitionElection:
                 f"{self.server_id}#{self.placement_id} is {self.replica_state.value} in {self.partition_id}; "
                 "only LIVE replicas take part in leader election"
             )
-        with self._cond:
-            if self._state in (LeaderState.CANDIDATE, LeaderState.LEADER, LeaderState.SUSPENDED):
-                return
-        self._yields = 0
-        ensure_path(self._zk, self._layout.election(self.partition_id), self._security)
-        with zk_errors(f"create epoch of {self.partition_id}"):
-            with contextlib.suppress(NodeExistsError):
-                self._zk.create(self._layout.epoch(self.partition_id), b"", acl=self._security.acls())
-            data = json.dumps({"server_id": self.server_id, "placement_id": self.placement_id}).encode()
-            path = self._zk.create(
-                f"{self._layout.election(self.partition_id)}/{_PREFIX}",
-                data,
-                acl=self._security.acls(),
-                ephemeral=True,
-                sequence=True,
-            )
-        with self._cond:
-            self._node = path.rsplit("/", 1)[-1]
-        if not self._listening:
-            self._zk.add_listener(self._on_connection_state)
-            self._listening = True
-        self._set(LeaderState.CANDIDATE, None)
+        # Two callers may (re)start a LOST election at once (the node's handover thread and its
+        # supervision tick): checked and claimed under one lock, or each creates a candidate znode and
+        # the one this object forgets stays first in line, in a live session, for ever.
+        with self._start_lock:
+            with self._cond:
+                if self._state in (LeaderState.CANDIDATE, LeaderState.LEADER, LeaderState.SUSPENDED):
+                    return
+            self._yields = 0
+            ensure_path(self._zk, self._layout.election(self.partition_id), self._security)
+            with zk_errors(f"create epoch of {self.partition_id}"):
+                with contextlib.suppress(NodeExistsError):
+                    self._zk.create(self._layout.epoch(self.partition_id), b"", acl=self._security.acls())
+                data = json.dumps({"server_id": self.server_id, "placement_id": self.placement_id}).encode()
+                path = self._zk.create(
+                    f"{self._layout.election(self.partition_id)}/{_PREFIX}",
+                    data,
+                    acl=self._security.acls(),
+                    ephemeral=True,
+                    sequence=True,
+                )
+            with self._cond:
+                self._node = path.rsplit("/", 1)[-1]
+            if not self._listening:
+                self._zk.add_listener(self._on_connection_state)
+                self._listening = True
+            self._set(LeaderState.CANDIDATE, None)
         self._spawn(self._check)
 
     def _spawn(self, fn: Callable[[], None]) -> None:
@@ -439,6 +445,8 @@ class PartitionElection:
                 self._step_down("candidate znode is gone")
                 return
             idx = names.index(node)
+            if self._drop_own_strays(line[:idx]):
+                continue
             if idx == 0:
                 if self._should_yield(line):
                     self._requeue(node)
@@ -449,6 +457,33 @@ class PartitionElection:
             with zk_errors("watch predecessor"):
                 if self._zk.exists(pred, watch=self._on_predecessor_event) is not None:
                     return
+
+    def _drop_own_strays(self, ahead: Sequence[Candidate]) -> bool:
+        """Delete candidate znodes ahead of this one that this session created for this replica but no
+        longer tracks (a start that raced another): nobody would ever remove them while the session
+        lives, and the line would wait behind them. True if any was deleted."""
+        mine = [c for c in ahead if c.server_id == self.server_id and c.placement_id == self.placement_id]
+        session = (self._zk.client_id or (None,))[0] if mine else None
+        if session is None:
+            return False
+        base = self._layout.election(self.partition_id)
+        dropped = False
+        for c in mine:
+            with zk_errors(f"remove a stray candidate of {self.partition_id}"):
+                stat = self._zk.exists(f"{base}/{c.node}")
+                if stat is None or stat.ephemeralOwner != session:
+                    continue  # another session's (an older incarnation's): it ends with that session
+                with contextlib.suppress(NoNodeError):
+                    self._zk.delete(f"{base}/{c.node}", version=stat.version)
+            dropped = True
+            log.warning(
+                "%s#%d removed its own stray candidate %s of %s (its session's, not tracked)",
+                self.server_id,
+                self.placement_id,
+                c.node,
+                self.partition_id,
+            )
+        return dropped
 
     def _should_yield(self, line: Sequence[Candidate]) -> bool:
         if self._prefer is None:

@@ -208,3 +208,58 @@ def test_a_candidate_whose_watch_event_was_lost_leads_at_its_next_recheck(
         release.set()
         close_client(a_client)
         close_client(b_client)
+
+
+def test_concurrent_starts_enter_the_line_once_and_an_own_stray_candidate_is_removed(
+    zk: Any, zk_hosts: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A LOST election restarted by two threads at once (the node's handover and its supervision tick)
+    enters the line once: a second candidate znode in the same live session, forgotten by the
+    election, would stay first in line for ever and no replica would lead (seen in the random fault
+    schedule: every node CANDIDATE for 6 minutes). A stray of its own session ahead of it is removed;
+    one of another session (an older incarnation) is left to end with that session."""
+    layout = ZkLayout()
+    a_client, b_client = new_client(zk_hosts), new_client(zk_hosts)
+    try:
+        pid = new_partition_id()
+        a = PartitionElection(a_client, pid, "node-a", 1, replica_state=ReplicaState.LIVE)
+        go = threading.Event()
+        starters = [threading.Thread(target=lambda: (go.wait(), a.start())) for _ in range(8)]
+        for t in starters:
+            t.start()
+        go.set()
+        for t in starters:
+            t.join(30)
+        assert a.wait_for(LeaderState.LEADER, timeout=30)
+        assert len(a_client.get_children(layout.election(pid))) == 1
+        a.close()
+
+        # A stray of this session ahead of the candidate: removed, and the candidate leads.
+        pid = new_partition_id()
+        base = layout.election(pid)
+        a_client.ensure_path(base)
+        data = b'{"server_id": "node-a", "placement_id": 1}'
+        stray = a_client.create(f"{base}/n_", data, ephemeral=True, sequence=True)
+        caplog.set_level(logging.WARNING, logger="metadata.election")
+        a = PartitionElection(a_client, pid, "node-a", 1, replica_state=ReplicaState.LIVE)
+        a.start()
+        assert a.wait_for(LeaderState.LEADER, timeout=30)
+        assert a_client.exists(stray) is None
+        assert any("stray candidate" in r.getMessage() for r in caplog.records)
+        a.close()
+
+        # The same identity's candidate in another session: not ours to remove; it leads first.
+        pid = new_partition_id()
+        base = layout.election(pid)
+        b_client.ensure_path(base)
+        other = b_client.create(f"{base}/n_", data, ephemeral=True, sequence=True)
+        a = PartitionElection(a_client, pid, "node-a", 1, replica_state=ReplicaState.LIVE)
+        a.start()
+        time.sleep(2)
+        assert a.state is LeaderState.CANDIDATE and b_client.exists(other) is not None
+        b_client.delete(other)
+        assert a.wait_for(LeaderState.LEADER, timeout=30)
+        a.close()
+    finally:
+        close_client(a_client)
+        close_client(b_client)
