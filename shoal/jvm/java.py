@@ -26,11 +26,12 @@ C1_ONLY = "-XX:TieredStopAtLevel=1"
 """Compile with C1 only: the local runtime's JVMs (``shoal up``, the tests, the benchmarks) share a
 small machine with the storage nodes, producers and Spark. Measured on 2 cores (3 brokers, 3 nodes,
 RF 3, ``python -m bench.replicated --rows 500000``): with the default tiered compilation the brokers'
-C2 compiler threads took more CPU than every Kafka thread together during the first load (8.4 of
-17.7 broker CPU seconds) and still 27% of the brokers' CPU in a second run of the same load; with C1
-only, 2% (0.11 s). Every pipeline got faster: raw acks=all produce + consume 2.35 -> 2.20 s, shoal's
-replicated write 7.9 -> 3.7 s. C2's faster code pays off on a cluster that runs for hours with cores
-to spare, which the local runtime is not."""
+C2 compiler threads took more CPU than any other kind of thread during the first load (8.4 of 21.1
+broker CPU seconds) and still 27% of the brokers' and nodes' CPU in a second run of the same load
+(3.45 of 12.8 s); with C1 only, 0.11 of 6.4 s. In that run raw acks=all produce + consume took
+2.35 -> 2.20 s, shoal's replicated write 7.9 -> 3.7 s (later runs: 0.27-0.60x, README P1). C2's
+faster code pays off on a cluster that runs for hours with cores to spare, which the local runtime
+is not."""
 
 
 def jvm_options(heap_mb: int) -> list[str]:
