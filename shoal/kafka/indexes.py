@@ -253,10 +253,10 @@ def _borrowed_reader(admin: AdminClient, settings: KafkaSettings, group: str, st
         if readers is None:
             readers = {}
             setattr(admin, "shoal_offset_readers", readers)  # noqa: B010
-        in_use: collections.Counter[tuple[str, bool]] = getattr(admin, "shoal_offset_readers_in_use", None) or (
-            collections.Counter()
-        )
-        setattr(admin, "shoal_offset_readers_in_use", in_use)  # noqa: B010
+        in_use: collections.Counter[tuple[str, bool]] | None = getattr(admin, "shoal_offset_readers_in_use", None)
+        if in_use is None:
+            in_use = collections.Counter()
+            setattr(admin, "shoal_offset_readers_in_use", in_use)  # noqa: B010
         reader = readers.pop(key, None)
         if reader is None:
             reader = clients.consumer(settings, group_id=group, read_committed=stable)
