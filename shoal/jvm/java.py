@@ -23,8 +23,9 @@ def java_executable(env: Mapping[str, str] | None = None) -> str:
 
 
 C1_ONLY = "-XX:TieredStopAtLevel=1"
-"""Compile with C1 only: the local runtime's JVMs (``shoal up``, the tests, the benchmarks) share a
-small machine with the storage nodes, producers and Spark. Measured on 2 cores (3 brokers, 3 nodes,
+"""Compile with C1 only: the local runtime's JVMs (``shoal up``, the tests, the benchmarks, and the
+docker compose test cluster's brokers through ``KAFKA_JVM_OPTS``) share a small machine with the
+storage nodes, producers and Spark. Measured on 2 cores (3 brokers, 3 nodes,
 RF 3, ``python -m bench.replicated --rows 500000``): with the default tiered compilation the brokers'
 C2 compiler threads took more CPU than any other kind of thread during the first load (8.4 of 21.1
 broker CPU seconds) and still 27% of the brokers' and nodes' CPU in a second run of the same load

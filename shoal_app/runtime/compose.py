@@ -23,6 +23,7 @@ from typing import Any
 
 import yaml
 
+from shoal.jvm.java import C1_ONLY
 from shoal_app.runtime import images, kafka
 from shoal_app.runtime.node_spec import COMPOSE_FLIGHT_PORT, compose_target, node_spec
 
@@ -113,6 +114,7 @@ def broker_env(node_id: int) -> dict[str, str]:
     env["KAFKA_ADVERTISED_LISTENERS"] += f",EXTERNAL://127.0.0.1:{external}"
     env["KAFKA_LISTENER_SECURITY_PROTOCOL_MAP"] += ",EXTERNAL:PLAINTEXT"
     env["KAFKA_HEAP_OPTS"] = "-Xms256m -Xmx512m"
+    env["KAFKA_JVM_OPTS"] = C1_ONLY  # a test cluster on a small machine, as the local runtime's brokers
     return env
 
 

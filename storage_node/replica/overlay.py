@@ -13,6 +13,12 @@ IPC decompression, schema check, GTID stamping) would be CPU spent for nothing. 
 records still pending once (:meth:`WalOverlay.decode_pending`, outside the replica's lock) and
 keeps the tables. A record that chains but whose rows do not decode is reported by its decoder
 (which returns None) and reads as empty, as it did when it was decoded on arrival.
+
+The overlay may hold records of more than one channel: when leadership moves, the old leader's
+records stay readable until the new leader's segment that adopted them arrives (DESIGN.md section 7,
+adoption), so a follower's reads never go back in time across a handover. The follower drops them
+(:meth:`WalOverlay.drop_channels`) when that segment covers them or, failing that, after a grace
+period at the end of the new leader's segments channel (``storage_node.roles.follower``).
 """
 
 from __future__ import annotations
@@ -81,6 +87,19 @@ class WalOverlay:
     def clear(self) -> None:
         with self._lock:
             self._entries = []
+
+    def drop_channels(self, keep: Callable[[Channel], bool]) -> tuple[int, int]:
+        """Remove the records of every channel ``keep`` refuses; returns (records, rows) removed."""
+        with self._lock:
+            gone = [e for e in self._entries if not keep(e.channel)]
+            if gone:
+                self._entries = [e for e in self._entries if keep(e.channel)]
+        return len(gone), sum(e.row_count for e in gone)
+
+    def channels(self) -> set[Channel]:
+        """The channels the overlay holds records of."""
+        with self._lock:
+            return {e.channel for e in self._entries}
 
     def decode_pending(self) -> int:
         """Decode every record whose rows were not read yet (outside the lock); returns how many."""

@@ -77,6 +77,8 @@ class ReceiveStats:
     errors: int = 0
     """Rounds that failed on a Kafka or disk error and were retried."""
     overlay_dropped: int = 0
+    """A former leader's WAL records dropped from the overlay with no segment covering them, after
+    ``FollowerConfig.retired_overlay_grace_s`` at the end of the new leader's segments channel."""
     deleted: int = 0
     """Weakly referenced segments deleted once the major folding them was durable here."""
 

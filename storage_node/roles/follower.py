@@ -27,6 +27,10 @@ then show lag 0 on an idle channel. No data record lies between, so the Ack's me
 The Ack on the leader's WAL channel and the Consume index follow the same rule with the WAL tail's EOF.
 The leader is read from the election's epoch znode (its placement id); when it
 changes, the follower switches to the new leader's channel, from that group's committed offset.
+The old leader's WAL records in the overlay stay readable until a segment covers them (the new
+leader adopts them, DESIGN.md section 7), so fresh reads do not go back in time across a handover;
+any still uncovered ``retired_overlay_grace_s`` after the change, at the end of the new leader's
+segments channel, are dropped and counted (``ReceiveStats.overlay_dropped``).
 
 Bootstrap (:mod:`storage_node.replication.bootstrap`): when the replica is BOOTSTRAPPING, or
 positioning on a channel shows its Ack below the channel's Tail (LinDB's handshake rule), the
@@ -110,6 +114,10 @@ class FollowerConfig:
     """At the end of the leader's channel, how long a local root major that folds the leader's last
     segment may wait for the leader to publish it before it is judged never published and dropped
     (a new leader republishes its chain within a second or two of taking over)."""
+    retired_overlay_grace_s: float = 10.0
+    """After a leader change, how long the old leader's WAL records in the overlay stay readable
+    without a segment covering them, counted from the change and judged only at the end of the new
+    leader's segments channel (its adoption segment normally covers them within a second or two)."""
 
 
 class PartitionFollower(Worker):
@@ -159,6 +167,9 @@ class PartitionFollower(Worker):
         the follower positioned on the channel): the leader's root as far as this replica knows."""
         self._behind_since: tuple[str, float] | None = None
         """(the leader's last segment, when it was first seen below the local root at the channel's end)."""
+        self._retired_since: float | None = None
+        """When the overlay last kept a former leader's records at a leader change (None: it holds
+        only the current leader's)."""
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -203,6 +214,7 @@ class PartitionFollower(Worker):
                 self._ack_past_markers()
                 self._reconcile_at_end()
             self._tail_wal()
+            self._expire_retired()
             self._check_caught_up()
         except (ShoalError, KafkaException, OSError, ChunkError) as exc:
             self.stats.errors += 1
@@ -232,13 +244,17 @@ class PartitionFollower(Worker):
             leader = None
         if leader == self.leader_placement_id and not (bootstrapping and self._bootstrap_topic != self.topic):
             return
-        self._close_consumer()
+        # the old leader's records stay readable until a segment of the new leader covers them
+        # (its adoption), so reads here do not lose rows they already returned
+        self._close_consumer(keep_overlay=True)
+        if self.replica.overlay is not None and self.replica.overlay.records:
+            self._retired_since = now
         self.leader_placement_id = leader
         if leader is not None:
             try:
                 self._follow(leader)
             except BaseException:
-                self._close_consumer()
+                self._close_consumer(keep_overlay=True)
                 self.leader_placement_id = None
                 raise
 
@@ -355,14 +371,17 @@ class PartitionFollower(Worker):
             info = catch_up.snapshot().as_dict()
             log.warning("%s: bootstrap done, eligible again: %s", self.replica.name, info)
 
-    def _close_consumer(self) -> None:
+    def _close_consumer(self, *, keep_overlay: bool = False) -> None:
+        """Close both consumers; the overlay is emptied unless ``keep_overlay`` (a leader change:
+        :meth:`_expire_retired` drops the old leader's records)."""
         for c in (self._consumer, self._wal):
             if c is not None:
                 with contextlib.suppress(KafkaException, RuntimeError):
                     c.close()
         self._consumer, self.topic, self._wal, self._wal_topic = None, None, None, None
-        if self.replica.overlay is not None:
+        if self.replica.overlay is not None and not keep_overlay:
             self.replica.overlay.clear()
+            self._retired_since = None
 
     # -- the leader's WAL channel: overlay (Consume index) and Ack index ---------------------------
 
@@ -385,7 +404,38 @@ class PartitionFollower(Worker):
         self._wal_acked, self._wal_delivered, self._wal_eof = -1, -1, None
         if self.replica.overlay is None:
             self.replica.overlay = WalOverlay()
-        self.replica.overlay.clear()
+        channel = (self.replica.partition_id, leader)
+        self.replica.overlay.drop_channels(lambda c: c != channel)  # tailed again from what segments cover
+
+    def _expire_retired(self) -> None:
+        """Drop a former leader's overlay records that no segment covered in time.
+
+        The new leader adopts every committed record of the old leader's WAL channel into a segment
+        (``storage_node.replication.adopt``) or already holds it in one, and the follower's apply
+        drops each record a segment covers. Records left ``retired_overlay_grace_s`` after the
+        change, with the new leader's segments channel read to its end, are not coming (an unclean
+        election whose leader lacks them): they are dropped, counted and logged."""
+        since, overlay = self._retired_since, self.replica.overlay
+        if since is None:
+            return
+        current = None if self.leader_placement_id is None else (self.replica.partition_id, self.leader_placement_id)
+        if overlay is None or not overlay.channels() - {current}:
+            self._retired_since = None
+            return
+        if self._eof is None or time.monotonic() - since < self.config.retired_overlay_grace_s:
+            return
+        records, rows = overlay.drop_channels(lambda c: c == current)
+        self._retired_since = None
+        self.stats.overlay_dropped += records
+        log.warning(
+            "%s: dropped %d former leaders' WAL records (%d rows) from the overlay: no segment of placement "
+            "%s covered them within %.0f s",
+            self.replica.name,
+            records,
+            rows,
+            self.leader_placement_id,
+            self.config.retired_overlay_grace_s,
+        )
 
     def _overlay_rows(self, record: WalRecord, schema: pa.Schema, offset: int) -> pa.Table | None:
         """A tailed WAL record's rows, versioned with its GTIDs, decoded by the first read that wants

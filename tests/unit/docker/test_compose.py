@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from shoal.jvm.java import C1_ONLY
 from shoal_app.runtime import compose, images, kafka
 from shoal_app.runtime.node_spec import COMPOSE_FLIGHT_PORT, compose_target, local_target, node_spec
 
@@ -127,6 +128,7 @@ def test_brokers_carry_the_launchers_settings(resolved: dict[str, Any], broker: 
     assert env["KAFKA_DEFAULT_REPLICATION_FACTOR"] == "3" and env["KAFKA_MIN_INSYNC_REPLICAS"] == "2"
     assert env["KAFKA_PROCESS_ROLES"] == "broker,controller" and env["KAFKA_NODE_ID"] == str(broker)
     assert env["KAFKA_CONTROLLER_QUORUM_VOTERS"].count("@kafka-") == 3
+    assert env["KAFKA_JVM_OPTS"] == C1_ONLY  # the entrypoint appends it to the JVM's options
 
 
 def test_docker_env_names_follow_the_image_convention() -> None:

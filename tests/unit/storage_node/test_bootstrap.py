@@ -9,6 +9,7 @@ leader never published is dropped (root back to the leader's, or a bootstrap).
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +23,7 @@ from metadata.table import Column, ColumnType, TableDefinition
 from shoal.errors import PartitionUnavailableError
 from shoal.ids import new_partition_id, new_segment_id
 from shoal.kafka.settings import KafkaSettings
-from shoal.segments import SegmentEntry, SegmentRecord, write_segment
+from shoal.segments import SegmentEntry, SegmentRecord, WalRange, write_segment
 from shoal.segments.channel import KIND_CHUNK, KIND_HEADER, KIND_MANIFEST, to_wire
 from shoal.segments.parquet_io import segment_path
 from shoal.topics import TopicNames
@@ -399,3 +400,39 @@ def test_scan_of_a_bootstrapping_replica_is_refused(tmp_path: Path) -> None:
     bootstrap.request_bootstrap(replica, "wiped")
     with pytest.raises(PartitionUnavailableError, match="bootstrapping"):
         node.replicas("events", None)
+
+
+def test_a_former_leaders_overlay_records_stay_until_covered_or_the_grace_ends_at_the_channels_end(
+    tmp_path: Path,
+) -> None:
+    pid = new_partition_id()
+    r1 = _record([1], Gtid(1, 0), GENESIS_HASH, pid)
+    r2 = _record([2], Gtid(1, 1), r1.hash, pid)
+    replica = PartitionReplica(TABLE, pid, FOLLOWER, tmp_path)
+    f = _tail(replica, [r1, r2])  # tailed from the leader's (placement 1) WAL channel
+    overlay = replica.overlay
+    assert overlay is not None and sorted(replica.scan().column("k").to_pylist()) == [1, 2]
+    f._close_consumer(keep_overlay=True)  # a leader change: placement 3 leads now
+    f.leader_placement_id, f._retired_since = 3, time.monotonic()
+    f._eof = None
+    f._expire_retired()  # not at the end of the new leader's segments channel: kept
+    assert overlay.records == 2 and sorted(replica.scan().column("k").to_pylist()) == [1, 2]
+    f._eof = 0
+    f._expire_retired()  # at the end, but within the grace period: kept
+    assert overlay.records == 2 and f._retired_since is not None
+    assert overlay.drop_covered([WalRange(pid, LEADER, 0, 1)]) == 1  # a segment (the adoption) covers r1
+    f._retired_since = 0.0  # the grace period is over
+    f._expire_retired()  # r2 was never covered: dropped and counted
+    assert overlay.records == 0 and f.stats.overlay_dropped == 1 and f._retired_since is None
+    assert replica.scan().num_rows == 0
+
+
+def test_overlay_drop_channels_keeps_the_channels_asked_for() -> None:
+    overlay = WalOverlay()
+    rows = versioned_rows(_ingest([1, 2]), Gtid(1, 0))
+    overlay.add(("p", 1), 0, rows)
+    overlay.add(("p", 2), 0, rows)
+    overlay.add(("p", 2), 1, rows)
+    assert overlay.channels() == {("p", 1), ("p", 2)}
+    assert overlay.drop_channels(lambda c: c != ("p", 2)) == (2, 4)
+    assert overlay.channels() == {("p", 1)} and overlay.rows == 2
