@@ -6,13 +6,12 @@ leader's thread allocates the buffers of its flushes: with 50 partitions leading
 node's RSS rose from 349 MiB idle to a 717 MiB plateau after the first flush wave, although the
 memtables held ~6 MiB of rows. The same load with the system allocator (glibc malloc) peaked at
 379 MiB (1.12x idle) and used less CPU (38% against 42%); jemalloc peaked at 438 MiB (1.28x).
-Measured with ``python -m bench.node_memory`` (README, "Performance at RF 3"). The default is
-still pyarrow's own (mimalloc): in two of three fresh-clone CI runs with ``system`` as the default,
-the short random fault schedule ended with every node a candidate and no leader. That also showed
-once with mimalloc, so it is not the allocator; its likely cause (Kafka clients destroyed inside an
-election step) is gone and candidates now re-check their line (:meth:`metadata.election.PartitionElection.recheck`),
-but the default stays the one of every earlier run until runs with ``system`` show the failure
-gone. ``shoal node --arrow-memory-pool system`` chooses the system allocator.
+Measured with ``python -m bench.node_memory`` (README, "Performance at RF 3"). The system allocator
+is the default. It was not at first: in two of three fresh-clone CI runs with ``system`` as the
+default, the short random fault schedule ended with every node a candidate and no leader. That also
+showed once with mimalloc, and its cause was found in the election, not the allocator (one session
+entering the line twice: :meth:`metadata.election.PartitionElection.start`). ``shoal node
+--arrow-memory-pool mimalloc`` (or ``jemalloc``) chooses another pool.
 
 Arrow has two defaults: pyarrow's (:func:`pyarrow.set_memory_pool`, what pyarrow's Python calls
 allocate from) and Arrow C++'s, which the Parquet and IPC readers and the compute kernels use and
@@ -41,7 +40,7 @@ ARROW_MEMORY_POOLS: dict[str, Callable[[], pa.MemoryPool]] = {
 }
 """The pools a node may use, by name (``MemoryPool.backend_name``)."""
 
-DEFAULT_ARROW_MEMORY_POOL = "mimalloc"
+DEFAULT_ARROW_MEMORY_POOL = "system"
 
 ARROW_POOL_ENV = "ARROW_DEFAULT_MEMORY_POOL"
 """Arrow C++'s choice of its default pool, read once per process (``system``, ``jemalloc``, ``mimalloc``)."""

@@ -144,7 +144,7 @@ def test_up_with_storage_nodes_writes_and_scans(tmp_path: Path) -> None:
         # pyarrow's default and Arrow C++'s (from the variable in the node's spec).
         node_1 = info.process("node-1")
         assert node_1 is not None
-        assert "Arrow memory pool: mimalloc (default before: mimalloc)" in Path(node_1.log_path).read_text()
+        assert "Arrow memory pool: system (default before: system)" in Path(node_1.log_path).read_text()
         # Each node serves Prometheus metrics on the port recorded in the cluster file.
         metrics_url = {p["name"]: p.get("metrics_url") for p in status["processes"]}["node-1"]
         assert metrics_url is not None

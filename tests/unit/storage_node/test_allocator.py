@@ -24,11 +24,9 @@ def restore_pool() -> Iterator[None]:
     pa.set_memory_pool(before)
 
 
-def test_the_default_is_pyarrows_own_mimalloc() -> None:
-    assert DEFAULT_ARROW_MEMORY_POOL == "mimalloc"
-    assert (
-        NodeConfig("node-1", Path("/tmp/x"), ConnectionSettings.resolve({}, {}, None)).arrow_memory_pool == "mimalloc"
-    )
+def test_the_default_is_the_system_allocator() -> None:
+    assert DEFAULT_ARROW_MEMORY_POOL == "system"
+    assert NodeConfig("node-1", Path("/tmp/x"), ConnectionSettings.resolve({}, {}, None)).arrow_memory_pool == "system"
 
 
 @pytest.mark.parametrize("name", sorted(ARROW_MEMORY_POOLS))

@@ -50,7 +50,7 @@ def test_local_node_command_is_shoal_node_with_the_cluster_file() -> None:
     )
     assert spec.env_dict == {
         "PYTHONUNBUFFERED": "1",
-        "ARROW_DEFAULT_MEMORY_POOL": "mimalloc",
+        "ARROW_DEFAULT_MEMORY_POOL": "system",
         "SHOAL_ZK_CONNECT": "127.0.0.1:2181",
         "SHOAL_BOOTSTRAP_SERVERS": "127.0.0.1:9092",
         "SHOAL_TOPIC_PREFIX": "pfx",
