@@ -64,6 +64,20 @@ def test_fully_replicated_needs_accepted_covered_and_acked() -> None:
     assert replicated.fully_replicated(_progress(ingest_end=0, accepted=None, wal_append=0, wal_covered=None))
 
 
+def test_durable_on_every_replica_needs_accepted_and_every_followers_wal_ack_at_the_end() -> None:
+    ok = _progress(wal_covered=None, unacked_segments=(), wal_acks=(7, 8))  # 8: past the last commit marker
+    assert replicated.durable_on_every_replica(ok)
+    assert not replicated.durable_on_every_replica(_progress(accepted=9, wal_acks=(8, 8)))
+    assert not replicated.durable_on_every_replica(_progress(wal_acks=(8, 6)))  # a record not in its segments yet
+    assert not replicated.durable_on_every_replica(_progress(wal_acks=(8, None)))  # a replica that never acked
+    assert not replicated.durable_on_every_replica(_progress(wal_acks=()))  # no replica read: nothing known
+    assert replicated.durable_on_every_replica(_progress(wal_append=0, wal_acks=()))  # channel adopted elsewhere
+    assert replicated._stages([ok, _progress(wal_acks=(8, 6))]) == {
+        "accepted": True,
+        "durable on every replica": False,
+    }
+
+
 def test_json_document_has_a_top_level_ratio() -> None:
     doc = common.json_document("t", {"rows": 1}, [{"a": 1}], ["n"], 0.25, "x / y")
     assert doc["ratio"] == 0.25 and doc["ratio_meaning"] == "x / y" and doc["results"] == [{"a": 1}]
