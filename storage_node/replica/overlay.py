@@ -16,7 +16,9 @@ keeps the tables. A record that chains but whose rows do not decode is reported 
 
 The overlay may hold records of more than one channel: when leadership moves, the old leader's
 records stay readable until the new leader's segment that adopted them arrives (DESIGN.md section 7,
-adoption), so a follower's reads never go back in time across a handover. The follower drops them
+adoption), so a follower's reads never go back in time across a handover. The old leader itself,
+now a follower, keeps its memtable's rows here the same way, as records of its own channel
+(:meth:`storage_node.replica.PartitionReplica.retire_memtable`). The follower drops them
 (:meth:`WalOverlay.drop_channels`) when that segment covers them or, failing that, after a grace
 period at the end of the new leader's segments channel (``storage_node.roles.follower``).
 """

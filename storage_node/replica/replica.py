@@ -288,6 +288,31 @@ class PartitionReplica:
             log.info("%s: dropped %d memtable rows of an ended leader term", self.name, dropped)
         return dropped
 
+    def retire_memtable(self) -> int:
+        """Move the memtable's rows into the overlay, as records of this replica's own WAL channel;
+        returns the rows moved.
+
+        For a replica whose leader term ended in this process and that now follows: its memtable
+        rows are committed records of its own WAL channel (appended after their transaction
+        committed), which the next leader adopts into a segment, keeping their GTIDs. In the overlay
+        they stay readable here until a segment covers the memtable's last record (the follower
+        drops what a segment covers, and after a grace period what none does), so reads on the old
+        leader do not go back in time across a handover. Reads merge by newest GTID, so they never
+        hide a newer write.
+        """
+        with self._lock:
+            mem = self.memtable
+            self.memtable = Memtable(start_offset=self.covered_end())
+            if mem.end_offset is None or not mem.tables:
+                return 0
+            if self.overlay is None:
+                self.overlay = WalOverlay()
+            channel = (self.partition_id, self.placement_id)
+            for table in mem.tables:  # kept until a segment covers the memtable's last record
+                self.overlay.add(channel, mem.end_offset - 1, table)
+        log.info("%s: %d memtable rows of an ended leader term stay readable until adopted", self.name, mem.rows)
+        return mem.rows
+
     def rewind(self, segment_id: str | None) -> SegmentChain:
         """Move root back to ``segment_id`` (see SegmentChain.rewind); the overlay is emptied."""
         with self._lock:

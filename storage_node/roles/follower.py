@@ -28,7 +28,8 @@ The Ack on the leader's WAL channel and the Consume index follow the same rule w
 The leader is read from the election's epoch znode (its placement id); when it
 changes, the follower switches to the new leader's channel, from that group's committed offset.
 The old leader's WAL records in the overlay stay readable until a segment covers them (the new
-leader adopts them, DESIGN.md section 7), so fresh reads do not go back in time across a handover;
+leader adopts them, DESIGN.md section 7), so fresh reads do not go back in time across a handover
+(on an old leader that now follows, its memtable's rows move to the overlay: ``retire_memtable``);
 any still uncovered ``retired_overlay_grace_s`` after the change, at the end of the new leader's
 segments channel, are dropped and counted (``ReceiveStats.overlay_dropped``).
 
@@ -188,7 +189,9 @@ class PartitionFollower(Worker):
                     sorted(self._repair),
                 )
             self._collect()  # weak segments left by a crash between a major's apply and their deletion
-            self.replica.drop_memtable()  # rows of a leader term that ended here: the next leader adopts them
+            # rows of a leader term that ended here: the next leader adopts them; until a segment
+            # covers them they are read from the overlay
+            self.replica.retire_memtable()
             while not self.stopping.is_set():
                 self._step()
         except BaseException:

@@ -1,11 +1,12 @@
-"""A follower's fresh reads across a leader handover (DESIGN.md section 6, fresh reads; section 7, adoption).
+"""Fresh reads across a leader handover (DESIGN.md section 6, fresh reads; section 7, adoption).
 
 A follower tails its leader's WAL channel into an overlay, so it reads rows the leader accepted
 before any segment holds them. When leadership moves (here the leader rebalancer hands the
 partition to its preferred leader), the new leader adopts the old leader's WAL records into a
-segment; until the follower has that segment, the old leader's records it tailed are the only copy
-it can read. A follower that dropped them at the switch answered reads without acknowledged rows it
-had already returned, for about a second (a read that went back in time).
+segment; until a replica has that segment, the old leader's records it tailed (a follower) or held
+in its memtable (the old leader, now a follower) are the only copy it can read. A replica that
+dropped them at the switch answered reads without acknowledged rows it had already returned, for
+about a second (a read that went back in time).
 """
 
 from __future__ import annotations
@@ -69,30 +70,33 @@ def test_a_follower_keeps_reading_the_old_leaders_rows_until_the_new_leaders_seg
             )
             assert wait_until(lambda: _count(nodes[follower], pid) == ROWS, 60), _count(nodes[follower], pid)
 
-            seen: list[int | None] = []
+            # the third node follows both leaders; the first leader becomes a follower itself
+            watched = {"follower": follower, "old leader": first}
+            seen: dict[str, list[int | None]] = {who: [] for who in watched}
             stop = threading.Event()
 
             def watch() -> None:
                 while not stop.is_set():
-                    seen.append(_count(nodes[follower], pid))
+                    for who, server in watched.items():
+                        seen[who].append(_count(nodes[server], pid))
                     stop.wait(0.01)
+
+            def settled(server: str) -> bool:
+                overlay = nodes[server].partitions()[pid].replica.overlay
+                return _count(nodes[server], pid) == ROWS and (overlay is None or overlay.rows == 0)
 
             watcher = threading.Thread(target=watch, name="watch-follower-reads", daemon=True)
             watcher.start()
             try:
                 nodes[preferred] = run_node(meta, preferred, tmp_path, **config)
                 assert wait_until(lambda: _leader(client, pid) == preferred, 90), _leader(client, pid)
-                # the new leader adopted the old leader's records: the follower holds them in a segment
-                held = nodes[follower].partitions()[pid]
-                assert held.replica.overlay is not None
-                overlay = held.replica.overlay
-                assert wait_until(lambda: _count(nodes[follower], pid) == ROWS and overlay.rows == 0, 60), (
-                    _count(nodes[follower], pid),
-                    overlay.rows,
-                )
+                # the new leader adopted the old leader's records: both followers hold them in a segment
+                for server in watched.values():
+                    assert wait_until(lambda server=server: settled(server), 60), (server, _count(nodes[server], pid))
             finally:
                 stop.set()
                 watcher.join(10)
-            counts = [c for c in seen if c is not None]
-            assert len(counts) > 50  # the reads ran through the handover
-            assert min(counts) == ROWS, f"the follower's reads lost rows during the handover: {sorted(set(counts))}"
+            for who, values in seen.items():
+                counts = [c for c in values if c is not None]
+                assert len(counts) > 50  # the reads ran through the handover
+                assert min(counts) == ROWS, f"the {who}'s reads lost rows during the handover: {sorted(set(counts))}"

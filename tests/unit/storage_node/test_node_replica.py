@@ -12,6 +12,7 @@ from metadata.table import Column, ColumnType, TableDefinition
 from shoal.errors import SchemaError, WireFormatError
 from shoal.ids import new_partition_id
 from shoal.scan import ScanRequest, scan_remote
+from shoal.segments import WalRange
 from shoal.wire.arrow_ipc import encode_batch
 from shoal.wire.ingest import ingest_schema
 from shoal.wire.records import Gtid
@@ -138,4 +139,30 @@ def test_an_ended_leader_terms_memtable_is_dropped(tmp_path: Path) -> None:
     assert r.memtable.start_offset == r.covered_end() == 1 and r.memtable.empty
     assert r.scan().to_pylist() == [{"k": 1, "v": "a"}]
     assert r.drop_memtable() == 0
+    r.close()
+
+
+def test_an_ended_leader_terms_memtable_stays_readable_from_the_overlay_until_a_segment_covers_it(
+    tmp_path: Path,
+) -> None:
+    """A replica that follows after its term ended reads its accepted, unflushed rows until the
+    next leader's adoption segment covers them (reads do not go back in time)."""
+    pid = new_partition_id()
+    r = PartitionReplica(TABLE, pid, 3, tmp_path)
+    r.append(versioned_rows(ingest([1], ["a"]), Gtid(1, 0)), 0)
+    assert r.flush(1) is not None
+    r.append(versioned_rows(ingest([1, 2], ["a2", "b"]), Gtid(1, 1)), 1)  # accepted, not flushed
+    r.append(versioned_rows(ingest([3], ["c"]), Gtid(1, 3)), 2)
+    assert r.retire_memtable() == 3
+    assert r.memtable.start_offset == r.covered_end() == 1 and r.memtable.empty
+    assert r.overlay is not None and r.overlay.channels() == {(pid, 3)}
+    assert sorted(r.scan().to_pylist(), key=lambda row: row["k"]) == [
+        {"k": 1, "v": "a2"},
+        {"k": 2, "v": "b"},
+        {"k": 3, "v": "c"},
+    ]
+    assert r.overlay.drop_covered([WalRange(pid, 3, 1, 2)]) == 0  # the last record is not covered yet
+    assert r.overlay.drop_covered([WalRange(pid, 3, 1, 3)]) == 2  # the adoption's segment covers it
+    assert r.scan().to_pylist() == [{"k": 1, "v": "a"}]
+    assert r.retire_memtable() == 0
     r.close()
