@@ -13,8 +13,8 @@ P1 throughput. Producers in 2 processes write ``--rows`` rows of about 100 bytes
    the monitor reads it (``monitor.segments``: the leader's segments cover its WAL channel, every
    other replica's Ack on the segments channel is past the last manifest), outside the clock: reading
    the manifests (and the chunks between them) took 1-5 s per poll under load, which made the clock's
-   resolution that coarse and loaded the machine it measures. The baseline sends the very same Arrow IPC messages
-   with raw confluent-kafka (acks=all, idempotent) from 2 processes to an 8-partition topic with the
+   resolution that coarse and loaded the machine it measures. The baseline sends the very same Arrow
+   IPC messages with raw confluent-kafka (acks=all, idempotent) from 2 processes to an 8-partition topic with the
    same topic policy (RF 3) and has 3 consumer processes read all of it; its time runs from the first
    produce until the third consumer has read everything. ``ratio`` = shoal MB/s / raw MB/s.
 Warm-up. Before either pipeline is measured, each runs once unmeasured (``--warmup-rows``, by default
@@ -124,7 +124,7 @@ def replication_stages(p: PartitionProgress) -> dict[str, bool]:
     to ``append - 1`` cover every record (as ``monitor.collector`` counts an old channel settled).
     """
     return {
-        "accepted": p.ingest_end == 0 or (p.accepted is not None and p.accepted >= p.ingest_end),
+        "accepted": _accepted(p),
         "in segments": p.wal_append == 0 or (p.wal_covered is not None and p.wal_covered >= p.wal_append - 1),
         "acked": all(n == 0 for n in p.unacked_segments),
     }
@@ -135,6 +135,11 @@ def fully_replicated(p: PartitionProgress) -> bool:
     return all(replication_stages(p).values())
 
 
+def _accepted(p: PartitionProgress) -> bool:
+    """The leader's accepted index is at the ingest log end."""
+    return p.ingest_end == 0 or (p.accepted is not None and p.accepted >= p.ingest_end)
+
+
 def durable_on_every_replica(p: PartitionProgress) -> bool:
     """Every accepted row is in a segment durable on every other replica, from committed offsets alone.
 
@@ -142,19 +147,17 @@ def durable_on_every_replica(p: PartitionProgress) -> bool:
     acked) segments cover, so every Ack at the channel's end (its last offset is a commit marker)
     implies :func:`fully_replicated`; it needs no read of the segments channel's manifests, which
     took 1-5 s per poll under load (the monitor's tracker reads the chunks too)."""
-    accepted = p.ingest_end == 0 or (p.accepted is not None and p.accepted >= p.ingest_end)
     durable = p.wal_append == 0 or (
         bool(p.wal_acks) and all(a is not None and a >= p.wal_append - 1 for a in p.wal_acks)
     )
-    return accepted and durable
+    return _accepted(p) and durable
 
 
 def _stages(progress: list[PartitionProgress]) -> dict[str, bool]:
     """Every partition accepted everything, and durable on every replica (the P1 timeline, from
     committed offsets: :func:`durable_on_every_replica`)."""
-    accepted = [replication_stages(p)["accepted"] for p in progress]
     return {
-        "accepted": bool(progress) and all(accepted),
+        "accepted": bool(progress) and all(_accepted(p) for p in progress),
         "durable on every replica": bool(progress) and all(durable_on_every_replica(p) for p in progress),
     }
 

@@ -92,10 +92,12 @@ class WalOverlay:
 
     def drop_channels(self, keep: Callable[[Channel], bool]) -> tuple[int, int]:
         """Remove the records of every channel ``keep`` refuses; returns (records, rows) removed."""
+        kept: list[_Entry] = []
+        gone: list[_Entry] = []
         with self._lock:
-            gone = [e for e in self._entries if not keep(e.channel)]
-            if gone:
-                self._entries = [e for e in self._entries if keep(e.channel)]
+            for e in self._entries:
+                (kept if keep(e.channel) else gone).append(e)
+            self._entries = kept
         return len(gone), sum(e.row_count for e in gone)
 
     def channels(self) -> set[Channel]:
