@@ -98,9 +98,16 @@ def _detail(name: str, doc: dict[str, Any]) -> str:
     res = doc.get("results") or []
     if name in ("replicated", "write_path") and len(res) >= 2:
         shoal, raw = res[0], res[1]
+
+        def runs(r: dict[str, Any]) -> str:
+            times = r.get("runs s") or []
+            return f"; runs {'/'.join(_fmt(t, 1) for t in times)} s" if len(times) > 1 else ""
+
+        medians = " (median runs)" if len(shoal.get("runs s") or []) > 1 else ""
         return (
-            f"{s.get('rows', 0):,} rows: shoal {_fmt(shoal.get('MB/s'), 1)} MB/s ({_fmt(shoal.get('seconds'), 1)} s), "
-            f"raw {_fmt(raw.get('MB/s'), 1)} MB/s ({_fmt(raw.get('seconds'), 1)} s)"
+            f"{s.get('rows', 0):,} rows{medians}: shoal {_fmt(shoal.get('MB/s'), 1)} MB/s "
+            f"({_fmt(shoal.get('seconds'), 1)} s{runs(shoal)}), "
+            f"raw {_fmt(raw.get('MB/s'), 1)} MB/s ({_fmt(raw.get('seconds'), 1)} s{runs(raw)})"
         )
     if name == "latency_stages" and res:
         return f"{s.get('rows_per_batch', 0):,}-row batches, ms p50/p99: " + ", ".join(

@@ -31,6 +31,13 @@ def test_throughput_ratio_and_split() -> None:
     assert replicated.split_evenly(10, 3) == [(0, 3), (3, 6), (6, 10)]
 
 
+def test_the_median_run_is_picked_by_time_and_keeps_every_runs_seconds() -> None:
+    runs = [{"seconds": 5.0, "MB/s": 1.0}, {"seconds": 3.0, "MB/s": 3.0}, {"seconds": 4.0, "MB/s": 2.0}]
+    assert replicated.median_run(runs) == {"seconds": 4.0, "MB/s": 2.0, "runs s": [5.0, 3.0, 4.0]}
+    assert replicated.median_run(runs[:2])["seconds"] == 3.0  # the lower of the middle two
+    assert replicated.median_run(runs[:1]) == {"seconds": 5.0, "MB/s": 1.0, "runs s": [5.0]}
+
+
 def test_the_warm_up_runs_the_measured_size_up_to_half_a_million_rows_unless_told() -> None:
     assert replicated.warmup_rows(200_000, None) == 200_000
     assert replicated.warmup_rows(2_000_000, None) == 500_000
@@ -111,6 +118,22 @@ def test_report_table_from_a_run(tmp_path: Path) -> None:
     assert "| P1 |" in lines[2] and "0.31 (no)" in lines[2]
     assert any("P4" in line and "3.00" in line for line in lines)
     assert any("| P3 |" in line and "0.10 (yes)" in line for line in lines)
+
+
+def test_report_names_every_p1_run_when_the_medians_were_compared(tmp_path: Path) -> None:
+    doc = {
+        "benchmark": "replicated",
+        "ratio": 0.4,
+        "settings": {"rows": 1000, "repeat": 3},
+        "results": [
+            {"MB/s": 4.0, "seconds": 2.0, "runs s": [2.5, 2.0, 1.5]},
+            {"MB/s": 10.0, "seconds": 0.8, "runs s": [0.8, 0.7, 0.9]},
+        ],
+    }
+    (tmp_path / "replicated.json").write_text(json.dumps(doc))
+    line = markdown(load(tmp_path)).splitlines()[2]
+    assert "1,000 rows (median runs): shoal 4.0 MB/s (2.0 s; runs 2.5/2.0/1.5 s)" in line
+    assert "raw 10.0 MB/s (0.8 s; runs 0.8/0.7/0.9 s)" in line
 
 
 def test_report_lists_kafka_bytes_per_phase_without_a_target() -> None:
