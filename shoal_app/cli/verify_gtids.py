@@ -10,7 +10,9 @@ and without holding a channel in memory (each check consumes an iterator once):
 - a segments channel (:func:`check_manifests`): manifests in channel order never go back to an older
   writer epoch (leader terms), no segment holds a GTID from an epoch after its writer's, and each
   minor flushed from the placement's own WAL starts above the previous one's highest GTID (merged,
-  adopted and compacted rows keep older GTIDs, so only segments of the own WAL's rows are ordered);
+  adopted and compacted rows keep older GTIDs, so only flushes of new own-WAL offsets are ordered: a
+  segment whose own range starts below what earlier ones covered holds rows already flushed, e.g.
+  the placement's own unreferenced segment merged back in a later term, source 3.5);
 - across a partition's WAL channels (:func:`shared_epochs`): no two placements wrote with the same
   epoch (no two leaders of a partition share one).
 """
@@ -72,6 +74,8 @@ def check_manifests(
     epoch: int | None = None
     flushed: Gtid | None = None
     high: Gtid | None = None
+    covered_end = 0
+    """One past the highest own-WAL offset the segments so far cover."""
     for offset, m in manifests:
         out.manifests += 1
         if m.segment_id in seen:
@@ -90,7 +94,10 @@ def check_manifests(
         own = [r for r in m.covered_wal_offsets if r.topic == own_wal_topic]
         if not own or len(own) != len(m.covered_wal_offsets):
             continue  # merged or adopted rows keep the GTIDs other placements wrote them with
-        if not m.is_major:  # a flush of the own WAL (a compaction also holds the rows before it)
+        start, end = min(r.start_offset for r in own), max(r.end_offset for r in own)
+        # a flush of new own-WAL offsets (a compaction also holds the rows before it; a segment starting
+        # below what is covered holds rows flushed before: merged back, keeping their GTIDs)
+        if not m.is_major and start >= covered_end:
             if flushed is not None and m.min_gtid <= flushed:
                 raise GtidOrderError(
                     topic,
@@ -100,7 +107,8 @@ def check_manifests(
                 )
             flushed = m.max_gtid
         high = m.max_gtid if high is None else max(high, m.max_gtid)
-        out.floors.append((max(r.end_offset for r in own), high))
+        covered_end = max(covered_end, end)
+        out.floors.append((end, high))
     out.floors.sort()
     out.ends = [end for end, _ in out.floors]
     return out

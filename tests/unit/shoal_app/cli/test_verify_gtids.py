@@ -230,3 +230,23 @@ def test_replicas_that_agree_on_keys_outside_their_range_are_a_mismatch() -> Non
     )
     part = report.to_json()["partitions"][0]
     assert not report.ok and part["agree"] and not part["in_range"] and "lowest key 'x'" in part["range_error"]
+
+
+def test_an_own_segment_merged_back_by_a_later_term_keeps_its_gtids_without_breaking_the_order() -> None:
+    """The sequence of a CI run (kill the leader twice under writes): placement 1 flushed WAL [4, 6) just
+    before it was killed, published it again when it came back as a follower, and, leading again in
+    epoch 4, merged that unreferenced segment back (source 3.5, ``merge_detached``): a new segment of
+    placement 1 with the same own-WAL range and the rows' old GTIDs. It is not a flush, so it is not
+    ordered against the flushes; a later flush of new offsets still is."""
+    pid = "cd" * 16
+    own = TOPICS.wal(pid, 1)
+    first = _manifest(pid, 1, 1, (0, 4), (Gtid(1, 0), Gtid(1, 19)), segment_id="01" * 16)
+    last_flush = _manifest(pid, 1, 1, (4, 6), (Gtid(1, 20), Gtid(1, 29)), segment_id="02" * 16, is_major=False)
+    merged_back = _manifest(pid, 1, 4, (4, 6), (Gtid(1, 20), Gtid(1, 29)), segment_id="03" * 16, is_major=False)
+    next_flush = _manifest(pid, 1, 4, (6, 8), (Gtid(4, 0), Gtid(4, 9)), segment_id="04" * 16, is_major=False)
+    channel = [first, last_flush, merged_back, next_flush, merged_back]
+    order = check_manifests(enumerate(channel), topic="s", placement_id=1, own_wal_topic=own)
+    assert order.manifests == 5 and order.floor_at(7) == Gtid(1, 29) and order.floor_at(8) == Gtid(4, 9)
+    stale = _manifest(pid, 1, 4, (8, 10), (Gtid(1, 25), Gtid(4, 12)), segment_id="05" * 16, is_major=False)
+    with pytest.raises(GtidOrderError, match="previous flushed segment"):  # new offsets: a flush, ordered
+        check_manifests(enumerate([*channel, stale]), topic="s", placement_id=1, own_wal_topic=own)
