@@ -74,8 +74,7 @@ def check_manifests(
     epoch: int | None = None
     flushed: Gtid | None = None
     high: Gtid | None = None
-    covered_end = 0
-    """One past the highest own-WAL offset the segments so far cover."""
+    covered_end = 0  # one past the highest own-WAL offset the segments so far cover
     for offset, m in manifests:
         out.manifests += 1
         if m.segment_id in seen:
