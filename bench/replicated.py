@@ -99,6 +99,11 @@ WARMUP_KEY_OFFSET = 1
 """Added to every warm-up key: the measured keys are multiples of a large step, so none collides."""
 
 
+def _owned_by(channels: Sequence[Any], placement_id: int | None) -> Any:
+    """The channel of ``channels`` that placement ``placement_id`` writes (the leader's), or None."""
+    return next((ch for ch in channels if ch.owner is not None and ch.owner.placement_id == placement_id), None)
+
+
 def median_run(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """The run with the median time (the lower one of the middle two for an even count), with every
     run's seconds under ``runs s`` in the order they ran."""
@@ -281,8 +286,7 @@ class ReplicationCheck:
         out = []
         for p in parts:
             lead = p.leader_placement_id
-            wal = next((ch for ch in p.wal if ch.owner is not None and ch.owner.placement_id == lead), None)
-            seg = next((ch for ch in p.segments if ch.owner is not None and ch.owner.placement_id == lead), None)
+            wal, seg = _owned_by(p.wal, lead), _owned_by(p.segments, lead)
             ingest = ix.get(p.ingest.topic)
             if ingest is None or wal is None or seg is None:
                 out.append(PartitionProgress(1, None, 0, None, ()))
@@ -326,9 +330,7 @@ class ReplicationCheck:
         for i, p in enumerate(parts):
             if i in self._durable:
                 continue
-            wal = next(
-                (ch for ch in p.wal if ch.owner is not None and ch.owner.placement_id == p.leader_placement_id), None
-            )
+            wal = _owned_by(p.wal, p.leader_placement_id)
             lagging.append((i, p, wal))
             queries.append(IndexQuery(p.ingest.topic, (p.ingest.readers[0].ack_group,)))
             if wal is not None:
