@@ -37,6 +37,12 @@ TP = tuple[str, int]
 """(topic, partition)."""
 
 _GONE = (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError.UNKNOWN_TOPIC_ID)
+_LEADER_MOVED = (
+    KafkaError.FENCED_LEADER_EPOCH,
+    KafkaError.UNKNOWN_LEADER_EPOCH,
+    KafkaError.NOT_LEADER_FOR_PARTITION,
+    KafkaError.LEADER_NOT_AVAILABLE,
+)
 
 
 @dataclass(frozen=True)
@@ -146,20 +152,67 @@ def log_bounds(admin: AdminClient, tps: Iterable[TP], *, timeout_s: float = 10.0
 
 
 def _list_offsets(admin: AdminClient, keys: Sequence[TP], spec: Any, timeout_s: float) -> dict[TP, int]:
-    futures = admin.list_offsets({TopicPartition(t, p): spec for t, p in keys}, request_timeout=timeout_s)
+    """{(topic, partition): offset} by ``spec``; a partition that does not exist is left out.
+
+    A partition whose leader moved is asked again, after a metadata refresh, until ``timeout_s``
+    has passed. librdkafka's admin ``ListOffsets`` sends the leader epoch of the client's metadata
+    cache and does not refresh it on FENCED_LEADER_EPOCH: an admin client that lives across a
+    leader change (a broker restarted, then a preferred-leader election) got that error on every
+    call, forever, until its cache was refreshed by a metadata request (``list_topics``). While
+    a leader moves, an answer may also come without an error and without an offset (-1001): that is
+    no answer either, never an index of -1001. Tested in
+    ``tests/faults/test_broker_faults.py::test_kill_one_of_three_brokers_under_writes_loses_nothing``."""
+    deadline = Deadline(timeout_s)
+    backoff = Backoff(initial_s=0.2, maximum_s=2.0)
     out: dict[TP, int] = {}
-    for tp, fut in futures.items():
-        try:
-            out[(tp.topic, tp.partition)] = int(fut.result(timeout=timeout_s).offset)
-        except concurrent.futures.TimeoutError as exc:
-            raise KafkaOperationError(
-                f"listing offsets of {tp.topic}[{tp.partition}] timed out after {timeout_s:.0f}s"
-            ) from exc
-        except KafkaException as exc:
-            if error_code(exc) in _GONE:
+    pending = list(keys)
+    while True:
+        moved: list[TP] = []
+        why = ""
+        futures = admin.list_offsets(
+            {TopicPartition(t, p): spec for t, p in pending}, request_timeout=max(1.0, deadline.remaining())
+        )
+        for tp, fut in futures.items():
+            key = (tp.topic, tp.partition)
+            try:
+                offset = int(fut.result(timeout=max(1.0, deadline.remaining())).offset)
+            except concurrent.futures.TimeoutError as exc:
+                raise KafkaOperationError(
+                    f"listing offsets of {tp.topic}[{tp.partition}] timed out after {timeout_s:.0f}s"
+                ) from exc
+            except KafkaException as exc:
+                code = error_code(exc)
+                if code in _GONE:
+                    continue
+                if code not in _LEADER_MOVED or deadline.expired():
+                    raise classify(exc, f"cannot list offsets of {tp.topic}[{tp.partition}]") from exc
+                moved.append(key)
+                why = str(exc)
                 continue
-            raise classify(exc, f"cannot list offsets of {tp.topic}[{tp.partition}]") from exc
-    return out
+            if offset < 0:
+                moved.append(key)
+                why = f"no offset in the answer ({offset})"
+            else:
+                out[key] = offset
+        if not moved:
+            return out
+        if deadline.expired():
+            t, p = moved[0]
+            raise KafkaOperationError(f"cannot list offsets of {t}[{p}] in {timeout_s:.0f}s: {why}")
+        _refresh_metadata(admin, {t for t, _ in moved}, deadline)
+        deadline.sleep(backoff.next_delay())
+        pending = moved
+
+
+def _refresh_metadata(admin: AdminClient, topics: set[str], deadline: Deadline) -> None:
+    """Refresh the client's metadata cache of ``topics`` (their partitions' leaders and leader epochs)."""
+    try:
+        if len(topics) == 1:
+            admin.list_topics(next(iter(topics)), timeout=max(1.0, deadline.remaining()))
+        else:
+            admin.list_topics(timeout=max(1.0, deadline.remaining()))
+    except KafkaException:
+        pass  # the next ListOffsets answers (or times out) for itself
 
 
 MAX_OFFSET_READERS = 128

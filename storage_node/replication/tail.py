@@ -58,7 +58,7 @@ from confluent_kafka.admin import AdminClient
 from shoal.errors import KafkaOperationError
 from shoal.kafka import clients
 from shoal.kafka.errors import classify
-from shoal.kafka.indexes import ChannelIndexes, IndexQuery, read_indexes
+from shoal.kafka.indexes import ChannelIndexes, IndexQuery, close_offset_readers, read_indexes
 from shoal.kafka.settings import KafkaSettings
 from shoal.segments import WalRange
 from shoal.topics import TopicNames
@@ -296,52 +296,55 @@ def truncate(
         *(IndexQuery(topics.segments(partition_id, p), (own_group,)) for p in others),
     ]
     admin = clients.admin(kafka)
-    found = read_indexes(admin, queries, timeout_s=10.0)
-    if wal_topic not in found or seg_topic not in found:
-        raise KafkaOperationError(f"cannot read the indexes of {partition_id}: its channels do not exist yet")
-    wal, seg = found[wal_topic], found[seg_topic]
-    wal_acks = [a for _, a in wal.acks]
-    own_channel = (partition_id, placement_id)
-    out: frozenset[int] = frozenset()
-    if sync is not None and others:
-        out = sync.update(
-            own_end=own_covered_end,
-            acks=dict(zip(others, wal_acks, strict=True)),
-            lag_bytes={p: lag_bytes(segments, own_channel, a) for p, a in zip(others, wal_acks, strict=True)},
+    try:  # its consumers are closed here, not by a garbage collection on some other thread
+        found = read_indexes(admin, queries, timeout_s=10.0)
+        if wal_topic not in found or seg_topic not in found:
+            raise KafkaOperationError(f"cannot read the indexes of {partition_id}: its channels do not exist yet")
+        wal, seg = found[wal_topic], found[seg_topic]
+        wal_acks = [a for _, a in wal.acks]
+        own_channel = (partition_id, placement_id)
+        out: frozenset[int] = frozenset()
+        if sync is not None and others:
+            out = sync.update(
+                own_end=own_covered_end,
+                acks=dict(zip(others, wal_acks, strict=True)),
+                lag_bytes={p: lag_bytes(segments, own_channel, a) for p, a in zip(others, wal_acks, strict=True)},
+            )
+        flags = [p not in out for p in others]
+        decision = decide_tail(
+            wal_tail=wal.tail,
+            wal_acks=wal_acks,
+            own_covered_end=max(0, own_covered_end - KEEP_LAST),
+            segments_tail=seg.tail,
+            segments_acks=[a for _, a in seg.acks],
+            major_offsets=major_offsets,
+            in_sync=flags,
         )
-    flags = [p not in out for p in others]
-    decision = decide_tail(
-        wal_tail=wal.tail,
-        wal_acks=wal_acks,
-        own_covered_end=max(0, own_covered_end - KEEP_LAST),
-        segments_tail=seg.tail,
-        segments_acks=[a for _, a in seg.acks],
-        major_offsets=major_offsets,
-        in_sync=flags,
-    )
-    orphan_wal, orphan_seg = _orphan_tails(topics, partition_id, others, found, segments, decision.segments_acks)
-    ingest = found.get(ingest_topic)
-    ingest_tail = _ingest_tail(ingest)
-    decision = TailDecision(
-        decision.wal_tail,
-        decision.segments_tail,
-        decision.segments_acks,
-        orphan_wal,
-        orphan_seg,
-        ingest_tail,
-        out,
-    )
-    targets = []
-    if decision.wal_tail is not None:
-        targets.append(TopicPartition(wal_topic, 0, decision.wal_tail))
-    if decision.segments_tail is not None:
-        targets.append(TopicPartition(seg_topic, 0, decision.segments_tail))
-    targets += [TopicPartition(topics.wal(partition_id, p), 0, o) for p, o in orphan_wal]
-    targets += [TopicPartition(topics.segments(partition_id, p), 0, o) for p, o in orphan_seg]
-    if ingest_tail is not None:
-        targets.append(TopicPartition(ingest_topic, 0, ingest_tail))
-    _delete_records(admin, targets, partition_id)
-    return decision
+        orphan_wal, orphan_seg = _orphan_tails(topics, partition_id, others, found, segments, decision.segments_acks)
+        ingest = found.get(ingest_topic)
+        ingest_tail = _ingest_tail(ingest)
+        decision = TailDecision(
+            decision.wal_tail,
+            decision.segments_tail,
+            decision.segments_acks,
+            orphan_wal,
+            orphan_seg,
+            ingest_tail,
+            out,
+        )
+        targets = []
+        if decision.wal_tail is not None:
+            targets.append(TopicPartition(wal_topic, 0, decision.wal_tail))
+        if decision.segments_tail is not None:
+            targets.append(TopicPartition(seg_topic, 0, decision.segments_tail))
+        targets += [TopicPartition(topics.wal(partition_id, p), 0, o) for p, o in orphan_wal]
+        targets += [TopicPartition(topics.segments(partition_id, p), 0, o) for p, o in orphan_seg]
+        if ingest_tail is not None:
+            targets.append(TopicPartition(ingest_topic, 0, ingest_tail))
+        _delete_records(admin, targets, partition_id)
+        return decision
+    finally:
+        close_offset_readers(admin)
 
 
 def _orphan_tails(
