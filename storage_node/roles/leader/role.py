@@ -512,16 +512,18 @@ class PartitionLeader(Worker):
                     accepted.append((record, result))
                     seq += result.num_rows
                     prev = record.hash
-                remaining = txn.flush(30)
-                if remaining:
-                    raise KafkaOperationError(f"{remaining} WAL records not delivered")
-                if len(offsets) != len(accepted) or any(o < 0 for o in offsets.values()):
-                    raise KafkaOperationError(f"WAL delivery failed: {offsets}")
+                # the ingest offsets go to the coordinator while the WAL records are on their way
+                # (both are in the transaction: a failed delivery aborts the offsets with it)
                 last = msgs[-1]
                 txn.send_offsets(
                     [TopicPartition(self.ingest_topic, 0, message_offset(last) + 1)],
                     self._consumer.consumer_group_metadata(),
                 )
+                remaining = txn.flush(30)
+                if remaining:
+                    raise KafkaOperationError(f"{remaining} WAL records not delivered")
+                if len(offsets) != len(accepted) or any(o < 0 for o in offsets.values()):
+                    raise KafkaOperationError(f"WAL delivery failed: {offsets}")
         except KafkaOperationError as exc:
             ending = leader_error(exc, self.wal_topic)
             if ending is not None:
