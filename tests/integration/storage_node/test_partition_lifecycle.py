@@ -152,7 +152,8 @@ def test_join_while_writing_then_leave_of_the_leader(
         wal = topics.wal(pid, leader.placement_id)
         admin = clients.admin(KafkaSettings(bs))
         assert wait_until(lambda: wal not in admin.list_topics(timeout=10).topics, 30)
-        assert pid not in nodes[leader.server_id].partitions()
+        # the node lets go of the partition right after removing its directory
+        assert wait_until(lambda: pid not in nodes[leader.server_id].partitions(), 30)
         new_leader = read_epoch(client.zk, client.layout, pid)
         assert new_leader.server_id not in (None, leader.server_id)
         assert wait_until(lambda: _all_have(nodes, client, acked), 60), _row_counts(nodes, pid)
