@@ -303,7 +303,7 @@ def test_kill_one_of_three_brokers_under_writes_loses_nothing(tmp_path: Path, to
             assert wait_until(lambda: len(writer.acked) >= before + 100, 120), "writes stopped after the restart"
             # leadership back on the restarted broker, as Kafka's auto leader rebalance does after a while
             # (it did in a CI run, and the nodes' admin clients got FENCED_LEADER_EPOCH ever after): the
-            # ingest partition's leader epoch moved twice since the watcher last asked
+            # ingest partition's leader epoch moved again since the watcher last asked
             assert wait_until(lambda: watcher.elect_preferred(topic_prefix), 90), "no preferred leader election"
             assert watcher.leader(ingest) == victim.name, (watcher.leader(ingest), victim.name)
             [found] = watcher.read([ingest]).values()  # not FENCED_LEADER_EPOCH from a stale cache
