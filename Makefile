@@ -60,6 +60,7 @@ compose-test: setup
 	bash docker/compose-test.sh
 
 BENCH_ROWS ?= 200000
+BENCH_SPARK_ROWS ?= 2000000
 BENCH_SIZES ?= 1000,10000,100000,1000000
 BENCH_RF3_ROWS ?= 500000
 BENCH_KAFKA_BYTES_ROWS ?= 100000
@@ -78,7 +79,7 @@ bench: setup
 	-$(PY) -m bench.replicated --rows $(BENCH_RF3_ROWS) --output json > $(BENCH_OUT)/replicated.json
 	-$(PY) -m bench.latency_stages --output json > $(BENCH_OUT)/latency_stages.json
 	@echo "P5 Spark sink vs Spark to Parquet"
-	-$(PY) -m bench.spark_sink --rows $(BENCH_ROWS) --output json > $(BENCH_OUT)/spark_sink.json
+	-$(PY) -m bench.spark_sink --rows $(BENCH_SPARK_ROWS) --output json > $(BENCH_OUT)/spark_sink.json
 	@echo "P6 compaction vs plain pyarrow, small and larger minors"
 	-$(PY) -m bench.compaction --rows-per-round $(BENCH_COMPACTION_SMALL) --output json > $(BENCH_OUT)/compaction_small.json
 	-$(PY) -m bench.compaction --rows-per-round $(BENCH_COMPACTION_LARGE) --output json > $(BENCH_OUT)/compaction_large.json

@@ -69,6 +69,19 @@ def _bool(opts: Mapping[str, str], name: str, default: bool) -> bool:
     raise SinkOptionError(f"option {name!r} must be true or false, got {raw!r:.40}")
 
 
+def _int(opts: Mapping[str, str], name: str, default: int) -> int:
+    raw = opts.get(name.lower())
+    if raw is None:
+        return default
+    try:
+        value = int(raw.strip())
+    except ValueError as exc:
+        raise SinkOptionError(f"option {name!r} must be a whole number, got {raw!r:.40}") from exc
+    if value < 1:
+        raise SinkOptionError(f"option {name!r} must be >= 1, got {value}")
+    return value
+
+
 def _float(opts: Mapping[str, str], name: str, default: float) -> float:
     raw = opts.get(name.lower())
     if raw is None:
@@ -82,23 +95,34 @@ def _float(opts: Mapping[str, str], name: str, default: float) -> float:
     return value
 
 
+DEFAULT_WRITE_ROWS = 100_000
+"""Rows per ``Producer.write`` of a sink task (the producer's own ``max_rows_per_message``)."""
+
+
 @dataclass(frozen=True)
 class SinkSettings:
     """What the sink needs on every executor: the table, the cluster, and how long to wait.
 
     ``sync``: a task returns only once the partition leaders accepted its rows
     (``Producer.sync``), so a committed batch is readable; ``sync_timeout_s`` bounds that wait.
+    ``write_rows``: a task gathers Spark's Arrow batches (``spark.sql.execution.arrow.maxRecordsPerBatch``,
+    10,000 rows by default) into writes of about this many rows, so each partition's ingest
+    messages, and its leader's WAL records, are fewer and larger; a task holds at most that many
+    rows plus one Spark batch.
     """
 
     table: str
     connection: MetadataConfig
     sync: bool = True
     sync_timeout_s: float = 120.0
+    write_rows: int = DEFAULT_WRITE_ROWS
 
     def __post_init__(self) -> None:
         validate_table_name(self.table)
         if self.sync_timeout_s <= 0:
             raise ConfigError(f"sync_timeout_s must be > 0, got {self.sync_timeout_s}")
+        if self.write_rows < 1:
+            raise ConfigError(f"write_rows must be >= 1, got {self.write_rows}")
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any], env: Mapping[str, str] | None = None) -> SinkSettings:
@@ -112,6 +136,7 @@ class SinkSettings:
                 connection=resolve_connection(opts, env),
                 sync=_bool(opts, "sync", True),
                 sync_timeout_s=_float(opts, "syncTimeout", 120.0),
+                write_rows=_int(opts, "writeRows", DEFAULT_WRITE_ROWS),
             )
         except ShoalError as exc:
             if isinstance(exc, SinkOptionError):

@@ -77,19 +77,36 @@ def producer_config(settings: SinkSettings) -> ProducerConfig:
     return ProducerConfig(c.connection, zk_timeout_s=c.zk_timeout_s, watch_metadata=False)
 
 
+def gathered(batches: Iterator[pa.RecordBatch], rows: int) -> Iterator[pa.Table]:
+    """``batches`` as tables of at least ``rows`` rows each (the last may be smaller), in order;
+    empty batches are dropped. A table is yielded as soon as it is full, so at most ``rows`` rows
+    plus one batch are held."""
+    pending: list[pa.RecordBatch] = []
+    held = 0
+    for batch in batches:
+        if batch.num_rows == 0:
+            continue
+        pending.append(batch)
+        held += batch.num_rows
+        if held >= rows:
+            yield pa.Table.from_batches(pending)
+            pending, held = [], 0
+    if pending:
+        yield pa.Table.from_batches(pending)
+
+
 def write_batches(settings: SinkSettings, file: MetadataFile, batches: Iterator[pa.RecordBatch]) -> tuple[int, int]:
-    """Produce every row of ``batches`` to ``settings.table``; (rows, Kafka messages). Columnar."""
+    """Produce every row of ``batches`` to ``settings.table``; (rows, Kafka messages). Columnar:
+    Spark's batches are gathered into writes of ``settings.write_rows`` rows (:func:`gathered`)."""
     from producer import Producer
 
     producer: Producer | None = None
     rows = messages = 0
     try:
-        for batch in batches:
-            if batch.num_rows == 0:
-                continue
+        for part in gathered(batches, settings.write_rows):
             if producer is None:
                 producer = Producer(producer_config(settings), map_loader=_MapLoader(file, settings.connection))
-            result = producer.write(settings.table, pa.Table.from_batches([batch]))
+            result = producer.write(settings.table, part)
             rows += result.rows
             messages += result.batches
         if producer is not None:

@@ -81,7 +81,33 @@ def _sorted_by(table: pa.Table, key_columns: Sequence[str]) -> pa.Table:
             for k in key_columns
         }
     )
+    if _is_sorted(view):
+        return table  # a merge's output (a leader's flush, a major) is sorted already: no second copy
     return table.take(pc.sort_indices(view, sort_keys=[(k, "ascending") for k in key_columns]))
+
+
+def _is_sorted(view: pa.Table) -> bool:
+    """Whether the rows of ``view`` are in ascending lexicographic order of its columns (nulls last,
+    as ``sort_indices`` puts them). Vectorised comparisons of adjacent rows, no sort."""
+    n = view.num_rows
+    if n < 2:
+        return True
+    if any(col.null_count for col in view.columns):
+        return False  # where nulls sort is not compared here: let sort_indices order them
+    before: pa.Array | None = None  # row i-1 < row i on the columns so far
+    tied: pa.Array | None = None  # row i-1 == row i on the columns so far
+    for col in view.columns:
+        arr = col.combine_chunks()
+        prev, cur = arr.slice(0, n - 1), arr.slice(1)
+        less = pc.less(prev, cur)
+        equal = pc.equal(prev, cur)
+        if before is None or tied is None:
+            before, tied = less, equal
+        else:
+            before = pc.or_(before, pc.and_(tied, less))
+            tied = pc.and_(tied, equal)
+    assert before is not None and tied is not None
+    return bool(pc.all(pc.or_(before, tied)).as_py())
 
 
 def write_segment(

@@ -5,10 +5,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 
 from spark_jobs.errors import SinkOptionError
-from spark_jobs.settings import ReaderSettings, SinkSettings, resolve_connection
+from spark_jobs.settings import DEFAULT_WRITE_ROWS, ReaderSettings, SinkSettings, resolve_connection
+from spark_jobs.sink import gathered
 
 
 def _cluster_file(tmp_path: Path) -> Path:
@@ -59,8 +61,23 @@ def test_sink_settings_need_a_valid_table_and_options(tmp_path: Path) -> None:
         SinkSettings.from_options({"table": "t", "synctimeout": "0"}, env)
     with pytest.raises(SinkOptionError, match="topic prefix"):
         SinkSettings.from_options({"table": "t", "topicprefix": "a..b"}, env)
-    s = SinkSettings.from_options({"table": "t", "SYNC": "false", "syncTimeout": "5"}, env)
-    assert (s.table, s.sync, s.sync_timeout_s) == ("t", False, 5.0)
+    for bad in ("0", "-3", "1.5", "many"):
+        with pytest.raises(SinkOptionError, match="'writeRows' must be"):
+            SinkSettings.from_options({"table": "t", "writerows": bad}, env)
+    s = SinkSettings.from_options({"table": "t", "SYNC": "false", "syncTimeout": "5", "writeRows": "500"}, env)
+    assert (s.table, s.sync, s.sync_timeout_s, s.write_rows) == ("t", False, 5.0, 500)
+    assert SinkSettings.from_options({"table": "t"}, env).write_rows == DEFAULT_WRITE_ROWS
+
+
+@pytest.mark.parametrize("rows", [1, 7, 10, 25, 1000])
+def test_a_sink_task_gathers_sparks_batches_into_writes_of_write_rows(rows: int) -> None:
+    sizes = [10, 0, 3, 10, 10, 1, 0, 10]
+    batches = [pa.record_batch({"k": list(range(sum(sizes[:i]), sum(sizes[: i + 1])))}) for i in range(len(sizes))]
+    parts = list(gathered(iter(batches), rows))
+    assert [k for p in parts for k in p.column("k").to_pylist()] == list(range(sum(sizes)))  # all, in order
+    assert all(p.num_rows >= rows for p in parts[:-1]) and all(p.num_rows > 0 for p in parts)
+    assert all(p.num_rows < rows + max(sizes) for p in parts)  # at most write_rows plus one batch held
+    assert list(gathered(iter([]), rows)) == [] and list(gathered(iter(batches[1:2]), rows)) == []
 
 
 def test_reader_settings_validate_the_node(tmp_path: Path) -> None:

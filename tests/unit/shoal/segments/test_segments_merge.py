@@ -12,7 +12,7 @@ import pyarrow.compute as pc
 import pytest
 
 from shoal.segments.errors import MergeInputError
-from shoal.segments.merge import lww_merge
+from shoal.segments.merge import _first_of_each_key, _version_order, lww_merge
 from shoal.segments.versioned import DELETED_COLUMN, EPOCH_COLUMN, SEQ_COLUMN, check_versioned, stamp
 
 SCHEMA = pa.schema(
@@ -191,6 +191,95 @@ class TestProperties:
             rnd.shuffle(pieces)
             assert same(lww_merge(pieces, KEY), expected)
             assert same(lww_merge(pieces, KEY, drop_tombstones=True), reference(writes, drop_tombstones=True))
+
+
+def full_merge(tables: list[pa.Table], key_columns: list[str]) -> pa.Table:
+    """The merge without its distinct-keys shortcut: sort by key and GTID, keep each key's first."""
+    combined = pa.concat_tables(tables)
+    ordered = combined.take(_version_order(combined, key_columns)).combine_chunks()
+    return ordered.filter(_first_of_each_key(ordered, key_columns))
+
+
+class TestDistinctKeys:
+    """A memtable of fresh writes holds each key once: the merge then sorts the keys alone."""
+
+    @pytest.mark.parametrize(
+        "keys",
+        [
+            pa.array([5, -3, 2**62, -(2**63), 2**63 - 1, 0], pa.int64()),
+            pa.array([2**64 - 1, 0, 2**63, 7, 2**63 - 1], pa.uint64()),
+            pa.array([3, 1, 2], pa.int8()),
+            pa.array(["b", "", "a", "ab", "\u00e9"], pa.string()),
+            pa.array([b"\xff", b"\x00", b"\x00\x00"], pa.binary()),
+            pa.array(["eu", "us", "ap"]).dictionary_encode(),
+        ],
+        ids=["int64", "uint64", "int8", "string", "binary", "dictionary"],
+    )
+    def test_every_key_type_gives_the_full_merge(self, keys: pa.Array) -> None:
+        n = len(keys)
+        t = pa.table(
+            {
+                "k": keys,
+                "v": pa.array(range(n), pa.int64()),
+                EPOCH_COLUMN: pa.array([1] * n, pa.int64()),
+                SEQ_COLUMN: pa.array(range(n, 0, -1), pa.int64()),
+                DELETED_COLUMN: pa.array([i % 2 == 0 for i in range(n)]),
+            }
+        )
+        pieces = [t.slice(0, n // 2), t.slice(n // 2)]
+        out = lww_merge(pieces, KEY)
+        assert out.num_rows == n and same(out, full_merge(pieces, KEY))
+        sortable = (
+            pc.cast(out.column("k"), keys.type.value_type) if pa.types.is_dictionary(keys.type) else out.column("k")
+        )
+        assert sortable.to_pylist() == sorted(sortable.to_pylist())
+
+    @pytest.mark.parametrize("seed", range(20))
+    def test_random_inputs_with_and_without_repeats(self, seed: int) -> None:
+        rnd = random.Random(5000 + seed)
+        n = rnd.randint(1, 400)
+        keyspace = rnd.choice([n // 2 + 1, 10 * n, 2**62])  # repeats likely, rare, or none
+        writes = random_writes(rnd, min(n, 1600), keyspace)
+        pieces = split(rnd, writes, rnd.randint(1, 4))
+        out = lww_merge(pieces, KEY)
+        assert same(out, full_merge(pieces, KEY)) and same(out, reference(writes))
+        assert same(lww_merge(pieces, KEY, drop_tombstones=True), reference(writes, drop_tombstones=True))
+
+    def test_one_repeated_key_among_distinct_ones_keeps_the_newest(self) -> None:
+        rows = [(k, "x", k, 1, k, False) for k in range(1000)]
+        rows.append((500, "newer", -1, 2, 0, False))  # epoch 2 beats epoch 1 whatever the seq
+        out = lww_merge([table(rows[:600]), table(rows[600:])], KEY)
+        assert out.num_rows == 1000
+        assert out.column("name").to_pylist()[500] == "newer" and out.column("v").to_pylist()[500] == -1
+
+    def test_composite_key_with_repeats_in_one_column_only(self) -> None:
+        schema = pa.schema(
+            [
+                ("a", pa.int64()),
+                ("b", pa.string()),
+                (EPOCH_COLUMN, pa.int64()),
+                (SEQ_COLUMN, pa.int64()),
+                (DELETED_COLUMN, pa.bool_()),
+            ]
+        )
+        t = pa.table(
+            {
+                "a": [2, 1, 2, 1],
+                "b": ["y", "y", "x", "x"],
+                EPOCH_COLUMN: [1] * 4,
+                SEQ_COLUMN: [1, 2, 3, 4],
+                DELETED_COLUMN: [False] * 4,
+            },
+            schema=schema,
+        )
+        out = lww_merge([t], ["a", "b"])
+        assert list(zip(out.column("a").to_pylist(), out.column("b").to_pylist(), strict=True)) == [
+            (1, "x"),
+            (1, "y"),
+            (2, "x"),
+            (2, "y"),
+        ]
+        assert same(out, full_merge([t], ["a", "b"]))
 
 
 class TestInputChecks:

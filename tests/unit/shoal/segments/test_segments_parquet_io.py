@@ -57,6 +57,26 @@ class TestWriteRead:
         assert meta.num_rows == 1000
         assert meta.row_group(0).sorting_columns == (pq.SortingColumn(0),)
 
+    @pytest.mark.parametrize(
+        ("a", "b"),
+        [
+            ([1, 2, 3, 4], ["d", "c", "b", "a"]),  # sorted by a alone
+            ([1, 1, 2, 2], ["a", "b", "a", "b"]),  # sorted, ties on a broken by b
+            ([1, 1, 2, 2], ["b", "a", "a", "b"]),  # a sorted, b not within a tie
+            ([2, 1, 3, 4], ["a", "a", "a", "a"]),
+            ([1, 1, 1, 1], ["a", "a", "a", "a"]),
+        ],
+    )
+    def test_rows_come_out_sorted_whether_or_not_they_went_in_sorted(
+        self, tmp_path: Path, a: list[int], b: list[str]
+    ) -> None:
+        t = stamp(pa.table({"a": pa.array(a, pa.int64()), "b": b, "i": list(range(4))}), epoch=1, first_seq=0)
+        w = write_segment(tmp_path, SID, t, key_columns=["a", "b"])
+        back = read_segment(tmp_path, SID, expected_sha256=w.sha256)
+        pairs = list(zip(back.column("a").to_pylist(), back.column("b").to_pylist(), strict=True))
+        assert pairs == sorted(zip(a, b, strict=True))
+        assert sorted(back.column("i").to_pylist()) == [0, 1, 2, 3]
+
     def test_file_names_come_only_from_valid_ids(self, tmp_path: Path) -> None:
         for bad in ("../" + SID, SID + "/x", "", SID.upper()[:-1] + "G"):
             with pytest.raises(InvalidIdError):
