@@ -14,7 +14,7 @@ help:
 	@echo "make test   - set up, lint, type-check and run every test (starts its own cluster), then compose-test"
 	@echo "make images - build the Docker images from Debian packages, PyPI and Maven Central (reused when unchanged)"
 	@echo "make compose-test - the docker compose cluster end to end (builds the images, starts dockerd if needed)"
-	@echo "make bench  - every benchmark (RF 3 writes, Spark sink, compaction, replication CPU, ...) and the ratio table (~12 min)"
+	@echo "make bench  - every benchmark (RF 3 writes, Spark sink, compaction, replication CPU, ...) and the ratio table (~14 min)"
 	@echo "make chaos  - randomized faults under writes, every fault kind (CHAOS_SEED, CHAOS_DURATION=600 s, CHAOS_RUNS)"
 
 system-deps:
