@@ -39,6 +39,7 @@ from shoal.segments.parquet_io import (
     WrittenSegment,
     file_sha256,
     read_segment,
+    read_segment_near,
     write_segment,
     write_segment_bytes,
 )
@@ -97,6 +98,7 @@ __all__ = [
     "follower_replication",
     "lww_merge",
     "read_segment",
+    "read_segment_near",
     "replica_caught_up",
     "replicate_partition",
     "segment_list_path",

@@ -33,6 +33,7 @@ from shoal.segments import (
     WalRange,
     lww_merge,
     read_segment,
+    read_segment_near,
     segment_list_path,
     write_segment,
 )
@@ -57,6 +58,12 @@ class KeyFilter:
     @property
     def empty(self) -> bool:
         return self.key is None and self.low is None and self.high is None
+
+    def bounds(self) -> tuple[object, object]:
+        """Inclusive bounds that hold every matching value (None = open): ``(key, key)`` for a key."""
+        if self.key is not None:
+            return self.key, self.key
+        return self.low, self.high
 
     def mask(self, col: pa.ChunkedArray) -> pa.ChunkedArray | None:
         if self.empty:
@@ -410,7 +417,12 @@ class PartitionReplica:
             ids = [e.segment_id for e in entries]
             self._pins.update(ids)
         try:
-            parts = [read_segment(self.directory, sid) for sid in ids]
+            if where.empty:
+                parts = [read_segment(self.directory, sid) for sid in ids]
+            else:  # only the row groups that may hold the key (segments are sorted by it)
+                low, high = where.bounds()
+                key = self.key_columns[0]
+                parts = [read_segment_near(self.directory, sid, key, low=low, high=high) for sid in ids]
         finally:
             self._unpin(ids)
         parts = [p.replace_schema_metadata(None) for p in parts] + tables

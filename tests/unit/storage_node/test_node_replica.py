@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 
 import pyarrow as pa
@@ -12,7 +13,8 @@ from metadata.table import Column, ColumnType, TableDefinition
 from shoal.errors import SchemaError, WireFormatError
 from shoal.ids import new_partition_id
 from shoal.scan import ScanRequest, scan_remote
-from shoal.segments import WalRange
+from shoal.segments import WalRange, read_segment, read_segment_near
+from shoal.segments.parquet_io import ROW_GROUP_ROWS, read_segment_metadata
 from shoal.wire.arrow_ipc import encode_batch
 from shoal.wire.ingest import ingest_schema
 from shoal.wire.records import Gtid
@@ -74,6 +76,48 @@ def test_replica_flush_scan_and_reopen(tmp_path: Path) -> None:
     assert again.covered_end() == 5 and again.memtable.start_offset == 5
     assert again.scan().sort_by("k").to_pylist() == [*expect[:2], {"k": 5, "v": "e"}]
     again.close()
+
+
+def test_key_scans_read_only_the_row_groups_that_may_hold_the_key_and_agree_with_a_full_scan(
+    tmp_path: Path,
+) -> None:
+    rnd = random.Random(7)
+    r = PartitionReplica(TABLE, new_partition_id(), 1, tmp_path)
+    keys = sorted({rnd.getrandbits(64) for _ in range(150_000)} - {0, 2**63, 2**64 - 1})
+    keys = [*rnd.sample(keys, len(keys)), 0, 2**63, 2**64 - 1]  # distinct, in random order
+    offset, seq = 0, 0
+    for part in range(2):  # two segments of ~75,000 rows, then newer versions of some keys in the memtable
+        chunk = keys[part::2]
+        r.append(versioned_rows(ingest(chunk, [f"v{part}-{k % 1000}" for k in chunk]), Gtid(1, seq)), offset)
+        offset, seq = offset + 1, seq + len(chunk)
+        assert r.flush(1) is not None
+    newer = rnd.sample(keys, 500)
+    r.append(versioned_rows(ingest(newer[:250], ["new"] * 250), Gtid(1, seq)), offset)
+    r.append(versioned_rows(ingest(newer[250:], [None] * 250, deleted=True), Gtid(1, seq + 250)), offset + 1)
+    full = {row["k"]: row["v"] for row in r.scan().to_pylist()}
+    assert len(full) == len(keys) - 250
+    probes = [*rnd.sample(keys, 40), *newer[:5], *newer[250:255], 1, 2**64 - 2, 2**63 - 1, 2**63 + 1]
+    for key in probes:
+        got = r.scan(KeyFilter(key=key)).to_pylist()
+        assert got == ([{"k": key, "v": full[key]}] if key in full else []), key
+    for _ in range(10):
+        low, high = sorted(rnd.sample(keys, 2))
+        got = r.scan(KeyFilter(low=low, high=high)).sort_by("k").column("k").to_pylist()
+        assert got == sorted(k for k in full if low <= k < high)
+    # the pruning itself: a point read decodes one row group of each segment, not the files
+    chain = r.chain
+    sid = chain.root
+    assert sid is not None
+    whole = read_segment(r.directory, sid)
+    assert read_segment_metadata(r.directory, sid).num_row_groups > 1
+    near = read_segment_near(r.directory, sid, "k", low=probes[0], high=probes[0])
+    assert 0 < near.num_rows <= ROW_GROUP_ROWS < whole.num_rows
+    assert read_segment_near(r.directory, sid, "k", low=2**64 - 1, high=None).num_rows <= ROW_GROUP_ROWS
+    # bounds the statistics cannot compare, and columns they do not prune, read the whole file
+    assert read_segment_near(r.directory, sid, "k", low="a", high=None).num_rows == whole.num_rows
+    assert read_segment_near(r.directory, sid, "v", low=1, high=1).num_rows == whole.num_rows
+    assert read_segment_near(r.directory, sid, "k").num_rows == whole.num_rows
+    r.close()
 
 
 def test_validator_reasons() -> None:
