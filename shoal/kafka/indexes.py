@@ -42,6 +42,7 @@ _LEADER_MOVED = (
     KafkaError.UNKNOWN_LEADER_EPOCH,
     KafkaError.NOT_LEADER_FOR_PARTITION,
     KafkaError.LEADER_NOT_AVAILABLE,
+    KafkaError.OFFSET_NOT_AVAILABLE,
 )
 
 
@@ -160,7 +161,8 @@ def _list_offsets(admin: AdminClient, keys: Sequence[TP], spec: Any, timeout_s: 
     leader change (a broker restarted, then a preferred-leader election) got that error on every
     call, forever, until its cache was refreshed by a metadata request (``list_topics``). While
     a leader moves, an answer may also come without an error and without an offset (-1001): that is
-    no answer either, never an index of -1001. Tested in
+    no answer either, never an index of -1001. A new leader answers OFFSET_NOT_AVAILABLE until its
+    high watermark has caught up (KIP-207): asked again too. Tested in
     ``tests/faults/test_broker_faults.py::test_kill_one_of_three_brokers_under_writes_loses_nothing``."""
     deadline = Deadline(timeout_s)
     backoff = Backoff(initial_s=0.2, maximum_s=2.0)
