@@ -19,6 +19,8 @@ thread the node starts (``<pid8>`` = the first 8 characters of the partition id)
 - ``leader-<pid8>`` (:class:`~storage_node.roles.leader.PartitionLeader`), one per partition this
   node leads: recovery, then ingest -> WAL transaction -> memtable -> segments, the writer stall
   and the garbage collection of unreferenced segments;
+- ``flush-<pid8>`` (:class:`~storage_node.roles.leader.flusher.MemtableFlusher`), next to a
+  leader: writes its memtable as a segment when the leader asks, one flush at a time;
 - ``publish-<pid8>`` (:class:`~storage_node.replication.publish.SegmentPublisher`), next to a
   leader: publishes its chain on its segments channel, moves the Tail, deletes acked weak segments;
 - ``merge-<pid8>`` (:class:`~storage_node.replication.merge_in.PeerSegmentReceiver`), next to a

@@ -15,8 +15,9 @@ Loop (:meth:`PartitionLeader.step`), on the leader's own thread:
    the core's :class:`~shoal.kafka.transaction.TransactionalChannel` (commit on exit, abort on an
    exception, every call bounded). Its ``transactional.id`` is the channel topic, so a new
    incarnation fences a zombie (:mod:`.transaction`);
-5. after the commit, append the stamped rows to the memtable; flush it to a segment when the
-   :class:`~storage_node.config.FlushPolicy` says so.
+5. after the commit, append the stamped rows to the memtable; when the
+   :class:`~storage_node.config.FlushPolicy` says so, hand its flush to a segment to the
+   :class:`~.flusher.MemtableFlusher` (thread ``flush-<pid8>``) and go on consuming.
 
 Before consuming, a step sleeps ``minor_stall_s`` while more than ``max_minors_before_stall``
 minors await compaction (the writer stall, DESIGN.md section 9: :meth:`PartitionLeader.stall`),
@@ -61,6 +62,7 @@ from storage_node.replication.merge_in import MergeJob, PeerSegmentReceiver, dra
 from storage_node.replication.publish import SegmentPublisher, fence_segments_channels
 from storage_node.replication.tail import InSyncKeeper
 from storage_node.roles.leader.deadletter import produce_deadletter
+from storage_node.roles.leader.flusher import MemtableFlusher
 from storage_node.roles.leader.recovery import (
     ChainPosition,
     GtidRegressionError,
@@ -162,6 +164,7 @@ class PartitionLeader(Worker):
         self._consumer: Consumer | None = None
         self.publisher: SegmentPublisher | None = None
         self.merger: PeerSegmentReceiver | None = None
+        self.flusher = MemtableFlusher(replica, self._flushed)
         self._merges: queue.Queue[MergeJob] = queue.Queue()
         self._chain = ChainPosition()
         self._floor: Gtid | None = None
@@ -197,6 +200,7 @@ class PartitionLeader(Worker):
         self._crash = True
         self.request_stop()
         self.join(30)
+        self.flusher.stop()
         if self.publisher is not None:
             self.publisher.stop()
         if self.merger is not None:
@@ -230,6 +234,8 @@ class PartitionLeader(Worker):
     def on_exit(self) -> None:
         if self._crash:
             return
+        if not self.flusher.stop(120):  # a flush in progress finishes: no frozen memtable is left behind
+            log.error("%s: the memtable flush did not end in 120s", self.replica.name)
         if self.merger is not None:
             self.merger.stop()
         if self.publisher is not None:
@@ -302,6 +308,7 @@ class PartitionLeader(Worker):
                     config.kafka, config.topics, self.partition_id, self.placement_id, list(peers())
                 ),
             )
+        self.flusher.start()
         self.publisher = SegmentPublisher(
             self.replica,
             config.kafka,
@@ -351,6 +358,7 @@ class PartitionLeader(Worker):
 
     def step(self) -> None:
         assert self._consumer is not None
+        self.flusher.raise_failure()
         if self.ingest_paused.is_set():
             self._quiesce()
             return
@@ -365,22 +373,37 @@ class PartitionLeader(Worker):
                 log.warning("%s: ingest consumer: %s", self.replica.name, err)
         if data:
             self._process(data)
-        if not self._merges.empty() and drain_merges(self._merges, self.replica, self._current_epoch()):
-            self.stats.merged_segments += 1
-            if self.publisher is not None:
-                self.publisher.wake()
-        mem = self.replica.memtable
-        if self.config.flush.due(mem.rows, mem.nbytes, mem.age_s()) and self.replica.flush(self._current_epoch()):
-            self.stats.segments += 1
-            if self.publisher is not None:
-                self.publisher.wake()
+        if not self._merges.empty():
+            self.flusher.wait_idle()  # merges change the chain: never while a flush does
+            if drain_merges(self._merges, self.replica, self._current_epoch()):
+                self.stats.merged_segments += 1
+                if self.publisher is not None:
+                    self.publisher.wake()
+        self._maybe_flush()
+
+    def _maybe_flush(self) -> None:
+        """Hand the memtable's flush to the flusher when the policy says so (the flusher module's rules):
+        skipped while a flush is in flight, unless the memtable reached a size threshold (then wait)."""
+        mem, policy = self.replica.memtable, self.config.flush
+        if not policy.due(mem.rows, mem.nbytes, mem.age_s()):
+            return
+        if self.flusher.submit(self._current_epoch()):
+            return
+        if mem.rows >= policy.max_rows or mem.nbytes >= policy.max_bytes:
+            self.flusher.wait_idle()
+            self.flusher.submit(self._current_epoch())
+
+    def _flushed(self) -> None:
+        """On the flusher's thread, after a flush wrote a segment."""
+        self.stats.segments += 1
+        if self.publisher is not None:
+            self.publisher.wake()
 
     def _quiesce(self) -> None:
         """Paused by a split: flush what the memtable holds, then report quiesced (nothing consumed)."""
-        if not self.replica.memtable.empty and self.replica.flush(self._current_epoch()):
-            self.stats.segments += 1
-            if self.publisher is not None:
-                self.publisher.wake()
+        self.flusher.wait_idle()
+        if not self.replica.memtable.empty and self.flusher.submit(self._current_epoch()):
+            self.flusher.wait_idle()
         if self.replica.memtable.empty:
             self.ingest_quiesced.set()
         self.stopping.wait(self.config.poll_timeout_s)
@@ -417,13 +440,14 @@ class PartitionLeader(Worker):
         self.stopping.wait(cfg.minor_stall_s)
 
     def collect_unreferenced(self) -> None:
-        """Source 3.5 replicate_partition, MERGE_THEN_DELETE, on this thread (it never races a flush)."""
+        """Source 3.5 replicate_partition, MERGE_THEN_DELETE, on this thread, with no flush in flight."""
         now = time.monotonic()
         if now < self._next_gc:
             return
         self._next_gc = now + self.config.gc_every_s
         if not unreferenced_segments(self.replica.chain):
             return
+        self.flusher.wait_idle()  # the merge changes the chain: never while a flush does
         epoch = self._current_epoch()
         try:
             n = merge_unreferenced(self.replica, epoch)
