@@ -27,8 +27,9 @@ and every ``gc_every_s`` it merges then deletes the segments the chain does not 
 Start-up (:meth:`PartitionLeader.open`) is recovery: open the channel (``init_transactions`` aborts
 whatever a dead incarnation left open and fences it), then replay the channel from the offset the last durable
 segment covers (:mod:`.recovery`), adopt the other placements' WAL channels
-(:mod:`storage_node.replication.adopt`), fence their segments channels, start the segment
-publisher and the peer segment receiver, then consume ingest from the leader group's committed offset.
+(:mod:`storage_node.replication.adopt`), fence their segments channels, start the flusher, the
+segment publisher and the peer segment receiver, then consume ingest from the leader group's
+committed offset.
 """
 
 from __future__ import annotations
