@@ -24,14 +24,11 @@ Rules that keep the chain what it was with one thread:
 
 from __future__ import annotations
 
-import logging
 import threading
 from collections.abc import Callable
 
 from shoal.worker import Worker, wait_any
 from storage_node.replica import PartitionReplica
-
-log = logging.getLogger(__name__)
 
 
 class MemtableFlusher(Worker):
