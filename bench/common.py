@@ -200,6 +200,8 @@ class NodeCluster:
     zk_root: str
     nodes: tuple[Any, ...] = ()
     """The storage nodes' :class:`~shoal.cluster_file.ProcessRecord` (server id as ``name``, ``pid``)."""
+    data_dir: Path | None = None
+    """Where the cluster keeps its data and logs (deleted when the cluster stops)."""
 
     def metadata_config(self) -> Any:
         from metadata.client import MetadataConfig
@@ -229,10 +231,12 @@ def node_cluster(
     flush_age: float | None = None,
     prefix: str = "shoal-bench-",
     node_args: Sequence[str] = (),
+    kafka_request_log: bool = False,
 ) -> Iterator[NodeCluster]:
     """ZooKeeper + ``brokers`` brokers + ``nodes`` storage node processes (node-1, node-2, ...; memtable
     flush age ``flush_age`` s, None = the node's default; ``node_args`` appended to each ``shoal node``
-    command line), every process stopped by pid at the end
+    command line; ``kafka_request_log``: the brokers log every request, :mod:`bench.broker_requests`),
+    every process stopped by pid at the end
     (nodes, brokers, ZooKeeper: ``launcher.down`` on the cluster file), the data deleted."""
     from shoal import cluster_file
     from shoal_app.runtime import launcher, storage_nodes
@@ -248,6 +252,7 @@ def node_cluster(
         kafka_heap_mb=kafka_heap_mb,
         start_timeout_s=180,
         fresh=True,
+        kafka_request_log=kafka_request_log,
     )
     say(f"starting ZooKeeper and {brokers} broker(s) in {data_dir}")
     try:
@@ -275,7 +280,12 @@ def node_cluster(
                 cluster_file.write(config.cluster_file, info)
             storage_nodes.wait_registered(records, info.zk_connect, config.zk_root, 180)
             yield NodeCluster(
-                info.bootstrap_servers, info.zk_connect, config.topic_prefix, config.zk_root, tuple(records)
+                info.bootstrap_servers,
+                info.zk_connect,
+                config.topic_prefix,
+                config.zk_root,
+                tuple(records),
+                data_dir,
             )
         finally:
             say("stopping the cluster (every process by pid)")

@@ -36,11 +36,18 @@ P4 latency at 50% of the rate of shoal's first measured run, right after it: sma
    fresh read: a leader's memtable, a follower's WAL overlay). Raw: acks=all produce -> consume of
    the same bytes at the same rate.
 
+Broker profile (``--broker-requests``): the brokers log every request they complete and the
+   report adds up their handler time per Kafka API over each pipeline's measured P1 runs
+   (:mod:`bench.broker_requests`): how much of it moves bytes (Produce, Fetch) and how much is per
+   request (metadata, coordinators, transactions). The logging slows the brokers, so such a run
+   answers that split, not the ratio.
+
 Every process it starts (the cluster by pid, producer and consumer processes) is stopped at the end,
 also on Ctrl-C, SIGTERM or a failure. DESIGN.md sections 3, 4 and 6.
 
     python -m bench.replicated                      # ~200k rows, a few minutes on 2 cores
     python -m bench.replicated --rows 2000000 --output json
+    python -m bench.replicated --rows 500000 --skip-latency --broker-requests
 """
 
 from __future__ import annotations
@@ -57,7 +64,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from bench import common
+from bench import broker_requests, common
 
 TABLE = "bench"
 NODES = ("node-1", "node-2", "node-3")
@@ -198,6 +205,7 @@ def rf3_cluster(args: argparse.Namespace, say: Callable[[str], None]) -> context
         kafka_heap_mb=args.kafka_heap_mb,
         flush_age=args.flush_age,
         prefix="shoal-bench-rf3-",
+        kafka_request_log=args.broker_requests,
     )
 
 
@@ -534,6 +542,7 @@ def run_shoal(
         "polls": polls,
         "longest poll s": max(poll_s, default=0.0),
         "confirm retries": confirm_retries,
+        "clock": [t_first, t_end],
         # first poll (after the producers finished) that found each stage done, from the first write
         **{f"{stage} s": at - t_first for stage, at in stages.items()},
     }
@@ -618,6 +627,7 @@ def run_raw(c: Cluster, args: argparse.Namespace, say: Callable[[str], None], ro
         "rows/s": rows / seconds,
         "MB/s": total / 1e6 / seconds,
         "produced s": max(m[2] for m in msgs) - t_first,
+        "clock": [t_first, t_first + seconds],
     }
 
 
@@ -826,6 +836,12 @@ def main(argv: list[str] | None = None) -> None:
     )
     p.add_argument("--skip-latency", action="store_true", help="P1 only")
     p.add_argument(
+        "--broker-requests",
+        action="store_true",
+        help="the brokers log every request; report their handler time per Kafka API during each "
+        "pipeline's measured P1 runs (bench.broker_requests; the logging slows the brokers: not for the ratio)",
+    )
+    p.add_argument(
         "--latency-rate",
         type=float,
         default=None,
@@ -852,6 +868,7 @@ def main(argv: list[str] | None = None) -> None:
 
         shoal: dict[str, Any] = {}
         raw: dict[str, Any] = {}
+        requests: dict[str, Any] = {}
         if args.latency_rate is not None:
             measure_latency(args.latency_rate)
         else:
@@ -865,7 +882,13 @@ def main(argv: list[str] | None = None) -> None:
                     # each run adds, which every key scan of the visibility probe reads (not profiled)
                     measure_latency(0.5 * shoals[0]["rows/s"])
             raw, shoal = median_run(raws), median_run(shoals)
-    report(args, shoal, raw, latency)
+            if args.broker_requests and c.data_dir is not None:
+                say("reading the brokers' request logs")
+                requests = {
+                    "shoal": broker_requests.read_profile(c.data_dir, [tuple(r["clock"]) for r in shoals]),
+                    "raw": broker_requests.read_profile(c.data_dir, [tuple(r["clock"]) for r in raws]),
+                }
+    report(args, shoal, raw, latency, requests)
 
 
 def _warm_up(c: Cluster, args: argparse.Namespace) -> None:
@@ -883,7 +906,13 @@ def _warm_up(c: Cluster, args: argparse.Namespace) -> None:
         check.close()
 
 
-def report(args: argparse.Namespace, shoal: dict[str, Any], raw: dict[str, Any], latency: dict[str, Any]) -> None:
+def report(
+    args: argparse.Namespace,
+    shoal: dict[str, Any],
+    raw: dict[str, Any],
+    latency: dict[str, Any],
+    requests: dict[str, Any] | None = None,
+) -> None:
     ratio = throughput_ratio(shoal["MB/s"], raw["MB/s"]) if shoal and raw else None
     settings = {
         "rows": args.rows,
@@ -920,6 +949,8 @@ def report(args: argparse.Namespace, shoal: dict[str, Any], raw: dict[str, Any],
         ]
         if s["errors"]:
             notes.append(f"P4 shoal sample errors: {s['errors']}")
+    for name, profile in (requests or {}).items():
+        notes.append(broker_requests.describe(f"{name}'s measured P1 runs", profile))
     if args.output == "json":
         import json
 
@@ -932,6 +963,7 @@ def report(args: argparse.Namespace, shoal: dict[str, Any], raw: dict[str, Any],
                     "results": [r for r in (shoal, raw) if r],
                     "latency": latency,
                     "latency_ratios": p4,
+                    **({"broker_requests": requests} if requests else {}),
                     "notes": notes,
                 },
                 indent=2,

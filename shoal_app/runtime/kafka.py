@@ -41,6 +41,20 @@ logger.raft.name = org.apache.kafka.raft
 logger.raft.level = WARN
 """
 
+REQUEST_LOG_NAME = "requests.log"
+"""The file (in the broker's ``logs`` directory) of :func:`start`'s ``request_log``."""
+
+_REQUEST_LOGGER = f"""appender.req.type = File
+appender.req.name = REQ
+appender.req.fileName = ${{sys:kafka.logs.dir}}/{REQUEST_LOG_NAME}
+appender.req.layout.type = PatternLayout
+appender.req.layout.pattern = %d{{UNIX_MILLIS}} %m%n
+logger.req.name = kafka.request.logger
+logger.req.level = DEBUG
+logger.req.additivity = false
+logger.req.appenderRef.req.ref = REQ
+"""
+
 
 @dataclass(frozen=True)
 class BrokerPorts:
@@ -195,8 +209,15 @@ def _properties_text(props: Mapping[str, str | int]) -> str:
     return "".join(f"{k}={v}\n" for k, v in props.items())
 
 
-def _base_argv(directory: Path, cache_dir: Path, heap_mb: int) -> list[str]:
-    (directory / "log4j2.properties").write_text(_LOG4J2, encoding="utf-8")
+def log4j2_properties(*, request_log: bool = False) -> str:
+    """The brokers' log4j2 configuration; ``request_log`` adds Kafka's request logger at DEBUG (one
+    line per completed request: API, client, queue/local/remote times; for profiling, it slows the
+    broker) writing ``logs/requests.log`` with epoch-millisecond timestamps."""
+    return _LOG4J2 + (_REQUEST_LOGGER if request_log else "")
+
+
+def _base_argv(directory: Path, cache_dir: Path, heap_mb: int, request_log: bool = False) -> list[str]:
+    (directory / "log4j2.properties").write_text(log4j2_properties(request_log=request_log), encoding="utf-8")
     return [
         java_executable(),
         *jvm_options(heap_mb),
@@ -245,9 +266,12 @@ def format_storage(
     return config
 
 
-def start(directory: Path, node: BrokerPorts, cache_dir: Path, heap_mb: int = 768) -> ProcessRecord:
+def start(
+    directory: Path, node: BrokerPorts, cache_dir: Path, heap_mb: int = 768, *, request_log: bool = False
+) -> ProcessRecord:
+    """Start the broker (``request_log``: see :func:`log4j2_properties`)."""
     config = directory / "server.properties"
-    argv = [*_base_argv(directory, cache_dir, heap_mb), "kafka.Kafka", str(config)]
+    argv = [*_base_argv(directory, cache_dir, heap_mb, request_log), "kafka.Kafka", str(config)]
     return spawn(
         f"kafka-{node.node_id}",
         argv,

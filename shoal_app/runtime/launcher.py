@@ -48,6 +48,9 @@ class LocalClusterConfig:
     secure: bool = False
     """SASL_SSL (SCRAM-SHA-512) Kafka with ACLs, digest-authenticated ZooKeeper, TLS and
     authenticated scan servers (:mod:`shoal_app.runtime.secure`)."""
+    kafka_request_log: bool = False
+    """Each broker logs every request it completes (``shoal_app.runtime.kafka.log4j2_properties``):
+    for profiling the brokers (``python -m bench.replicated --broker-requests``); slows them."""
 
     def __post_init__(self) -> None:
         if not 1 <= self.brokers <= 9:
@@ -141,7 +144,15 @@ def up(config: LocalClusterConfig, progress: Progress = _quiet) -> ClusterInfo:
             )
         for n in nodes:
             progress(f"starting Kafka broker {n.node_id} on 127.0.0.1:{n.broker_port}")
-            started.append(kafka.start(data_dir / f"kafka-{n.node_id}", n, config.cache_dir, config.kafka_heap_mb))
+            started.append(
+                kafka.start(
+                    data_dir / f"kafka-{n.node_id}",
+                    n,
+                    config.cache_dir,
+                    config.kafka_heap_mb,
+                    request_log=config.kafka_request_log,
+                )
+            )
             cluster_file.write(config.cluster_file, replace(info, processes=tuple(started)))
 
         if not zookeeper.wait_ready(zk_port, config.start_timeout_s):
