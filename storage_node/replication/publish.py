@@ -34,11 +34,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from confluent_kafka import KafkaError, KafkaException, Message
+from confluent_kafka.admin import AdminClient
 
 from shoal.errors import KafkaOperationError, ShoalError
 from shoal.kafka import clients
 from shoal.kafka.admin import create_topic
 from shoal.kafka.errors import ends_producer
+from shoal.kafka.indexes import close_offset_readers
 from shoal.kafka.readers import read_manifests
 from shoal.kafka.settings import KafkaSettings
 from shoal.kafka.transaction import Transaction, TransactionalChannel, fence
@@ -72,6 +74,10 @@ class PublishStats:
     failures: int = 0
     deleted: int = 0
     """Weakly referenced segments deleted once every replica acked the major folding them."""
+    tail_passes: int = 0
+    tail_failures: int = 0
+    tail_clients: int = 0
+    """Admin clients made for the Tail passes: one, and one more after each failed pass."""
 
 
 class SegmentPublisher(Worker):
@@ -107,6 +113,10 @@ class SegmentPublisher(Worker):
         self.sync = sync
         """The in-sync set (replication.tail): out-of-sync peers do not hold the Tail; None = all peers do."""
         self._next_truncate = time.monotonic() + truncate_every_s
+        self._tail_admin: AdminClient | None = None
+        """The Tail passes' admin client and its offset readers, kept from one pass to the next (a
+        client and a consumer per group made anew every pass were about 25 new connections a second
+        for an 8-partition table at RF 3, idle or not); dropped after a failed pass and at exit."""
         self.major_offsets: list[int] = []
         self.last_tail: TailDecision | None = None
         self.stats = PublishStats()
@@ -163,7 +173,13 @@ class SegmentPublisher(Worker):
 
     def on_exit(self) -> None:
         self.ready.set()
+        self._drop_tail_admin()
         self._close()
+
+    def _drop_tail_admin(self) -> None:
+        admin, self._tail_admin = self._tail_admin, None
+        if admin is not None:
+            close_offset_readers(admin)
 
     def _close(self, flush_s: float = 5.0) -> None:
         if self._channel.usable:
@@ -276,6 +292,10 @@ class SegmentPublisher(Worker):
         except Exception as exc:
             log.info("%s: not truncating: %s", self.replica.name, exc)
             return
+        if self._tail_admin is None:
+            self._tail_admin = clients.admin(self.kafka)
+            self.stats.tail_clients += 1
+        self.stats.tail_passes += 1
         try:
             self.last_tail = truncate(
                 self.kafka,
@@ -287,9 +307,12 @@ class SegmentPublisher(Worker):
                 major_offsets=list(self.major_offsets),
                 segments=chain_segments(self.replica, self.manifest_offsets),
                 sync=self.sync,
+                admin=self._tail_admin,
             )
         except ShoalError as exc:
             log.warning("%s: truncation failed: %s", self.replica.name, exc)
+            self.stats.tail_failures += 1
+            self._drop_tail_admin()  # the next pass starts from fresh clients, as every pass once did
             return
         try:
             deleted = collect_on_leader(

@@ -280,8 +280,13 @@ def truncate(
     major_offsets: Sequence[int],
     segments: Sequence[ChainSegment] = (),
     sync: InSyncKeeper | None = None,
+    admin: AdminClient | None = None,
 ) -> TailDecision:
-    """Read the indexes, update the in-sync set, decide, and ``delete_records`` on the channels."""
+    """Read the indexes, update the in-sync set, decide, and ``delete_records`` on the channels.
+
+    ``admin``: the caller's admin client, whose offset readers (a consumer per group,
+    ``shoal.kafka.indexes``) it keeps from one pass to the next and closes itself; None = a client
+    made for this pass and closed at its end."""
     others = tuple(p for p in peers if p != placement_id)
     groups = tuple(topics.replica_group(partition_id, p) for p in others)
     own_group = topics.replica_group(partition_id, placement_id)
@@ -295,7 +300,9 @@ def truncate(
         *(IndexQuery(topics.wal(partition_id, p)) for p in others),
         *(IndexQuery(topics.segments(partition_id, p), (own_group,)) for p in others),
     ]
-    admin = clients.admin(kafka)
+    own = admin is None
+    if admin is None:
+        admin = clients.admin(kafka)
     try:  # its consumers are closed here, not by a garbage collection on some other thread
         found = read_indexes(admin, queries, timeout_s=10.0)
         if wal_topic not in found or seg_topic not in found:
@@ -344,7 +351,8 @@ def truncate(
         _delete_records(admin, targets, partition_id)
         return decision
     finally:
-        close_offset_readers(admin)
+        if own:
+            close_offset_readers(admin)
 
 
 def _orphan_tails(

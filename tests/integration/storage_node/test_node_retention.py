@@ -3,7 +3,8 @@
 A follower that is down is marked out of sync in ZooKeeper once the replica-lag bound passes, and
 no longer holds the Tail: the leader's WAL channel stays within a bound while ten times that bound
 is written. When the follower comes back it is still out of sync, catches up from the segments
-channel, and rejoins the in-sync set (Kafka's ISR rules; storage_node.replication.tail).
+channel, and rejoins the in-sync set (Kafka's ISR rules; storage_node.replication.tail). The
+leader's Tail passes keep their Kafka clients from one pass to the next throughout.
 """
 
 from __future__ import annotations
@@ -117,3 +118,8 @@ def test_a_dead_follower_stops_pinning_the_wal_and_rejoins_once_caught_up(
         expected = held.replica.scan().sort_by("k").to_pylist()
         assert len(expected) == 50 + 10 * BOUND
         assert poll_until(lambda: back.scan().sort_by("k").to_pylist() == expected, 30)
+        # the Tail passes (every 0.5 s, through the follower's death and return) kept their clients
+        leader = held.leader
+        assert leader is not None and leader.publisher is not None
+        stats = leader.publisher.stats
+        assert stats.tail_passes >= 10 and stats.tail_clients <= 1 + stats.tail_failures, stats
