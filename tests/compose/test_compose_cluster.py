@@ -212,12 +212,19 @@ def test_compose_cluster_end_to_end() -> None:
         step("shoal verify passes", lambda: wait_for(verified, 300, 5.0, "shoal verify"))
         step("still every row exactly once", lambda: wait_rows(expected, 60))
 
-        def monitor_answers() -> None:
+        def monitor_answers() -> bool:
             url = f"http://127.0.0.1:{compose.HOST_MONITOR_PORT}/"
-            with urllib.request.urlopen(url, timeout=10) as resp:
-                assert resp.status == 200 and resp.read(), url
+            try:
+                with urllib.request.urlopen(url, timeout=10) as resp:
+                    return resp.status == 200 and bool(resp.read())
+            except OSError as exc:
+                say(f"monitor page not answering: {exc}")
+                return False
 
-        step("monitor page answers", monitor_answers)
+        # asked until it answers: a CI run found the page refusing connections once while Docker
+        # reported the monitor healthy; a restart by Docker (restart: on-failure) is reported below
+        # with its crash lines, as for every other service
+        step("monitor page answers", lambda: wait_for(monitor_answers, 90, 2.0, "the monitor page"))
         restarted = restarts()
         say(f"containers restarted by Docker after their process died: {restarted or 'none'}")
         for service in restarted:  # why it died: the lines that name a crash, from its whole log
