@@ -12,6 +12,8 @@ costs the brokers time, so a run with it is for this split, not for the ratio.
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import json
 import re
 from collections.abc import Iterable, Sequence
@@ -119,15 +121,10 @@ def log_files(data_dir: Path) -> list[Path]:
 
 
 def read_profile(data_dir: Path, windows: Sequence[tuple[float, float]]) -> dict[str, Any]:
-    """:func:`summary` of every broker's requests inside ``windows``."""
-    loads: dict[str, ApiLoad] = {}
-    for path in log_files(data_dir):
-        with path.open(encoding="utf-8", errors="replace") as f:
-            for api, load in profile(f, windows).items():
-                total = loads.setdefault(api, ApiLoad())
-                total.requests += load.requests
-                total.local_ms += load.local_ms
-                total.send_ms += load.send_ms
+    """:func:`summary` of every broker's requests inside ``windows`` (all logs read as one stream)."""
+    with contextlib.ExitStack() as stack:
+        files = [stack.enter_context(p.open(encoding="utf-8", errors="replace")) for p in log_files(data_dir)]
+        loads = profile(itertools.chain.from_iterable(files), windows)
     return summary(loads, sum(b - a for a, b in windows))
 
 

@@ -221,9 +221,9 @@ def test_compose_cluster_end_to_end() -> None:
                 say(f"monitor page not answering: {exc}")
                 return False
 
-        # asked until it answers: a CI run found the page refusing connections once while Docker
-        # reported the monitor healthy; a restart by Docker (restart: on-failure) is reported below
-        # with its crash lines, as for every other service
+        # asked until it answers: a CI run asked once while Docker was restarting the monitor after
+        # its librdkafka abort (README, "What is not guaranteed"); Docker's restarts are reported
+        # below with their crash lines, as for every other service
         step("monitor page answers", lambda: wait_for(monitor_answers, 90, 2.0, "the monitor page"))
         restarted = restarts()
         say(f"containers restarted by Docker after their process died: {restarted or 'none'}")
