@@ -178,9 +178,9 @@ class Collector:
                 requests.setdefault(group, set()).add((t, 0))
                 committed.setdefault(group, {})[(t, 0)] = offset
         spark_groups = self.kafka.groups_with_prefix(f"{self.config.topic_prefix}.spark.")
-        spark_committed = self.kafka.all_committed(spark_groups) if spark_groups else {}
+        spark_committed = self.kafka.all_committed(spark_groups, existing) if spark_groups else {}
         intake_groups = self.kafka.groups_with_prefix(f"{self.config.topic_prefix}.compaction-intake.")
-        intake_committed = self.kafka.all_committed(intake_groups) if intake_groups else {}
+        intake_committed = self.kafka.all_committed(intake_groups, existing) if intake_groups else {}
         spark_committed.update(intake_committed)  # both: groups found by prefix, offsets read as committed
         spark_tps = {tp for offs in spark_committed.values() for tp in offs}
         bounds.update(self.kafka.log_bounds(spark_tps))

@@ -2,8 +2,9 @@
 
 - the indexes of every channel (:mod:`shoal.kafka.indexes`: log start and end by
   ``list_offsets``, committed offsets of the follower groups through consumers' ``committed``;
-  the partitions of groups found by prefix, Spark queries' and compaction intakes', listed with
-  ``list_consumer_group_offsets`` once per ``group_topics_refresh_s``):
+  the partitions of groups found by prefix, Spark queries' and compaction intakes', found by asking
+  for the group's offset on every partition once per ``group_topics_refresh_s``; never an
+  AdminClient request routed to a group coordinator, which librdkafka 2.16 can abort on):
   Tail, Append, Ack, Consume and accepted-by-leader; and whether each group has live members
   (its state in ``list_consumer_groups``);
 - topic ids (``describe_topics``) and the cluster id (metadata), to notice a topic recreated under
@@ -33,7 +34,6 @@ from shoal.kafka.indexes import (
     TP,
     ChannelIndexes,
     IndexQuery,
-    all_committed_offsets,
     committed_offsets,
     log_bounds,
     read_indexes,
@@ -158,29 +158,41 @@ class KafkaOffsets:
         """{group: {(topic, partition): committed offset or None}} (one request per group, all in flight)."""
         return committed_offsets(self.admin, requests, timeout_s=self.request_timeout_s)
 
-    def all_committed(self, groups: Iterable[str]) -> dict[str, dict[TP, int | None]]:
-        """Every committed offset of each group (for groups whose topics are not known in advance).
+    def all_committed(self, groups: Iterable[str], topics: Mapping[str, int]) -> dict[str, dict[TP, int | None]]:
+        """Every committed offset of each group on ``topics`` ({topic: partition count}, the cluster's
+        topics; Kafka's internal ``__`` topics are left out), for groups whose topics are not known in
+        advance.
 
-        A group's partitions are listed with the AdminClient's whole-group offset fetch once per
-        ``group_topics_refresh_s``; in between, its offsets are read through consumers like every
-        other index (:func:`committed_offsets`). The AdminClient request is the one librdkafka 2.16
-        can crash on when it meets a coordinator change (confluentinc/librdkafka#5040): asked once
-        every two minutes instead of every poll, a broker loss rarely meets it."""
+        Once per ``group_topics_refresh_s`` (and at every poll while a group has none yet) a group's
+        committed offset is asked on every partition of ``topics``, keeping those it has; in between
+        only those. All through consumers' ``committed`` (:func:`committed_offsets`), never an
+        AdminClient request routed to a group coordinator (``list_consumer_group_offsets``,
+        ``describe_consumer_groups``): librdkafka 2.16 aborts the process when such a request meets a
+        coordinator change (``rd_kafka_admin_coord_request``'s ``eonce->refcnt > 0`` assertion,
+        confluentinc/librdkafka#4605) or crashes in it (confluentinc/librdkafka#5040), and the
+        monitor met that abort after broker kills. A consumer's fetch looks its coordinator up again
+        and retries."""
         names = sorted(set(groups))
+        if not names:
+            return {}
         now, refresh, cached = time.monotonic(), self.group_topics_refresh_s, self._group_tps
         for g in [g for g, (at, _) in cached.items() if now - at > 10 * refresh]:
             del cached[g]  # a group no longer asked about (its partition or query is gone)
         # listed again: never listed, listed long ago, or no offsets yet
         stale = [g for g in names if g not in cached or not cached[g][1] or now - cached[g][0] >= refresh]
         out: dict[str, dict[TP, int | None]] = {}
-        if stale:
-            listed = all_committed_offsets(self.admin, stale, timeout_s=self.request_timeout_s)
+        candidates = frozenset((t, p) for t, n in topics.items() if not t.startswith("__") for p in range(n))
+        if stale and candidates:
+            found = committed_offsets(
+                self.admin, {g: candidates for g in stale}, timeout_s=self.request_timeout_s, stable=False
+            )
             for g in stale:
-                cached[g] = (now, frozenset(listed.get(g, {})))
-            out.update(listed)
-        known = {g: cached[g][1] for g in names if g not in out and cached[g][1]}
+                held: dict[TP, int | None] = {tp: off for tp, off in found.get(g, {}).items() if off is not None}
+                cached[g] = (now, frozenset(held))
+                out[g] = held
+        known = {g: cached[g][1] for g in names if g not in out and g in cached and cached[g][1]}
         if known:
-            out.update(committed_offsets(self.admin, known, timeout_s=self.request_timeout_s))
+            out.update(committed_offsets(self.admin, known, timeout_s=self.request_timeout_s, stable=False))
         return {g: out.get(g, {}) for g in names}
 
     def members(self, groups: Iterable[str]) -> dict[str, int]:

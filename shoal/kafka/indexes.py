@@ -24,7 +24,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import ConsumerGroupTopicPartitions, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from shoal.errors import KafkaOperationError
@@ -250,49 +250,9 @@ def committed_offsets(
     104 groups of an 8-partition table took seconds under load."""
     parts = {group: [TopicPartition(t, p) for t, p in sorted(set(tps))] for group, tps in requests.items() if set(tps)}
     settings = getattr(admin, "shoal_settings", None)
-    if isinstance(settings, KafkaSettings):
-        return _consumer_offsets(admin, settings, parts, timeout_s, stable)
-    return _group_offsets(
-        admin, {group: ConsumerGroupTopicPartitions(group, tps) for group, tps in parts.items()}, timeout_s
-    )
-
-
-def all_committed_offsets(
-    admin: AdminClient, groups: Iterable[str], *, timeout_s: float = 10.0
-) -> dict[str, dict[TP, int | None]]:
-    """Every committed offset of each group (for groups whose topics are not known in advance)."""
-    return _group_offsets(
-        admin, {group: ConsumerGroupTopicPartitions(group) for group in sorted(set(groups))}, timeout_s
-    )
-
-
-def _group_offsets(
-    admin: AdminClient, requests: Mapping[str, ConsumerGroupTopicPartitions], timeout_s: float
-) -> dict[str, dict[TP, int | None]]:
-    """The requests, all in flight; a group whose answer is a retriable error (its coordinator moving
-    or loading after a broker loss) is asked again with backoff until ``timeout_s`` has passed."""
-    deadline = Deadline(timeout_s)
-    backoff = Backoff(initial_s=0.2, maximum_s=2.0)
-    out: dict[str, dict[TP, int | None]] = {}
-    pending = dict(requests)
-    while pending:
-        wait = max(1.0, deadline.remaining())
-        futures = {
-            group: admin.list_consumer_group_offsets([request], request_timeout=wait)[group]
-            for group, request in pending.items()
-        }
-        retry: dict[str, ConsumerGroupTopicPartitions] = {}
-        for group, fut in futures.items():
-            try:
-                out[group] = _offsets_result(group, fut, wait)
-            except KafkaOperationError as exc:
-                if not exc.retriable or deadline.expired():
-                    raise
-                retry[group] = pending[group]
-        pending = retry
-        if pending:
-            deadline.sleep(backoff.next_delay())
-    return out
+    if not isinstance(settings, KafkaSettings):
+        raise TypeError("committed offsets are read through an admin client made by shoal.kafka.clients.admin")
+    return _consumer_offsets(admin, settings, parts, timeout_s, stable)
 
 
 _READERS_LOCK = threading.Lock()
@@ -377,20 +337,3 @@ def _consumer_offsets(
     with concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="shoal-committed") as pool:
         futures = {group: pool.submit(one, group, tps) for group, tps in parts.items()}
         return {group: fut.result() for group, fut in futures.items()}
-
-
-def _offsets_result(group: str, fut: Any, timeout_s: float) -> dict[TP, int | None]:
-    try:
-        res = fut.result(timeout=timeout_s)
-    except concurrent.futures.TimeoutError as exc:
-        raise KafkaOperationError(
-            f"reading the committed offsets of group {group} timed out after {timeout_s:.0f}s"
-        ) from exc
-    except KafkaException as exc:
-        raise classify(exc, f"cannot read the committed offsets of group {group}") from exc
-    out: dict[TP, int | None] = {}
-    for tp in res.topic_partitions or []:
-        if tp.error is not None and tp.error.code() not in (KafkaError.UNKNOWN_TOPIC_OR_PART,):
-            raise classify(KafkaException(tp.error), f"group {group} on {tp.topic}[{tp.partition}]")
-        out[(tp.topic, tp.partition)] = int(tp.offset) if tp.offset >= 0 else None
-    return out

@@ -1,6 +1,8 @@
-"""The monitor lists a group's partitions with the AdminClient rarely, and reads its offsets through
-consumers in between (librdkafka 2.16 can crash on the AdminClient request during a coordinator
-change). The Kafka calls are replaced; what is checked is which call answers each poll."""
+"""The monitor finds the partitions of groups known only by prefix (Spark queries, compaction
+intakes) by asking their committed offset on every partition of the cluster, rarely, and reads only
+the partitions found in between. Every read goes through consumers (``committed_offsets``), never an
+AdminClient request routed to a group coordinator: librdkafka 2.16 aborts the process when one meets
+a coordinator change. The Kafka calls are replaced; what is checked is what each poll asks."""
 
 from __future__ import annotations
 
@@ -12,51 +14,63 @@ import pytest
 import monitor.kafka_offsets as ko
 
 TP1, TP2 = ("ingest-a", 0), ("ingest-b", 1)
+TOPICS = {"ingest-a": 1, "ingest-b": 2, "__consumer_offsets": 50}
+EVERY = {("ingest-a", 0), ("ingest-b", 0), ("ingest-b", 1)}
 
 
 class Calls:
     def __init__(self) -> None:
-        self.listed: list[list[str]] = []
         self.read: list[dict[str, set[tuple[str, int]]]] = []
+        self.stable: list[bool] = []
         self.offsets: dict[str, dict[tuple[str, int], int | None]] = {"g1": {TP1: 5, TP2: 7}, "g2": {}}
 
-    def all_committed_offsets(self, _admin: Any, groups: Iterable[str], **_: Any) -> dict[str, Any]:
-        self.listed.append(sorted(groups))
-        return {g: dict(self.offsets.get(g, {})) for g in groups}
-
-    def committed_offsets(self, _admin: Any, requests: Mapping[str, Iterable[Any]], **_: Any) -> dict[str, Any]:
+    def committed_offsets(
+        self, _admin: Any, requests: Mapping[str, Iterable[Any]], *, stable: bool = True, **_: Any
+    ) -> dict[str, Any]:
         self.read.append({g: set(tps) for g, tps in requests.items()})
+        self.stable.append(stable)
         return {g: {tp: self.offsets.get(g, {}).get(tp) for tp in tps} for g, tps in requests.items()}
+
+
+class NoCoordinatorRequests:
+    """An admin client on which a coordinator-routed request fails the test."""
+
+    def __getattr__(self, name: str) -> Any:
+        raise AssertionError(f"the monitor called AdminClient.{name}")
 
 
 @pytest.fixture
 def calls(monkeypatch: pytest.MonkeyPatch) -> Calls:
     c = Calls()
-    monkeypatch.setattr(ko, "all_committed_offsets", c.all_committed_offsets)
     monkeypatch.setattr(ko, "committed_offsets", c.committed_offsets)
-    monkeypatch.setattr(ko.KafkaOffsets, "admin", property(lambda self: object()))
+    monkeypatch.setattr(ko.KafkaOffsets, "admin", property(lambda self: NoCoordinatorRequests()))
     return c
 
 
-def test_partitions_are_listed_once_then_read_through_consumers(calls: Calls, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_partitions_are_found_on_every_partition_then_read_alone(calls: Calls, monkeypatch: pytest.MonkeyPatch) -> None:
     clock = [1000.0]
     monkeypatch.setattr(ko.time, "monotonic", lambda: clock[0])
     k = ko.KafkaOffsets("b:9092", group_topics_refresh_s=120)
-    assert k.all_committed(["g1", "g2"]) == {"g1": {TP1: 5, TP2: 7}, "g2": {}}
-    assert calls.listed == [["g1", "g2"]] and calls.read == []
+    assert k.all_committed(["g1", "g2"], TOPICS) == {"g1": {TP1: 5, TP2: 7}, "g2": {}}
+    # every partition of the cluster but Kafka's internal topics, both groups in one call
+    assert calls.read == [{"g1": EVERY, "g2": EVERY}]
 
     calls.offsets["g1"][TP1] = 6
     clock[0] += 5
-    assert k.all_committed(["g1", "g2"]) == {"g1": {TP1: 6, TP2: 7}, "g2": {}}
-    # g1 read through consumers; g2 had no offsets yet, so it is listed again
-    assert calls.read == [{"g1": {TP1, TP2}}] and calls.listed[-1] == ["g2"]
+    assert k.all_committed(["g1", "g2"], TOPICS) == {"g1": {TP1: 6, TP2: 7}, "g2": {}}
+    # g2 had no offsets yet, so every partition is asked again; g1 only on its own
+    assert calls.read[1:] == [{"g2": EVERY}, {"g1": {TP1, TP2}}]
 
-    calls.offsets["g1"][("ingest-c", 0)] = 1  # the query reads a new topic: seen at the next listing
+    calls.offsets["g1"][("ingest-c", 0)] = 1  # the query reads a new topic: found at the next refresh
     clock[0] += 120
-    assert k.all_committed(["g1"])["g1"] == {TP1: 6, TP2: 7, ("ingest-c", 0): 1}
-    assert calls.listed[-1] == ["g1"]
+    topics = {**TOPICS, "ingest-c": 1}
+    assert k.all_committed(["g1"], topics)["g1"] == {TP1: 6, TP2: 7, ("ingest-c", 0): 1}
+    assert calls.read[-1] == {"g1": EVERY | {("ingest-c", 0)}}
+    # observers never wait for a transaction's pending offsets
+    assert calls.stable and not any(calls.stable)
 
 
-def test_no_groups_no_calls(calls: Calls) -> None:
-    assert ko.KafkaOffsets("b:9092").all_committed([]) == {}
-    assert calls.listed == [] and calls.read == []
+def test_no_groups_or_no_topics(calls: Calls) -> None:
+    assert ko.KafkaOffsets("b:9092").all_committed([], TOPICS) == {}
+    assert ko.KafkaOffsets("b:9092").all_committed(["g1"], {"__consumer_offsets": 50}) == {"g1": {}}
+    assert calls.read == []
