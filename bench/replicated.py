@@ -195,9 +195,13 @@ def _stages(progress: list[PartitionProgress]) -> dict[str, bool]:
 Cluster = common.NodeCluster
 
 
-def rf3_cluster(args: argparse.Namespace, say: Callable[[str], None]) -> contextlib.AbstractContextManager[Cluster]:
+def rf3_cluster(
+    args: argparse.Namespace, say: Callable[[str], None], *, request_log: bool = False
+) -> contextlib.AbstractContextManager[Cluster]:
     """ZooKeeper + ``--brokers`` brokers + ``--nodes`` storage nodes (started here with ``--flush-age``),
-    every process stopped by pid at the end (nodes, brokers, ZooKeeper), the data deleted."""
+    every process stopped by pid at the end (nodes, brokers, ZooKeeper), the data deleted.
+    ``args`` needs only the options every RF 3 benchmark shares (``latency_stages`` and
+    ``kafka_bytes`` use this too); ``request_log``: the brokers log every request."""
     return common.node_cluster(
         say,
         brokers=args.brokers,
@@ -205,7 +209,7 @@ def rf3_cluster(args: argparse.Namespace, say: Callable[[str], None]) -> context
         kafka_heap_mb=args.kafka_heap_mb,
         flush_age=args.flush_age,
         prefix="shoal-bench-rf3-",
-        kafka_request_log=args.broker_requests,
+        kafka_request_log=request_log,
     )
 
 
@@ -850,7 +854,7 @@ def main(argv: list[str] | None = None) -> None:
     args = p.parse_args(argv)
     say = common.progress_printer(args.output)
     common.unwind_on_sigterm()
-    with rf3_cluster(args, say) as c:
+    with rf3_cluster(args, say, request_log=args.broker_requests) as c:
         create_table(c, args.partitions)
         say("waiting for every partition to accept a first write")
         _warm_up(c, args)
