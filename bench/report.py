@@ -5,6 +5,9 @@ top-level ``ratio`` is its one number against its baseline) into a directory; th
 markdown table of them, with the goals of the performance issue where there is one.
 
     python -m bench.report build/bench            # markdown on stdout
+
+A benchmark whose file holds no JSON object (it failed) keeps its line, marked ``failed``, and the
+command exits 1 after printing the table, so ``make bench`` fails when any benchmark did.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -165,16 +169,21 @@ def _kafka_bytes_phase(phase: dict[str, Any]) -> str:
     )
 
 
-def markdown(docs: dict[str, dict[str, Any]]) -> str:
-    """The table: one line per benchmark (goal, measured ratio, whether met, details), P4 under P1."""
+def markdown(docs: dict[str, dict[str, Any]], failed: Mapping[str, str] | None = None) -> str:
+    """The table: one line per benchmark (goal, measured ratio, whether met, details), P4 under P1;
+    a benchmark in ``failed`` ({name: why}) gets its line with ``failed`` as its measure."""
     lines = [
         "| goal | ratio (measured / baseline) | target | measured | details |",
         "|---|---|---|---|---|",
     ]
-    names = [n for n in ORDER if n in docs] + sorted(n for n in docs if n not in GOALS)
+    failed = dict(failed or {})
+    names = [n for n in ORDER if n in docs or n in failed] + sorted(n for n in {*docs, *failed} if n not in GOALS)
     for name in names:
-        doc = docs[name]
         goal = GOALS.get(name, Goal("-", name))
+        if name not in docs:
+            lines.append(f"| {goal.label} | {goal.what} (`{name}`) | {goal.text()} | failed | {failed[name]} |")
+            continue
+        doc = docs[name]
         ratio = doc.get("ratio")
         met = goal.met(ratio)
         measured = _fmt(ratio) + (f" ({met})" if met else "")
@@ -185,28 +194,46 @@ def markdown(docs: dict[str, dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def load(directory: Path) -> dict[str, dict[str, Any]]:
-    """Every ``<name>.json`` in ``directory`` (a file that is not a JSON object is reported and skipped)."""
+def load(directory: Path) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
+    """(every ``<name>.json`` in ``directory`` that holds a JSON object, {name: why not} for the rest).
+
+    ``make bench`` ignores a failing benchmark so that the others still run; its file is then empty
+    (or cut short), and the report must say so rather than drop its row."""
     docs: dict[str, dict[str, Any]] = {}
+    failed: dict[str, str] = {}
     for path in sorted(directory.glob("*.json")):
         try:
-            doc = json.loads(path.read_text())
-        except (OSError, ValueError) as exc:
-            print(f"skipping {path}: {exc}", file=sys.stderr)
+            text = path.read_text()
+        except OSError as exc:
+            failed[path.stem] = f"unreadable: {exc.strerror or exc}"
+            continue
+        if not text.strip():
+            failed[path.stem] = "no result: the benchmark failed before writing its JSON (see its output)"
+            continue
+        try:
+            doc = json.loads(text)
+        except ValueError as exc:
+            failed[path.stem] = f"no result: its JSON is cut short or malformed ({exc})"
             continue
         if isinstance(doc, dict):
             docs[path.stem] = doc
-    return docs
+        else:
+            failed[path.stem] = f"no result: its JSON is a {type(doc).__name__}, not an object"
+    return docs, failed
 
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("directory", type=Path, help="where `make bench` wrote the JSON files")
     args = p.parse_args(argv)
-    docs = load(args.directory)
-    if not docs:
+    docs, failed = load(args.directory)
+    if not docs and not failed:
         raise SystemExit(f"no benchmark JSON in {args.directory}")
-    sys.stdout.write(markdown(docs))
+    sys.stdout.write(markdown(docs, failed))
+    for name, why in failed.items():
+        print(f"bench.report: {name}: {why}", file=sys.stderr)
+    if failed:
+        raise SystemExit(1)
 
 
 if __name__ == "__main__":

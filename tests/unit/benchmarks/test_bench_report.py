@@ -109,9 +109,8 @@ def test_report_table_from_a_run(tmp_path: Path) -> None:
     }
     (tmp_path / "replicated.json").write_text(json.dumps(replicated_doc))
     (tmp_path / "replication.json").write_text(json.dumps({"ratio": 0.1, "cpu_per_row": []}))
-    (tmp_path / "broken.json").write_text("{not json")
-    docs = load(tmp_path)
-    assert set(docs) == {"replicated", "replication"}
+    docs, failed = load(tmp_path)
+    assert set(docs) == {"replicated", "replication"} and failed == {}
     table = markdown(docs)
     lines = table.splitlines()
     assert lines[0].startswith("| goal |")
@@ -131,7 +130,7 @@ def test_report_names_every_p1_run_when_the_medians_were_compared(tmp_path: Path
         ],
     }
     (tmp_path / "replicated.json").write_text(json.dumps(doc))
-    line = markdown(load(tmp_path)).splitlines()[2]
+    line = markdown(*load(tmp_path)).splitlines()[2]
     assert "1,000 rows (median runs): shoal 4.0 MB/s (2.0 s; runs 2.5/2.0/1.5 s)" in line
     assert "raw 10.0 MB/s (0.8 s; runs 0.8/0.7/0.9 s)" in line
 
@@ -210,7 +209,7 @@ def test_report_tables_node_memory_against_its_goal(tmp_path: Path) -> None:
     )
     (tmp_path / "node_memory.json").write_text(json.dumps(doc))
     (tmp_path / "memory.json").write_text(json.dumps({"ratio": 0.9, "results": [{"rows": 10}]}))
-    lines = markdown(load(tmp_path)).splitlines()
+    lines = markdown(*load(tmp_path)).splitlines()
     row = next(line for line in lines if "(`node_memory`)" in line)
     assert "1.30 (yes)" in row and "<= 1.5" in row
     assert "peak 520 MiB" in row and "5.0 MiB/partition" in row and "bounded (last third 0.4 MiB/min)" in row
@@ -226,9 +225,35 @@ def test_report_tables_the_latency_stages_in_order_without_a_target(tmp_path: Pa
     ]
     doc = common.json_document("stages", {"rows_per_batch": 1000}, stages, ratio=256.0 / 62.0)
     (tmp_path / "latency_stages.json").write_text(json.dumps(doc))
-    row = next(line for line in markdown(load(tmp_path)).splitlines() if "(`latency_stages`)" in line)
+    row = next(line for line in markdown(*load(tmp_path)).splitlines() if "(`latency_stages`)" in line)
     assert row.startswith("| P4 |") and "| 4.13 |" in row
     assert (
         "1,000-row batches, ms p50/p99: delivered 62/90, WAL produced 45/80, WAL committed 227/400, accepted 256/420"
         in row
     )
+
+
+def test_a_failed_benchmark_keeps_its_line_and_fails_the_report(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``make bench`` ignores a failing benchmark so the others run: its empty or cut JSON must
+    show as a failed line, and ``bench.report`` exit 1 after printing the table."""
+    from bench import report
+
+    (tmp_path / "replication.json").write_text(json.dumps({"ratio": 0.1, "cpu_per_row": []}))
+    (tmp_path / "latency_stages.json").write_text("")
+    (tmp_path / "kafka_bytes.json").write_text('{"ratio": 0.6')
+    (tmp_path / "odd.json").write_text("[1, 2]")
+    docs, failed = load(tmp_path)
+    assert set(docs) == {"replication"}
+    assert set(failed) == {"latency_stages", "kafka_bytes", "odd"}
+    assert "failed before writing its JSON" in failed["latency_stages"]
+    lines = markdown(docs, failed).splitlines()
+    assert any("(`latency_stages`)" in line and "| failed |" in line for line in lines)
+    assert any("(`kafka_bytes`)" in line and "cut short or malformed" in line for line in lines)
+    assert any("(`replication`)" in line and "0.10 (yes)" in line for line in lines)
+    with pytest.raises(SystemExit) as exit_info:
+        report.main([str(tmp_path)])
+    assert exit_info.value.code == 1
+    out, err = capsys.readouterr()
+    assert "| failed |" in out and "bench.report: latency_stages:" in err
