@@ -35,7 +35,6 @@ that restarts finds the replicas it holds (:func:`held_on_disk`) and runs discov
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import shutil
@@ -54,6 +53,7 @@ from shoal.errors import ShoalError
 from shoal.ids import validate_partition_id, validate_placement_id
 from shoal.kafka import clients
 from shoal.kafka.admin import delete_topics
+from shoal.kafka.groups import delete_groups
 from shoal.kafka.indexes import channel_indexes
 from shoal.kafka.readers import ChannelManifest, read_manifests, read_wal_channel
 from shoal.kafka.settings import KafkaSettings
@@ -459,13 +459,12 @@ def remove_replica(replica: PartitionReplica, kafka: KafkaSettings, topics: Topi
     log.info("%s: UNLOAD_FINAL: removed local files %s", replica.name, replica.directory)
     admin = clients.admin(kafka)
     groups = [topics.replica_group(pid, own), topics.consume_group(pid, own)]
-    with contextlib.suppress(KafkaException, ValueError):
-        for group, fut in admin.delete_consumer_groups(groups, request_timeout=10).items():
-            try:
-                fut.result(timeout=15)
-                log.info("%s: UNLOAD_FINAL: deleted consumer group %s", replica.name, group)
-            except (KafkaException, TimeoutError) as exc:
-                log.info("%s: consumer group %s not deleted: %s", replica.name, group, exc or "no answer in time")
+    # in a child process: librdkafka 2.16 can abort the process on this coordinator request
+    for group, why in delete_groups(kafka, groups, timeout_s=10).items():
+        if why is None:
+            log.info("%s: UNLOAD_FINAL: deleted consumer group %s", replica.name, group)
+        else:
+            log.info("%s: consumer group %s not deleted: %s", replica.name, group, why)
     channels = [topics.wal(pid, own), topics.segments(pid, own)]
     existing = set(admin.list_topics(timeout=10).topics)
     present = [t for t in channels if t in existing]

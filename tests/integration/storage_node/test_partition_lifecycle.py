@@ -152,6 +152,10 @@ def test_join_while_writing_then_leave_of_the_leader(
         wal = topics.wal(pid, leader.placement_id)
         admin = clients.admin(KafkaSettings(bs))
         assert wait_until(lambda: wal not in admin.list_topics(timeout=10).topics, 30)
+        # its groups were deleted before its channels (from a child process: shoal.kafka.groups)
+        own_groups = {topics.replica_group(pid, leader.placement_id), topics.consume_group(pid, leader.placement_id)}
+        listed = admin.list_consumer_groups(request_timeout=10).result(timeout=15)
+        assert not {g.group_id for g in listed.valid} & own_groups, own_groups
         # the node lets go of the partition right after removing its directory
         assert wait_until(lambda: pid not in nodes[leader.server_id].partitions(), 30)
         new_leader = read_epoch(client.zk, client.layout, pid)
