@@ -181,8 +181,10 @@ class KafkaOffsets:
         # listed again: never listed, listed long ago, or no offsets yet
         stale = [g for g in names if g not in cached or not cached[g][1] or now - cached[g][0] >= refresh]
         out: dict[str, dict[TP, int | None]] = {}
-        candidates = frozenset((t, p) for t, n in topics.items() if not t.startswith("__") for p in range(n))
-        if stale and candidates:
+        candidates = (
+            frozenset((t, p) for t, n in topics.items() if not t.startswith("__") for p in range(n)) if stale else ()
+        )
+        if candidates:
             found = committed_offsets(
                 self.admin, {g: candidates for g in stale}, timeout_s=self.request_timeout_s, stable=False
             )

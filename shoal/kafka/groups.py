@@ -88,6 +88,7 @@ def _delete(settings: KafkaSettings, groups: list[str], timeout_s: float) -> Out
     from confluent_kafka import KafkaError, KafkaException
 
     from shoal.kafka import clients
+    from shoal.kafka.errors import error_code
 
     out: Outcome = {}
     try:
@@ -98,9 +99,7 @@ def _delete(settings: KafkaSettings, groups: list[str], timeout_s: float) -> Out
                 fut.result(timeout=timeout_s + 5)
                 out[group] = None
             except KafkaException as exc:
-                err = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
-                gone = err is not None and err.code() == KafkaError.GROUP_ID_NOT_FOUND
-                out[group] = None if gone else str(exc)
+                out[group] = None if error_code(exc) == KafkaError.GROUP_ID_NOT_FOUND else str(exc)
             except TimeoutError:
                 out[group] = f"no answer within {timeout_s + 5:.0f} s"
     except (KafkaException, ValueError) as exc:

@@ -38,26 +38,20 @@ def started(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[dict[str, Any]]]:
 
 
 @pytest.mark.parametrize(
-    ("module", "brokers", "nodes", "request_log"),
+    ("module", "brokers", "nodes"),
     [
-        ("bench.replicated", 3, 3, False),
-        ("bench.latency_stages", 3, 3, False),
-        ("bench.kafka_bytes", 3, 3, False),
-        ("bench.node_memory", 1, 1, False),
+        ("bench.replicated", 3, 3),
+        ("bench.latency_stages", 3, 3),
+        ("bench.kafka_bytes", 3, 3),
+        ("bench.node_memory", 1, 1),
     ],
 )
-def test_reaches_its_cluster_start(
-    started: list[dict[str, Any]], module: str, brokers: int, nodes: int, request_log: bool
-) -> None:
+def test_reaches_its_cluster_start(started: list[dict[str, Any]], module: str, brokers: int, nodes: int) -> None:
     main = importlib.import_module(module).main
     with pytest.raises(Started):
         main(["--output", "json"])
     (kwargs,) = started
-    assert (kwargs["brokers"], kwargs["nodes"], kwargs.get("kafka_request_log", False)) == (
-        brokers,
-        nodes,
-        request_log,
-    )
+    assert (kwargs["brokers"], kwargs["nodes"], kwargs.get("kafka_request_log", False)) == (brokers, nodes, False)
 
 
 def test_replicated_asks_for_the_request_log_only_when_told(started: list[dict[str, Any]]) -> None:
