@@ -93,11 +93,19 @@ _AVRO: dict[ColumnType, Any] = {
 _KEYSPACE_OF: dict[ColumnType, Keyspace] = {ColumnType.UINT64: Keyspace.UINT64, ColumnType.STRING: Keyspace.STRING}
 
 
+RESERVED_COLUMN_PREFIX = "_shoal_"
+"""Column names shoal adds to rows (GTID, delete flag, Spark's ingest bookkeeping) start so; a table's may not."""
+
+
 def validate_column_name(value: object) -> str:
     if not isinstance(value, str) or not _COLUMN_NAME.match(value):
         raise InvalidIdError(
             f"column name must match {_COLUMN_NAME.pattern} (a letter or '_', then letters, digits or '_'), "
             f"got {value!r:.80}"
+        )
+    if value.lower().startswith(RESERVED_COLUMN_PREFIX):
+        raise InvalidIdError(
+            f"column name {value!r} starts with {RESERVED_COLUMN_PREFIX!r}, reserved for shoal's own columns"
         )
     return value
 

@@ -108,6 +108,9 @@ def test_bad_table_definitions_are_clear_errors(kwargs: dict, error: type[Except
 def test_bad_columns() -> None:
     with pytest.raises(InvalidIdError):
         Column("has space", ColumnType.INT64)
+    for reserved in ("_shoal_deleted", "_shoal_epoch", "_SHOAL_x"):  # shoal's own columns: no clash, no confusion
+        with pytest.raises(InvalidIdError, match="reserved"):
+            Column(reserved, ColumnType.INT64)
     with pytest.raises(SchemaError):
         Column.parse("x:decimal")
     with pytest.raises(SchemaError):
