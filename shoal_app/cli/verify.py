@@ -3,13 +3,24 @@
 For each partition and each of its placements: the replica's chain (segment ids
 from the latest major to root), row count and content hash (``describe replica`` over Arrow
 Flight, :mod:`storage_node.replication.describe`), and whether all replicas agree (same row count
-and content hash). For each placement's WAL channel the GTID hash chain (TokuMX, seed 003) is
-checked from the channel's Tail to its end (from the genesis hash when nothing was truncated), and
-the GTID order of every channel (DESIGN.md section 10, :mod:`shoal_app.cli.verify_gtids`): each WAL
-channel's and each segments channel's GTIDs in channel order, every WAL record above the segments
-before it, and no epoch used by two placements. Channels are streamed, never loaded whole. And
-each replica's lowest and highest partition key lie inside the partition's key range: replicas that
-agree on rows another partition owns (a wrong split, a misrouted write) are a mismatch.
+and content hash). The channels read are those of every placement listed for the partition
+(servers, joining and leaving: a leaving placement may have led, and its WAL channel holds accepted
+writes until UNLOAD_FINAL). For each WAL channel the GTID hash chain (TokuMX, seed 003) is checked
+from the channel's Tail to its end (from the genesis hash when nothing was truncated), every record
+naming that channel's partition and placement, and the GTID order of every channel (DESIGN.md
+section 10, :mod:`shoal_app.cli.verify_gtids`): each WAL channel's and each segments channel's GTIDs
+in channel order, every WAL record above the segments before it, and no epoch used by two
+placements. No WAL channel may have lost records that no segment holds (DESIGN.md section 6): its
+Tail, read before any segments channel, is at most the highest offset of it that a manifest on the
+partition's segments channels covers, and a channel that is gone while manifests cover it is a
+mismatch. Every write still on the WAL channels is in every replica, at its GTID with the values
+it wrote, or newer (:mod:`shoal_app.cli.verify_coverage`). Channels are streamed, never loaded
+whole. And each replica's lowest and highest partition key lie inside the partition's key range:
+replicas that agree on rows another partition owns (a wrong split, a misrouted write) are a mismatch.
+
+Not checked: rows that every replica lacks alike once no WAL channel holds them any more (replicas
+are compared with each other, not with the segments channels), epochs that go back from one leader
+to the next, and a split parent's channels after SPLIT_FINALIZE.
 
 Exit code 0 when everything agrees and every chain is intact, 1 otherwise (2 for errors such as an
 unknown table). Meant for a quiet table: rows still in a leader's memtable and not yet in a
@@ -28,7 +39,8 @@ import pyarrow as pa
 from metadata.client import MetadataClient
 from metadata.errors import InvalidKeyError
 from metadata.keyspace import KeyRange, Keyspace
-from shoal.errors import ShoalError
+from metadata.metadata_file import PartitionEntry, Placement
+from shoal.errors import KafkaOperationError, ShoalError
 from shoal.kafka.readers import ChannelRecord
 from shoal.kafka.settings import KafkaSettings
 from shoal.wire.records import ManifestRecord as WireManifest
@@ -76,8 +88,10 @@ class KafkaChannels:
         if self._topics is None:  # all topics, once: listing never auto-creates one
             self._topics = dict(self._admin.list_topics(timeout=30).topics)
         meta = self._topics.get(topic)
-        if meta is None or meta.error is not None:
+        if meta is None:
             return None
+        if meta.error is not None:  # it exists, but its metadata says what cannot be read now
+            raise KafkaOperationError(f"{topic}: {meta.error.str()}", meta.error)
         return log_start_and_end(self.kafka, topic)
 
     def wal_records(self, topic: str, start: int) -> Iterator[ChannelRecord]:
@@ -138,7 +152,11 @@ def check_segments_channel(
 
 
 def check_wal_channel(
-    channels: ChannelSource, topic: str, segments: SegmentsOrder | None = None, floors: WalFloors | None = None
+    channels: ChannelSource,
+    topic: str,
+    segments: SegmentsOrder | None = None,
+    floors: WalFloors | None = None,
+    owner: tuple[str, int] | None = None,
 ) -> tuple[WalChannelCheck, WalOrder | None]:
     """The GTID hash chain and GTID order of one WAL channel (:func:`~shoal_app.cli.verify_gtids.check_wal_records`),
     from its Tail to its end, streamed: records read, ok, the first error, and the epochs it holds.
@@ -151,11 +169,54 @@ def check_wal_channel(
             records: Iterable[ChannelRecord] = channels.wal_records(topic, out.tail)
             if floors is not None:
                 records = floors.tap(topic, records)
-            return check_wal_records(records, topic=topic, tail=out.tail, segments=segments, out=order)
+            return check_wal_records(records, topic=topic, tail=out.tail, segments=segments, out=order, owner=owner)
         finally:
             out.records = order.records
 
     return _check_channel(channels, topic, "no channel (this placement never led)", run)
+
+
+def channel_placements(entry: PartitionEntry) -> list[Placement]:
+    """Whose channels verify reads: the partition's servers, then joining and leaving placements (a
+    leaving one may have led: its WAL channel holds accepted writes until UNLOAD_FINAL deletes it,
+    after FinalizeLeave took it off the list)."""
+    out = list(entry.servers)
+    out += [p for p in (*entry.servers_joining, *entry.servers_leaving) if p not in out]
+    return out
+
+
+def _tail_before(channels: ChannelSource, topic: str) -> int | None:
+    """A WAL channel's Tail, read before any segments channel is: a leader publishes a segment
+    before it moves a Tail past what the segment covers, so a Tail read first is covered by what the
+    segments channels hold when they are read after it. None when unknown (the check then errs)."""
+    try:
+        bounds = channels.bounds(topic)
+    except Exception as exc:
+        if _failed(exc) is None:
+            raise
+        return None
+    return None if bounds is None else bounds[0]
+
+
+def check_wal_coverage(check: WalChannelCheck, tail: int | None, orders: Iterable[SegmentsOrder]) -> None:
+    """Fail ``check`` when the WAL channel lost records no segment holds (DESIGN.md section 6): its
+    Tail above the highest offset of it any manifest of the partition covers (records deleted before
+    a flush: by retention, by hand, by a wrong Tail), or the channel gone while manifests cover it."""
+    if not check.ok:
+        return
+    covered = max((o.covered_end(check.topic) for o in orders), default=0)
+    if check.tail is None:  # the channel does not exist
+        if covered > 0:
+            check.ok = False
+            check.error = f"the channel is gone, but segments cover its offsets up to {covered}"
+        return
+    tail = check.tail if tail is None else min(tail, check.tail)
+    if tail > covered:
+        check.ok = False
+        check.error = (
+            f"Tail {tail} is above what segments cover of this channel ({covered}): "
+            f"records [{covered}, {tail}) were deleted before any segment held them"
+        )
 
 
 def outside_range(replicas: list[ReplicaDescription], key_range: KeyRange, keyspace: Keyspace) -> str | None:
@@ -266,13 +327,20 @@ def verify(
         chains = {tuple(r.chain) if isinstance(r, ReplicaDescription) else () for r in replicas}
         wal_checks, segment_checks, epochs = [], [], {}
         floors = WalFloors(file.table) if rows_of is not None else None
-        for p in entry.servers:
-            wal_topic = topics.wal(entry.partition_id, p.placement_id)
+        placements = channel_placements(entry)
+        wal_topics = [topics.wal(entry.partition_id, p.placement_id) for p in placements]
+        tails = {topic: _tail_before(source, topic) for topic in wal_topics}
+        orders: list[SegmentsOrder] = []
+        for p, wal_topic in zip(placements, wal_topics, strict=True):
             seg_check, order = check_segments_channel(
                 source, topics.segments(entry.partition_id, p.placement_id), p.placement_id, wal_topic
             )
-            wal_check, wal_order = check_wal_channel(source, wal_topic, order, floors)
             segment_checks.append(seg_check)
+            orders.append(order if order is not None else SegmentsOrder())
+        for p, wal_topic, order in zip(placements, wal_topics, orders, strict=True):
+            owner = (entry.partition_id, p.placement_id)
+            wal_check, wal_order = check_wal_channel(source, wal_topic, order, floors, owner)
+            check_wal_coverage(wal_check, tails[wal_topic], orders)
             wal_checks.append(wal_check)
             if wal_order is not None:
                 epochs[wal_topic] = wal_order.epochs
@@ -328,6 +396,12 @@ def verify_command(table_name: str, output: str, **conn: Any) -> None:
                 + (f" ({p.gtid_error})" if p.gtid_error else "")
                 + ("" if p.in_range else f", KEYS OUT OF RANGE ({p.range_error})")
                 + (f", WAL WRITES MISSING ({p.coverage_error})" if p.covered is False else "")
+                + (
+                    ""
+                    if p.chains_equal
+                    else ", segment chains differ (the same rows in other segments, or some only in a"
+                    " replica's WAL overlay: expected while segments replicate)"
+                )
             )
             replicas = new_table("replica", "rows", "content hash", "chain", right=("rows",))
             for r in p.replicas:

@@ -51,6 +51,12 @@ class SegmentsOrder:
     floors: list[tuple[int, Gtid]] = field(default_factory=list)
     """(end offset on the own WAL channel, highest GTID up to it), ascending by end offset."""
     ends: list[int] = field(default_factory=list)
+    covered_ends: dict[str, int] = field(default_factory=dict)
+    """Per WAL channel, one past the highest offset any manifest on this channel covers (own or
+    received segments, minors or majors): how far that WAL channel's Tail may be."""
+
+    def covered_end(self, wal_topic: str) -> int:
+        return self.covered_ends.get(wal_topic, 0)
 
     def floor_at(self, offset: int) -> Gtid | None:
         """The highest GTID of the own WAL's segments that cover only offsets below ``offset``."""
@@ -70,7 +76,7 @@ def check_manifests(
     channel order); raise :class:`GtidOrderError` at the first manifest out of order. Its own segments
     (not those it received from other placements and published again) are ordered by writer epoch."""
     out = SegmentsOrder() if out is None else out
-    seen: set[str] = set()
+    seen: dict[str, str] = {}
     epoch: int | None = None
     flushed: Gtid | None = None
     high: Gtid | None = None
@@ -78,8 +84,16 @@ def check_manifests(
     for offset, m in manifests:
         out.manifests += 1
         if m.segment_id in seen:
+            if seen[m.segment_id] != m.checksum:
+                why = (
+                    f"segment {m.segment_id} published again with another checksum"
+                    f" ({m.checksum}, was {seen[m.segment_id]})"
+                )
+                raise GtidOrderError(topic, offset, None, why)
             continue  # published again after a restart: the same segment
-        seen.add(m.segment_id)
+        seen[m.segment_id] = m.checksum
+        for r in m.covered_wal_offsets:
+            out.covered_ends[r.topic] = max(out.covered_ends.get(r.topic, 0), r.end_offset)
         if m.max_gtid is not None and m.max_gtid.epoch > m.epoch:
             why = f"segment {m.segment_id} holds a GTID of an epoch after its writer's {m.epoch}"
             raise GtidOrderError(topic, offset, m.max_gtid, why)
@@ -126,16 +140,24 @@ def check_wal_records(
     tail: int,
     segments: SegmentsOrder | None = None,
     out: WalOrder | None = None,
+    owner: tuple[str, int] | None = None,
 ) -> WalOrder:
     """Check one WAL channel read from its Tail ``tail`` (one pass, nothing held): the hash chain and
     GTID order (from the genesis hash when nothing was truncated), and every record above the floor
     its placement's segments set. Raises HashChainError or :class:`GtidOrderError`; ``out`` (records
-    read, epochs seen; pass one to see how far a failed check got) is filled as the records pass."""
+    read, epochs seen; pass one to see how far a failed check got) is filled as the records pass.
+    ``owner``: the channel's (partition_id, placement_id), which every record must name."""
     out = WalOrder() if out is None else out
 
     def checked() -> Iterator[ChannelRecord]:
         for item in records:
             gtid = item.record.gtid
+            if owner is not None and (item.record.partition_id, item.record.placement_id) != owner:
+                why = (
+                    f"the record names partition {item.record.partition_id} placement {item.record.placement_id}, "
+                    f"not this channel's {owner[0]} placement {owner[1]}"
+                )
+                raise GtidOrderError(topic, item.offset, gtid, why)
             floor = segments.floor_at(item.offset) if segments is not None else None
             if floor is not None and gtid <= floor:
                 raise GtidOrderError(

@@ -84,7 +84,7 @@ def test_floors_keep_the_newest_version_per_key_and_missing_writes_compares_gtid
     assert any("k=4 written at gtid 1:4, replica has no row" in e for e in examples), examples
     assert any("k=3 written at gtid 1:2, replica has gtid 0:9" in e for e in examples), examples
     count, examples = missing_writes(
-        floors, _replica([*[(k, "x", 1, s) for k, s in ((1, 0), (3, 2), (4, 4))], (2, "b", 1, 1)]), ["k"]
+        floors, _replica([(1, "a", 1, 0), (3, "c", 1, 2), (4, "d", 1, 4), (2, "b", 1, 1)]), ["k"]
     )
     assert count == 1 and "k=2 deleted at gtid 1:3" in examples[0], examples
     # a row written again after the delete is fine
@@ -92,11 +92,47 @@ def test_floors_keep_the_newest_version_per_key_and_missing_writes_compares_gtid
     assert missing_writes(floors, rewritten, ["k"])[0] == 0
 
 
+def test_a_row_at_the_right_gtid_with_other_values_is_a_miss() -> None:
+    """Replicas that all hold a key at the GTID the WAL wrote it with, but with other values (a
+    compaction that stamped an older version's values with the newest GTID), miss that write."""
+    pid = _file().partitions[0].partition_id
+    floors = _floors(
+        pid,
+        [
+            (Gtid(1, 0), _batch([1, 2, 3], ["a", None, "c"], [False, False, False])),
+            (Gtid(1, 3), _batch([1], ["a2"], [False])),
+        ],
+    )
+    assert missing_writes(floors, _replica([(1, "a2", 1, 3), (2, None, 1, 1), (3, "c", 1, 2)]), ["k"]) == (0, [])
+    count, examples = missing_writes(floors, _replica([(1, "a", 1, 3), (2, "", 1, 1), (3, None, 1, 2)]), ["k"])
+    assert count == 3, examples
+    assert "k=1 written at gtid 1:3, replica has other values at that gtid: v='a' (WAL 'a2')" in examples[0]
+    # a newer GTID may hold other values: a later write on a channel already truncated
+    assert missing_writes(floors, _replica([(1, "z", 2, 0), (2, "y", 2, 1), (3, "x", 2, 2)]), ["k"]) == (0, [])
+
+
+def test_floating_point_values_compare_nan_and_null() -> None:
+    keys = pa.array([1, 2, 3, 4], pa.uint64())
+    floors = pa.table(
+        {
+            "k": keys,
+            "x": pa.array([float("nan"), None, 1.5, 2.0], pa.float64()),
+            "_shoal_epoch": pa.array([1] * 4, pa.uint64()),
+            "_shoal_seq": pa.array([0, 1, 2, 3], pa.uint64()),
+            "_shoal_deleted": [False] * 4,
+        }
+    )
+    same = floors.drop_columns(["_shoal_deleted"])
+    assert missing_writes(floors, same, ["k"]) == (0, [])
+    other = same.set_column(1, "x", pa.array([1.0, 0.0, None, 2.0], pa.float64()))
+    assert missing_writes(floors, other, ["k"])[0] == 3
+
+
 def test_verify_says_mismatch_when_agreeing_replicas_miss_a_wal_write() -> None:
     file = _file()
     pid = file.partitions[0].partition_id
-    wal = _records(pid, 1, [(Gtid(1, 0), _batch([1, 2], ["a", "b"], [False, False]))], first_offset=4)
-    channels = FakeChannels({TOPICS.wal(pid, 1): (4, wal)}, {})
+    wal = _records(pid, 1, [(Gtid(1, 0), _batch([1, 2], ["a", "b"], [False, False]))])
+    channels = FakeChannels({TOPICS.wal(pid, 1): (0, wal)}, {})
     described = [
         {"partition_id": pid, "placement_id": 1, "row_count": 1, "content_hash": "h", "chain": [], "root": None}
     ]

@@ -98,6 +98,24 @@ def _client(file: MetadataFile) -> Any:
     )
 
 
+def fake_metadata_client(file: MetadataFile) -> Any:
+    """A stand-in for ``MetadataClient`` whose coordinator answers ``file`` (for the CLI command)."""
+
+    class FakeMetadataClient:
+        def __init__(self, _config: object) -> None:
+            self.config = SimpleNamespace(topic_prefix="shoal", kafka=None)
+            self.coordinator = SimpleNamespace(current=lambda _table: file)
+            self.zk, self.layout = None, None
+
+        def __enter__(self) -> FakeMetadataClient:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            pass
+
+    return FakeMetadataClient
+
+
 def _described(file: MetadataFile) -> Any:
     pid = file.partitions[0].partition_id
     return lambda _server: [
@@ -133,19 +151,7 @@ def test_verify_json_output_says_why_the_gtids_are_out_of_order(monkeypatch: pyt
     file = _file()
     pid = file.partitions[0].partition_id
 
-    class FakeMetadataClient:
-        def __init__(self, _config: object) -> None:
-            self.config = SimpleNamespace(topic_prefix="shoal", kafka=None)
-            self.coordinator = SimpleNamespace(current=lambda _table: file)
-            self.zk, self.layout = None, None
-
-        def __enter__(self) -> FakeMetadataClient:
-            return self
-
-        def __exit__(self, *exc: object) -> None:
-            pass
-
-    monkeypatch.setattr(verify_module, "MetadataClient", FakeMetadataClient)
+    monkeypatch.setattr(verify_module, "MetadataClient", fake_metadata_client(file))
     monkeypatch.setattr(verify_module, "KafkaChannels", lambda _kafka: _reused_gtid_after_truncation(pid))
     monkeypatch.setattr("metadata.node_registry.lookup_node", lambda *_a: "grpc://x")
     monkeypatch.setattr("shoal.scan.describe_remote", lambda _loc, _t: _described(file)("node-1"))
