@@ -54,6 +54,16 @@ def own_cluster(
             launcher.down(config.cluster_file, timeout_s=15)
 
 
+def written_value(key: int) -> str:
+    """The one value :class:`Writer` writes for ``key`` (each key once)."""
+    return f"v{key}"
+
+
+def wrong_values(rows: list[tuple[int, str | None]]) -> list[tuple[int, str | None]]:
+    """The rows whose value is not the one written for their key."""
+    return [(k, v) for k, v in rows if v != written_value(k)]
+
+
 class Writer(threading.Thread):
     """Writes batches of unique keys; a key is *acknowledged* once ``sync()`` returned after its batch."""
 
@@ -77,7 +87,7 @@ class Writer(threading.Thread):
                 while not self.halt.is_set():
                     keys = list(range(next_key, next_key + self.batch))
                     next_key += self.batch
-                    producer.write("events", [{"k": k, "v": f"v{k}"} for k in keys])
+                    producer.write("events", [{"k": k, "v": written_value(k)} for k in keys])
                     self.sent.update(keys)
                     pending += keys
                     try:
@@ -154,9 +164,18 @@ class Cluster3:
             return None
         return found[0] if found else None
 
-    def keys_on(self, server_id: str) -> list[int]:
+    def rows_on(self, server_id: str) -> list[tuple[int, str | None]]:
+        """(k, v) of every row ``server_id``'s replica holds."""
         location = lookup_node(self.client.zk, self.client.layout, server_id)
-        return scan_remote(location, ScanRequest("events", self.pid)).column("k").to_pylist()
+        table = scan_remote(location, ScanRequest("events", self.pid))
+        return list(zip(table.column("k").to_pylist(), table.column("v").to_pylist(), strict=True))
+
+    def keys_on(self, server_id: str) -> list[int]:
+        """The keys of ``server_id``'s replica; AssertionError if one holds a value never written."""
+        rows = self.rows_on(server_id)
+        wrong = wrong_values(rows)
+        assert not wrong, f"{server_id}: {len(wrong)} keys hold a value never written, e.g. {wrong[:5]}"
+        return [k for k, _ in rows]
 
     def converged(self, acked: set[int], sent: set[int]) -> bool:
         """Every replica agrees, holds every acknowledged key, and nothing that was never sent (why not:
@@ -180,9 +199,13 @@ class Cluster3:
             return f"verify: {rep.get('error')} {flags} channels {channels}"
         for server in NODES:
             try:
-                keys = self.keys_on(server)
+                rows = self.rows_on(server)
             except Exception as exc:
                 return f"{server}: cannot scan: {exc!r}"
+            wrong = wrong_values(rows)
+            if wrong:
+                return f"{server}: {len(wrong)} keys hold a value never written, e.g. {wrong[:5]}"
+            keys = [k for k, _ in rows]
             have = set(keys)
             if len(keys) != len(have):
                 return f"{server}: {len(keys) - len(have)} duplicate keys"

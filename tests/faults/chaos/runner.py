@@ -167,7 +167,12 @@ def run_once(
                     log(f"{name}: election threads and lines after no convergence:\n{stacks}")
             observer.stop()
             replicas = {s: _rows(client, s, pid) for s in NODES}
-            result = check(final, replicas, observer.observations, verify_ok=_verify_ok(client))
+            verify_ok = _verify_ok(client)
+            if verify_ok is None:
+                errors.append("shoal verify raised instead of answering after convergence")
+            if not observer.observations:
+                errors.append("the WAL observer read no record: the GTID checks had nothing to check")
+            result = check(final, replicas, observer.observations, verify_ok=verify_ok)
             errors += observer.errors[:10]
     verdict = result
     faults_done: dict[str, int] = {}
@@ -176,12 +181,14 @@ def run_once(
     verdict = verdict.model_copy(
         update={
             "counts": verdict.counts.model_copy(
-                update={"faults": faults_done, "failed_runs": int(not (verdict.ok and done))}
+                update={"faults": faults_done, "failed_runs": int(not (verdict.ok and done and not errors))}
             )
         }
     )
     run = ChaosRun(
-        ok=verdict.ok and done,
+        # an error (a fault that could not be injected, writes that did not resume, a writer that
+        # died, a WAL record the observer could not decode) fails the run: each is a guarantee unkept
+        ok=verdict.ok and done and not errors,
         seed=seed,
         schedule=schedule,
         events=events,
