@@ -71,9 +71,32 @@ class ChaosWriter(threading.Thread):
             log.exception("chaos writer %d failed", self.index)
 
     def _write_with(self, producer: Producer) -> None:
-        """Write until halted, or until six calls in a row failed (then the caller makes a new producer:
-        writes still pending on this one are never acknowledged, they stay uncertain)."""
+        """Write until halted, or until six calls in a row failed (then the caller makes a new producer).
+
+        A write is acknowledged as soon as its delivery succeeded (README: the producer's delivery
+        report, acks=all), whether or not a ``sync()`` after it returned: shoal must accept it; one
+        whose delivery failed or is unknown stays uncertain."""
         pending: list[tuple[WriteResult, list[tuple[int, int]]]] = []
+        try:
+            self._write_loop(producer, pending)
+        finally:
+            try:  # the outcome of what is still in flight; a failed delivery only keeps it uncertain
+                producer.flush(10)
+            except Exception as exc:
+                self._failed(f"flush: {exc}")
+            self._acknowledge_delivered(pending)
+
+    def _acknowledge_delivered(self, pending: list[tuple[WriteResult, list[tuple[int, int]]]]) -> None:
+        """Acknowledge every pending write whose every message was delivered; keep those still in flight."""
+        still = []
+        for result, pairs in pending:
+            if not all(f.done() for f in result.futures):
+                still.append((result, pairs))
+            elif all(f.exception() is None for f in result.futures):
+                self.history.acknowledge(pairs)
+        pending[:] = still
+
+    def _write_loop(self, producer: Producer, pending: list[tuple[WriteResult, list[tuple[int, int]]]]) -> None:
         failed_in_row = 0
         while not self.halt.is_set() and failed_in_row < 6:
             if self.quiet.is_set():
@@ -97,13 +120,11 @@ class ChaosWriter(threading.Thread):
             except Exception as exc:
                 self._failed(f"sync: {exc}")
                 failed_in_row += 1
+                self._acknowledge_delivered(pending)
                 self.halt.wait(0.5)
                 continue
             failed_in_row = 0
-            for done, done_pairs in pending:
-                if all(f.done() and f.exception() is None for f in done.futures):
-                    self.history.acknowledge(done_pairs)
-            pending = []
+            self._acknowledge_delivered(pending)
             self.halt.wait(self.pause_s)
 
     def _failed(self, what: str) -> None:
