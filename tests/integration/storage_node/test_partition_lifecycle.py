@@ -22,6 +22,7 @@ from metadata.election import read_epoch
 from shoal.kafka import clients
 from shoal.kafka.indexes import close_offset_readers, committed_offsets
 from shoal.kafka.settings import KafkaSettings
+from shoal.scan import ScanRequest, scan_remote
 from shoal.topics import TopicNames
 from shoal_app.cli.node import node_command
 from shoal_app.cli.table import table_group
@@ -81,16 +82,24 @@ def _row_counts(nodes: dict[str, StorageNode], pid: str) -> dict[str, tuple[str,
     return out
 
 
-def _all_have(nodes: dict[str, StorageNode], client: MetadataClient, acked: dict[str, int]) -> bool:
-    """Every LIVE replica of every partition holds every acknowledged row, and shoal verify agrees."""
+def _all_have(nodes: dict[str, StorageNode], client: MetadataClient, acked: dict[str, int], step: int) -> bool:
+    """Every LIVE replica of every partition holds exactly the acknowledged rows, with their values, and
+    shoal verify agrees. Partition ``i``'s keys are ``i * step`` onwards (:class:`Writer`)."""
     file = client.coordinator.current("events")
+    pids = list(acked)
     for e in file.partitions:
         counts = _row_counts(nodes, e.partition_id)
         live = {p.server_id for p in e.servers}
         if {n for n, (s, _) in counts.items() if s == "LIVE"} != live:
             return False
-        if any(counts[n][1] != acked[e.partition_id] for n in live):
-            return False
+        first = pids.index(e.partition_id) * step
+        expected = [(k, f"v{k}") for k in range(first, first + acked[e.partition_id])]
+        for n in live:
+            assert nodes[n].location is not None
+            table = scan_remote(nodes[n].location, ScanRequest("events", e.partition_id))
+            held = sorted(zip(table.column("k").to_pylist(), table.column("v").to_pylist(), strict=True))
+            if held != expected:
+                return False
     try:
         return bool(verify_table(client, "events")["ok"])
     except Exception:
@@ -144,7 +153,7 @@ def test_join_while_writing_then_leave_of_the_leader(
             assert sum(r["leader"] for r in replicas.values()) == 1
             assert wait_until(lambda: writer.acked[pid] >= 300, 30)
         acked = dict(writer.acked)
-        assert wait_until(lambda: _all_have(nodes, client, acked), 60), _row_counts(nodes, pid)
+        assert wait_until(lambda: _all_have(nodes, client, acked, 1_000_000), 60), _row_counts(nodes, pid)
         history = [f.change.value for f in client.coordinator.history("events")]
         assert history[-2:] == ["JOIN_SERVER", "FINALIZE_JOIN"], history
 
@@ -176,7 +185,7 @@ def test_join_while_writing_then_leave_of_the_leader(
         assert wait_until(lambda: pid not in nodes[leader.server_id].partitions(), 30)
         new_leader = read_epoch(client.zk, client.layout, pid)
         assert new_leader.server_id not in (None, leader.server_id)
-        assert wait_until(lambda: _all_have(nodes, client, acked), 60), _row_counts(nodes, pid)
+        assert wait_until(lambda: _all_have(nodes, client, acked, 1_000_000), 60), _row_counts(nodes, pid)
 
 
 def test_drain_of_the_node_leading_most_partitions(
@@ -210,5 +219,5 @@ def test_drain_of_the_node_leading_most_partitions(
         assert all(p.server_id != busiest for e in file.partitions for p in e.all_placements())
         assert all(len(e.servers) == 2 for e in file.partitions)
         assert busiest not in leaders().values()
-        assert wait_until(lambda: _all_have(nodes, client, acked), 60)
+        assert wait_until(lambda: _all_have(nodes, client, acked, 1_000_000), 60)
         assert wait_until(lambda: not nodes[busiest].partitions(), 30)
