@@ -250,7 +250,12 @@ def ingest_command(
     show_default=True,
     help="... or whose oldest such minor is older than this many seconds.",
 )
-@click.option("--full", is_flag=True, help="Also drop tombstones (a full compaction).")
+@click.option(
+    "--full",
+    is_flag=True,
+    help="No effect, kept so that scripts using it still run: majors always keep tombstones (dropping "
+    "them let a segment merged later, e.g. pushed by a returning old leader, bring a deleted key back).",
+)
 @click.option(
     "--check-interval",
     type=click.FloatRange(min=0, min_open=True),
@@ -293,13 +298,15 @@ def compact_command(
 ) -> None:
     """Compact partitions: fold the minors since each latest major into a new major, committed by the leader."""
     require_extra("spark", "shoal spark compact")
+    if full:
+        click.echo("warning: --full has no effect: majors keep tombstones (see --help)", err=True)
     from spark_jobs.compaction.policy import CompactionPolicy
     from spark_jobs.compaction.service import CompactionConfig, CompactionService
 
     try:
         config = CompactionConfig(
             connection=metadata_config(conn),
-            policy=CompactionPolicy(min_minors=min_minors, min_bytes=min_bytes, max_age_s=max_age, full=full),
+            policy=CompactionPolicy(min_minors=min_minors, min_bytes=min_bytes, max_age_s=max_age),
             table=table,
             check_interval_s=check_interval,
             commit_timeout_s=commit_timeout,

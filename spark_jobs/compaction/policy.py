@@ -2,8 +2,10 @@
 
 A partition is compacted when it has at least one minor after its latest major and any of:
 ``min_minors`` minors, ``min_bytes`` bytes in those minors, or its oldest such minor older than
-``max_age_s``. ``full`` also drops tombstones (every version of the partition is an input then:
-the chain from its latest major, and the major itself holds everything older).
+``max_age_s``. A major keeps every tombstone (the newest version of a deleted key): rows with older
+GTIDs can still reach the chain after it, merged with the GTIDs they were written with (a returning
+old leader's pushed segments, a rewound leader's detached ones, source 3.5), and only the tombstone
+keeps such a row from bringing the deleted key back.
 """
 
 from __future__ import annotations
@@ -19,7 +21,6 @@ class CompactionPolicy:
     min_minors: int = 8
     min_bytes: int = 256 * 1024 * 1024
     max_age_s: float = 3600.0
-    full: bool = False
 
     def __post_init__(self) -> None:
         for name in ("min_minors", "min_bytes"):

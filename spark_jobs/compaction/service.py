@@ -305,11 +305,12 @@ class CompactionService:
         reason = reason or "forced"
         table = self._table(view.table)
         sources = [SegmentSource.of(view.topic, *view.manifests[e.segment_id]) for e in folded]
-        kafka, full = self.config.connection.kafka, self.config.policy.full
+        kafka = self.config.connection.kafka
+        # tombstones stay (policy: a row merged later with an older GTID must not bring a deleted key back)
         if sum(s.size_bytes for s in sources) <= self.config.local_max_bytes:
-            rows = compute_major_local(kafka, sources, table, drop_tombstones=full)
+            rows = compute_major_local(kafka, sources, table, drop_tombstones=False)
         else:
-            rows = compute_major(self.spark, kafka, sources, table, drop_tombstones=full)
+            rows = compute_major(self.spark, kafka, sources, table, drop_tombstones=False)
         segment_id = new_segment_id()
         written = write_major(self.work_dir, segment_id, rows, table)
         entry = compaction_entry(view.chain, segment_id, placement_id=view.placement_id, epoch=epoch)

@@ -335,3 +335,22 @@ class TestStamp:
             stamp(pa.table({"k": [1]}), epoch=-1, first_seq=0)
         with pytest.raises(MergeInputError):
             stamp(pa.table({"k": [1]}), epoch=1, first_seq=0, deleted=pa.array([True, False]))
+
+
+def test_a_kept_tombstone_stops_a_row_merged_later_with_an_older_gtid() -> None:
+    """Why majors keep tombstones (spark_jobs.compaction.policy): a segment merged after the major (a
+    returning old leader's pushed one, source 3.5) keeps the GTIDs its rows were written with. k=7 was
+    written at 1:5 by the old leader, deleted at 2:3 by the new one, then compacted; the old leader's
+    segment holding k=7 at 1:5 is merged afterwards. With the tombstone in the major the key stays
+    deleted; without it (what `--full` did) the key came back on every replica."""
+    schema = pa.schema([("k", pa.uint64()), ("v", pa.string())])
+    old = stamp(pa.table({"k": pa.array([7], pa.uint64()), "v": ["v1"]}, schema=schema), epoch=1, first_seq=5)
+    tomb = stamp(
+        pa.table({"k": pa.array([7], pa.uint64()), "v": [None]}, schema=schema), epoch=2, first_seq=3, deleted=True
+    )
+    merged_later = lww_merge([old], KEY)
+    major = lww_merge([old, tomb], KEY)
+    view = lww_merge([major, merged_later], KEY).filter(pc.invert(pc.field(DELETED_COLUMN)))
+    assert view.num_rows == 0
+    dropped = lww_merge([old, tomb], KEY, drop_tombstones=True)
+    assert lww_merge([dropped, merged_later], KEY).column("v").to_pylist() == ["v1"]  # the deleted key is back
