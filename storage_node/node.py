@@ -507,7 +507,8 @@ class StorageNode:
             self._start_follower(held)  # catches up from the leader's channels; never campaigns
         elif d.state is ReplicaState.LIVE:
             self._check_bootstrap(held)
-            self._start_follower(held)
+            if held.bootstrap_checked:
+                self._start_follower(held)
             if held.election is None and self._may_campaign(held):
                 self._campaign(held)
         else:
@@ -590,7 +591,10 @@ class StorageNode:
         held.lifecycle = LifecycleWorker(view, self.config.kafka, self.config.topics, self.lifecycle, pid).start()
 
     def _check_bootstrap(self, held: HeldPartition) -> None:
-        """An empty replica with history (or an interrupted bootstrap) bootstraps before it campaigns."""
+        """An empty replica with history (or an interrupted bootstrap) bootstraps before it campaigns,
+        and a LIVE replica follows only once this check ran: a wiped replica that followed first
+        would resume from its old Acks (committed in Kafka, above what it holds), stop being empty
+        after the first segment, and pass the check later without bootstrapping."""
         if held.bootstrap_checked:
             return
         assert self._client is not None
@@ -874,7 +878,8 @@ class StorageNode:
                 continue
             if not leading:
                 self._check_bootstrap(held)
-                self._start_follower(held)
+                if held.bootstrap_checked:
+                    self._start_follower(held)
                 if not self._may_campaign(held):
                     if election is not None and election.state is LeaderState.CANDIDATE:
                         log.warning("%s: bootstrapping; leaving the election until caught up", held.replica.name)
