@@ -138,3 +138,50 @@ def test_election_stacks_keeps_the_election_lines_and_threads_of_a_faulthandler_
     assert "IDLE -> CANDIDATE" in out and "unrelated" not in out
     assert "_check" in out and "follower.py" not in out and "node.py" not in out
     assert election_stacks("", "") == ""
+
+
+def test_a_chaos_write_is_acknowledged_once_delivered_even_when_every_sync_fails() -> None:
+    """README: a write is acknowledged when its delivery succeeded. A delivered write whose sync()
+    failed (a leader down) must count as acknowledged, so that losing it fails the run; one whose
+    delivery failed or never finished stays uncertain."""
+    import threading
+    from concurrent.futures import Future
+    from typing import Any
+
+    from chaos.workload import ChaosWriter
+
+    from producer.producer import WriteResult
+
+    outcomes = iter(["delivered", "failed", "pending", "delivered", "delivered", "delivered"])
+    written: list[list[int]] = []
+
+    class Producer:
+        def write(self, table: str, rows: list[dict[str, Any]]) -> WriteResult:
+            future: Future[Any] = Future()
+            outcome = next(outcomes)
+            if outcome == "delivered":
+                future.set_result(None)
+            elif outcome == "failed":
+                future.set_exception(RuntimeError("not delivered"))
+            written.append([r["k"] for r in rows])
+            return WriteResult(table, len(rows), (future,))
+
+        def sync(self, timeout: float) -> None:
+            raise RuntimeError("no leader")
+
+        def flush(self, timeout: float) -> None:
+            pass
+
+    class NoWait(threading.Event):
+        def wait(self, timeout: float | None = None) -> bool:
+            return self.is_set()
+
+    history = History()
+    writer = ChaosWriter(None, history, index=0, count=1, seed=1, new_keys=2, overwrites=0)  # type: ignore[arg-type]
+    writer.halt = NoWait()
+    writer._write_with(Producer())  # type: ignore[arg-type]
+    assert len(written) == 6 and writer.failures == 6
+    snap = history.snapshot()
+    acked = sorted(k for k, w in snap.items() if w.acked)
+    assert acked == sorted(written[0] + written[3] + written[4] + written[5])
+    assert all(snap[k].uncertain and not snap[k].acked for k in written[1] + written[2])
