@@ -1,7 +1,7 @@
 """The scan client side of a storage node's Arrow Flight service (DESIGN.md section 1: reads).
 
 A ticket is the JSON of a :class:`ScanRequest`; the answer is the newest version of every key the
-node's replicas hold (segments + memtable), tombstones hidden, as Arrow record batches. The
+node's replicas hold (segments + memtable), tombstones hidden unless asked for, as Arrow record batches. The
 ``describe_replicas`` action returns each replica's chain, row count and content hash (``shoal
 verify``). Clients (``shoal scan``, ``shoal verify``, the Spark reader, the demo) use this module;
 the server is ``storage_node.serve.flight``. Nothing in a ticket becomes a path: the table name and
@@ -23,6 +23,7 @@ from shoal.ids import validate_partition_id, validate_table_name
 from shoal.kafka.settings import ScanSettings
 
 DESCRIBE_ACTION = "describe_replicas"
+_TICKET_FIELDS = {"table", "partition_id", "key", "low", "high", "system", "deleted"}
 
 
 def _key(value: object, what: str) -> int | str | None:
@@ -40,6 +41,8 @@ class ScanRequest:
     high: int | str | None = None
     system: bool = False
     """Also return the GTID columns (``_shoal_epoch``, ``_shoal_seq``, ``_shoal_deleted``): ``shoal verify``."""
+    deleted: bool = False
+    """Also return tombstones (a key whose newest version is a delete, with its GTID); needs ``system``."""
 
     def __post_init__(self) -> None:
         validate_table_name(self.table)
@@ -47,8 +50,11 @@ class ScanRequest:
             validate_partition_id(self.partition_id)
         for name in ("key", "low", "high"):
             _key(getattr(self, name), name)
-        if not isinstance(self.system, bool):
-            raise SchemaError(f"system must be true or false, got {self.system!r:.80}")
+        for name in ("system", "deleted"):
+            if not isinstance(getattr(self, name), bool):
+                raise SchemaError(f"{name} must be true or false, got {getattr(self, name)!r:.80}")
+        if self.deleted and not self.system:
+            raise SchemaError("a scan returns tombstones only with the GTID columns (system)")
         if self.key is not None and (self.low is not None or self.high is not None):
             raise SchemaError("a scan takes either a key or a range, not both")
 
@@ -59,7 +65,7 @@ class ScanRequest:
     def from_ticket(cls, data: bytes) -> ScanRequest:
         try:
             obj = json.loads(data.decode("utf-8"))
-            if not isinstance(obj, dict) or set(obj) - {"table", "partition_id", "key", "low", "high", "system"}:
+            if not isinstance(obj, dict) or set(obj) - _TICKET_FIELDS:
                 raise ValueError("unexpected fields")
             return cls(**obj)
         except (ValueError, TypeError, UnicodeDecodeError) as exc:

@@ -9,18 +9,22 @@ writes until UNLOAD_FINAL). For each WAL channel the GTID hash chain (TokuMX, se
 from the channel's Tail to its end (from the genesis hash when nothing was truncated), every record
 naming that channel's partition and placement, and the GTID order of every channel (DESIGN.md
 section 10, :mod:`shoal_app.cli.verify_gtids`): each WAL channel's and each segments channel's GTIDs
-in channel order, every WAL record above the segments before it, and no epoch used by two
-placements. No WAL channel may have lost records that no segment holds (DESIGN.md section 6): its
-Tail, read before any segments channel, is at most the highest offset of it that a manifest on the
-partition's segments channels covers, and a channel that is gone while manifests cover it is a
-mismatch. Every write still on the WAL channels is in every replica, at its GTID with the values
-it wrote, or newer (:mod:`shoal_app.cli.verify_coverage`). Channels are streamed, never loaded
-whole. And each replica's lowest and highest partition key lie inside the partition's key range:
+in channel order, every WAL record above the segments before it, no epoch used by two placements,
+and across placements, in the order of the ingest offsets their WAL records accepted, GTIDs that
+increase and no ingest offset accepted twice. No WAL channel may have lost records that no
+segment holds (DESIGN.md section 6): its Tail, read before any segments channel, is at most the
+highest offset of it that a manifest on the partition's segments channels covers, and a channel
+that is gone while manifests cover it is a mismatch. Every write still on the channels (the WAL
+channels from their Tails, every segment on the segments channels) is in every replica, at its
+GTID with the values it wrote, or newer (:mod:`shoal_app.cli.verify_coverage`): replicas are
+compared with the channels, not only with each other. Channels are streamed, never loaded whole
+(a segment's file is held while its rows are read). And each replica's lowest and highest
+partition key lie inside the partition's key range:
 replicas that agree on rows another partition owns (a wrong split, a misrouted write) are a mismatch.
 
-Not checked: rows that every replica lacks alike once no WAL channel holds them any more (replicas
-are compared with each other, not with the segments channels), epochs that go back from one leader
-to the next, and a split parent's channels after SPLIT_FINALIZE.
+Not checked: rows that no channel holds any more (a major that lost rows, once the Tail truncated
+the minors it replaced from its channel), an epoch that went back from one leader to the next once
+the Tail truncated the predecessor's WAL records, and a split parent's channels after SPLIT_FINALIZE.
 
 Exit code 0 when everything agrees and every chain is intact, 1 otherwise (2 for errors such as an
 unknown table). Meant for a quiet table: rows still in a leader's memtable and not yet in a
@@ -31,6 +35,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import replace
 from typing import Any, Protocol, TypeVar
 
 import click
@@ -53,8 +58,15 @@ from shoal_app.cli.models import (
     Verification,
     WalChannelCheck,
 )
-from shoal_app.cli.verify_coverage import WalFloors, missing_writes
-from shoal_app.cli.verify_gtids import SegmentsOrder, WalOrder, check_manifests, check_wal_records, shared_epochs
+from shoal_app.cli.verify_coverage import ChannelSegment, WalFloors, missing_writes
+from shoal_app.cli.verify_gtids import (
+    SegmentsOrder,
+    WalOrder,
+    accept_order,
+    check_manifests,
+    check_wal_records,
+    shared_epochs,
+)
 
 T = TypeVar("T")
 
@@ -68,8 +80,9 @@ class ChannelSource(Protocol):
     def wal_records(self, topic: str, start: int) -> Iterator[ChannelRecord]:
         """A WAL channel's records from ``start`` to its end, one at a time."""
 
-    def manifests(self, topic: str) -> Iterator[tuple[int, WireManifest]]:
-        """A segments channel's manifests (offset, manifest) in channel order, one at a time."""
+    def segments(self, topic: str, *, data: bool) -> Iterator[ChannelSegment]:
+        """A segments channel's segments in channel order, one at a time; with ``data``, each one's
+        file as its chunks carry it."""
 
 
 class KafkaChannels:
@@ -99,13 +112,44 @@ class KafkaChannels:
 
         return read_wal_channel(self.kafka, topic, start)
 
-    def manifests(self, topic: str) -> Iterator[tuple[int, WireManifest]]:
+    def segments(self, topic: str, *, data: bool) -> Iterator[ChannelSegment]:
         from shoal.kafka.readers import read_to_end
-        from shoal.segments.channel import KIND_MANIFEST, message_kind
+        from shoal.segments.channel import KIND_CHUNK, KIND_MANIFEST, message_kind
+        from shoal.wire.records import SegmentChunk
 
+        pending: ChannelSegment | None = None  # a manifest whose chunks are being read
+        chunks: list[bytes] = []
         for msg in read_to_end(self.kafka, topic, 0, what="segments channel", group_id="shoal-verify"):
-            if message_kind(msg.headers()) == KIND_MANIFEST:
-                yield int(msg.offset() or 0), WireManifest.from_bytes(msg.value())
+            kind, offset = message_kind(msg.headers()), int(msg.offset() or 0)
+            if kind == KIND_MANIFEST:
+                if pending is not None:
+                    yield replace(pending, error=f"only {len(chunks)} of its chunks before the next manifest")
+                segment = ChannelSegment(offset, WireManifest.from_bytes(msg.value()))
+                if not data:
+                    yield segment
+                    continue
+                pending, chunks = segment, []
+            elif kind == KIND_CHUNK and pending is not None:
+                m = pending.manifest
+                try:
+                    chunk = SegmentChunk.from_bytes(msg.value())
+                except ShoalError as exc:
+                    yield replace(pending, error=f"the chunk at offset {offset} does not decode: {exc}")
+                    pending = None
+                    continue
+                if (chunk.segment_id, chunk.index, chunk.count) != (m.segment_id, len(chunks), m.chunk_count):
+                    why = f"chunk {chunk.segment_id}[{chunk.index}/{chunk.count}] at offset {offset}"
+                    yield replace(pending, error=f"{why} where its chunk {len(chunks)} was expected")
+                    pending = None
+                    continue
+                chunks.append(chunk.data)
+                if len(chunks) == m.chunk_count:
+                    yield replace(pending, data=b"".join(chunks))
+                    pending = None
+        if pending is not None:
+            yield replace(
+                pending, error=f"only {len(chunks)} of its {pending.manifest.chunk_count} chunks on the channel"
+            )
 
 
 def _failed(exc: BaseException) -> str | None:
@@ -135,15 +179,20 @@ def _check_channel(
 
 
 def check_segments_channel(
-    channels: ChannelSource, topic: str, placement_id: int, wal_topic: str
+    channels: ChannelSource, topic: str, placement_id: int, wal_topic: str, floors: WalFloors | None = None
 ) -> tuple[WalChannelCheck, SegmentsOrder | None]:
-    """The GTID order of one placement's segments channel (:func:`~shoal_app.cli.verify_gtids.check_manifests`)."""
+    """The GTID order of one placement's segments channel (:func:`~shoal_app.cli.verify_gtids.check_manifests`).
+    With ``floors``, every segment's rows are added to them as they pass (the coverage check)."""
     order = SegmentsOrder()
 
     def run(out: WalChannelCheck) -> SegmentsOrder:
         try:
+            segments = channels.segments(topic, data=floors is not None)
+            if floors is not None:
+                segments = floors.tap_segments(topic, segments)
+            manifests = ((s.offset, s.manifest) for s in segments)
             return check_manifests(
-                channels.manifests(topic), topic=topic, placement_id=placement_id, own_wal_topic=wal_topic, out=order
+                manifests, topic=topic, placement_id=placement_id, own_wal_topic=wal_topic, out=order
             )
         finally:
             out.records = order.manifests
@@ -157,6 +206,7 @@ def check_wal_channel(
     segments: SegmentsOrder | None = None,
     floors: WalFloors | None = None,
     owner: tuple[str, int] | None = None,
+    ingest_topic: str | None = None,
 ) -> tuple[WalChannelCheck, WalOrder | None]:
     """The GTID hash chain and GTID order of one WAL channel (:func:`~shoal_app.cli.verify_gtids.check_wal_records`),
     from its Tail to its end, streamed: records read, ok, the first error, and the epochs it holds.
@@ -169,7 +219,15 @@ def check_wal_channel(
             records: Iterable[ChannelRecord] = channels.wal_records(topic, out.tail)
             if floors is not None:
                 records = floors.tap(topic, records)
-            return check_wal_records(records, topic=topic, tail=out.tail, segments=segments, out=order, owner=owner)
+            return check_wal_records(
+                records,
+                topic=topic,
+                tail=out.tail,
+                segments=segments,
+                out=order,
+                owner=owner,
+                ingest_topic=ingest_topic,
+            )
         finally:
             out.records = order.records
 
@@ -242,7 +300,7 @@ def coverage(floors: WalFloors, replicas: list[ReplicaDescription], rows: Callab
     """Which replicas miss a write still on the partition's WAL channels (:mod:`~shoal_app.cli.verify_coverage`),
     or None when every replica reaches every floor. ``rows(server_id, partition_id)``: that replica's scan
     with its GTID columns."""
-    problems = [f"undecodable WAL record {u}" for u in floors.undecodable[:3]]
+    problems = [f"undecodable {u}" for u in floors.undecodable[:3]]
     newest = floors.floors()
     if newest is not None:
         keys = list(floors.table.primary_key)
@@ -254,7 +312,9 @@ def coverage(floors: WalFloors, replicas: list[ReplicaDescription], rows: Callab
                 problems.append(f"{who}: cannot scan: {type(exc).__name__}: {exc}")
                 continue
             if count:
-                problems.append(f"{who} misses {count} of {newest.num_rows} WAL writes ({'; '.join(examples)})")
+                problems.append(
+                    f"{who} misses {count} of {newest.num_rows} writes on the channels ({'; '.join(examples)})"
+                )
     return "; ".join(problems) if problems else None
 
 
@@ -267,7 +327,7 @@ def verify(
     rows: Callable[[str, str], pa.Table] | None = None,
 ) -> Verification:
     """Every partition of ``table``: do its replicas agree, are its channels' hash chains intact and
-    their GTIDs in order, does every replica hold every write still on its WAL channels?
+    their GTIDs in order, does every replica hold every write still on its channels?
     ``describe(server_id)``: that node's ``describe replica`` of ``table``; ``rows(server_id,
     partition_id)``: that replica's rows with their GTID columns (the coverage check is skipped when
     ``describe`` is given without ``rows``)."""
@@ -288,7 +348,8 @@ def verify(
 
     def remote_rows(server: str, partition_id: str) -> pa.Table:
         location = lookup_node(client.zk, client.layout, server)
-        return scan_remote(location, ScanRequest(table, partition_id=partition_id, system=True), scan=scan)
+        request = ScanRequest(table, partition_id=partition_id, system=True, deleted=True)
+        return scan_remote(location, request, scan=scan)
 
     describe_node = describe or remote
     rows_of = rows if rows is not None else (remote_rows if describe is None else None)
@@ -325,7 +386,7 @@ def verify(
         agree = len(described_ok) == len(replicas) and len(states) == 1
         range_error = outside_range(described_ok, key_range, file.table.keyspace)
         chains = {tuple(r.chain) if isinstance(r, ReplicaDescription) else () for r in replicas}
-        wal_checks, segment_checks, epochs = [], [], {}
+        wal_checks, segment_checks, epochs, wal_orders = [], [], {}, []
         floors = WalFloors(file.table) if rows_of is not None else None
         placements = channel_placements(entry)
         wal_topics = [topics.wal(entry.partition_id, p.placement_id) for p in placements]
@@ -333,18 +394,21 @@ def verify(
         orders: list[SegmentsOrder] = []
         for p, wal_topic in zip(placements, wal_topics, strict=True):
             seg_check, order = check_segments_channel(
-                source, topics.segments(entry.partition_id, p.placement_id), p.placement_id, wal_topic
+                source, topics.segments(entry.partition_id, p.placement_id), p.placement_id, wal_topic, floors
             )
             segment_checks.append(seg_check)
             orders.append(order if order is not None else SegmentsOrder())
         for p, wal_topic, order in zip(placements, wal_topics, orders, strict=True):
             owner = (entry.partition_id, p.placement_id)
-            wal_check, wal_order = check_wal_channel(source, wal_topic, order, floors, owner)
+            wal_check, wal_order = check_wal_channel(
+                source, wal_topic, order, floors, owner, topics.ingest(entry.partition_id)
+            )
             check_wal_coverage(wal_check, tails[wal_topic], orders)
             wal_checks.append(wal_check)
             if wal_order is not None:
                 epochs[wal_topic] = wal_order.epochs
-        shared = shared_epochs(epochs)
+                wal_orders.append(wal_order)
+        shared = shared_epochs(epochs) or accept_order(wal_orders)
         missing = None if floors is None or rows_of is None else coverage(floors, described_ok, rows_of)
         partitions.append(
             PartitionVerification(
@@ -395,7 +459,7 @@ def verify_command(table_name: str, output: str, **conn: Any) -> None:
                 f"GTIDs {'in order' if p.gtids_ok else 'OUT OF ORDER'}"
                 + (f" ({p.gtid_error})" if p.gtid_error else "")
                 + ("" if p.in_range else f", KEYS OUT OF RANGE ({p.range_error})")
-                + (f", WAL WRITES MISSING ({p.coverage_error})" if p.covered is False else "")
+                + (f", WRITES MISSING ({p.coverage_error})" if p.covered is False else "")
                 + (
                     ""
                     if p.chains_equal

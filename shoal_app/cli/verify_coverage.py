@@ -1,20 +1,30 @@
-"""``shoal verify``'s coverage check: every write still on a WAL channel is in every replica (DESIGN.md section 6).
+"""``shoal verify``'s coverage check: every write still on a channel is in every replica (DESIGN.md section 6).
 
 Replicas that agree with each other can still agree on the wrong rows: a compaction that kept an
-older version, a fast-forward to a segment built from nothing, a leader that reused GTIDs. What the
-channels still hold (each WAL channel from its Tail to its end, committed records only) is writes
-every replica must reflect: a leader commits a WAL record in the same transaction as the ingest
-offsets it accepts, a new leader adopts its predecessor's channel to the end, so every committed
-record is an accepted write.
+older version or lost rows, a fast-forward to a segment built from nothing, a segment every replica
+dropped, a leader that reused GTIDs. What the channels still hold (committed records only) is
+writes every replica must reflect:
+
+- each WAL channel from its Tail to its end: a leader commits a WAL record in the same transaction
+  as the ingest offsets it accepts, a new leader adopts its predecessor's channel to the end, so
+  every committed record is an accepted write;
+- each segments channel from its start (Tail truncates it below a published major, which keeps
+  every key's newest version and its tombstones): a segment holds rows a leader accepted (a flush
+  of its memtable, an adopted or merged channel, a major of such segments), at their GTIDs. A
+  segment's file is checked against its manifest's sha256 before its rows count.
 
 For each primary key on those channels, the newest version (highest GTID, TokuMX seed 003; a
-delete is a tombstone with its GTID) is the *floor* a replica's row must reach:
+delete is a tombstone with its GTID) is the *floor* a replica's row must reach. The replica's scan
+includes its tombstones (``ScanRequest.deleted``), so a later delete the channels no longer hold
+(a leaving placement's channels deleted after it led) reaches an older write's floor:
 
-- a written row: the replica holds the key with a GTID at or above it (a later write may have
-  replaced it, on a channel already truncated), and at that very GTID the values the WAL record
-  wrote: every replica holding the same wrong values at the right GTID (a compaction that stamped
-  an older version's values with the newest GTID, then fast-forwarded everywhere) is a mismatch too;
-- a delete: the replica does not hold the key, or holds it with a GTID above the delete.
+- a written row: the replica holds the key (a row or a tombstone) with a GTID at or above it (a
+  later write may have replaced it, on a channel already truncated), and at that very GTID the
+  row the channel wrote, with its values: every replica holding the same wrong values at the right
+  GTID (a compaction that stamped an older version's values with the newest GTID, then
+  fast-forwarded everywhere) is a mismatch too;
+- a delete: the replica does not hold the key, or holds it with a GTID above the delete, or its
+  tombstone at the delete's GTID.
 
 A channel is a suffix of its placement's writes (Tail truncates from the front), so what is newer
 than a version on a channel is either on the same channel or on a newer leader's channel, where the
@@ -25,19 +35,34 @@ one row per key, never a channel.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from metadata.table import TableDefinition
 from shoal.errors import ShoalError
 from shoal.kafka.readers import ChannelRecord
 from shoal.segments import lww_merge
-from shoal.segments.versioned import DELETED_COLUMN, EPOCH_COLUMN, SEQ_COLUMN, SYSTEM_COLUMNS
+from shoal.segments.versioned import DELETED_COLUMN, EPOCH_COLUMN, SEQ_COLUMN, SYSTEM_COLUMNS, SYSTEM_TYPES
 from shoal.wire.ingest import ingest_schema
+from shoal.wire.records import ManifestRecord as WireManifest
 from storage_node.replica import versioned_rows
+
+
+@dataclass(frozen=True)
+class ChannelSegment:
+    """One segment on a segments channel: its manifest at ``offset``, and when asked for, the file its
+    chunks carry (``data``; None with ``error`` saying why when they are not all there)."""
+
+    offset: int
+    manifest: WireManifest
+    data: bytes | None = None
+    error: str | None = None
+
 
 _MERGE_EVERY = 256
 """Merge the collected floors after this many records, so memory stays one row per key."""
@@ -47,17 +72,21 @@ _EXAMPLES = 3
 
 @dataclass
 class WalFloors:
-    """The newest version per primary key of the WAL records read so far (the whole row, its GTID and delete flag)."""
+    """The newest version per primary key of the WAL records and segments read so far (the whole
+    row, its GTID and delete flag)."""
 
     table: TableDefinition
     records: int = 0
+    segments: int = 0
     undecodable: list[str] = field(default_factory=list)
-    """Records whose rows do not decode (``topic@offset: error``): their writes cannot be checked."""
+    """WAL records and segments whose rows cannot be read (``WAL record topic@offset: error``,
+    ``segment id at topic@offset: error``): their writes cannot be checked."""
     _parts: list[pa.Table] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self._schema = ingest_schema(self.table.arrow_schema(), self.table.primary_key)
         self._columns = [*self.table.arrow_schema().names, *SYSTEM_COLUMNS]
+        self._stored = pa.schema([*self.table.arrow_schema(), *(pa.field(n, SYSTEM_TYPES[n]) for n in SYSTEM_COLUMNS)])
 
     def tap(self, topic: str, records: Iterable[ChannelRecord]) -> Iterator[ChannelRecord]:
         """``records`` unchanged, each one's rows added to the floors as it passes."""
@@ -70,9 +99,40 @@ class WalFloors:
         try:  # a record whose header says no rows is decoded too: its payload must agree
             rows = versioned_rows(record.rows(self._schema), record.gtid)
         except ShoalError as exc:
-            self.undecodable.append(f"{topic}@{item.offset}: {exc}")
+            self.undecodable.append(f"WAL record {topic}@{item.offset}: {exc}")
             return
         self.records += 1
+        self._keep(rows)
+
+    def tap_segments(self, topic: str, segments: Iterable[ChannelSegment]) -> Iterator[ChannelSegment]:
+        """``segments`` unchanged, each one's rows added to the floors as it passes."""
+        for segment in segments:
+            self.add_segment(topic, segment)
+            yield segment
+
+    def add_segment(self, topic: str, segment: ChannelSegment) -> None:
+        m = segment.manifest
+        where = f"segment {m.segment_id} at {topic}@{segment.offset}"
+        if segment.data is None:
+            self.undecodable.append(f"{where}: {segment.error or 'its file was not read'}")
+            return
+        digest = hashlib.sha256(segment.data).hexdigest()
+        if digest != m.checksum:
+            self.undecodable.append(f"{where}: its chunks' sha256 {digest} is not its manifest's {m.checksum}")
+            return
+        try:
+            rows = pq.read_table(pa.BufferReader(segment.data))
+            absent = [c for c in self._columns if c not in rows.column_names]
+            if absent:
+                raise ValueError(f"no column {absent}")
+            rows = rows.select(self._columns).cast(self._stored)
+        except (pa.ArrowException, OSError, ValueError) as exc:
+            self.undecodable.append(f"{where}: not a segment of this table: {exc}")
+            return
+        self.segments += 1
+        self._keep(rows)
+
+    def _keep(self, rows: pa.Table) -> None:
         if rows.num_rows == 0:
             return
         self._parts.append(rows.select(self._columns))
@@ -107,7 +167,7 @@ def _replica_name(i: int | str) -> str:
     return f"\x00replica {i}"  # no table column can be named so (metadata.table.validate_column_name)
 
 
-_R_EPOCH, _R_SEQ = _replica_name("epoch"), _replica_name("seq")
+_R_EPOCH, _R_SEQ, _R_DELETED = _replica_name("epoch"), _replica_name("seq"), _replica_name("deleted")
 
 
 def _show(value: object) -> str:
@@ -115,47 +175,61 @@ def _show(value: object) -> str:
 
 
 def missing_writes(floors: pa.Table, replica_rows: pa.Table, key_columns: Iterable[str]) -> tuple[int, list[str]]:
-    """How many floors ``replica_rows`` (a scan with its GTID columns, tombstones hidden) does not reach,
-    and a few of them (``key=... gtid E:S written|deleted, replica has ...``). A written row the replica
-    holds at the very same GTID must hold the values the WAL record wrote."""
+    """How many floors ``replica_rows`` (a scan with its GTID columns, with or without its tombstones)
+    does not reach, and a few of them (``key=... gtid E:S written|deleted, replica has ...``). A written
+    row the replica holds at the very same GTID must hold the values the channel wrote."""
     keys = list(key_columns)
     values = [c for c in floors.column_names if c not in keys and c not in SYSTEM_COLUMNS]
     theirs_names = [*keys, *values, EPOCH_COLUMN, SEQ_COLUMN]
     missing = [c for c in theirs_names if c not in replica_rows.column_names]
     if missing:
         raise ShoalError(f"the replica's scan lacks the columns {missing}")
-    renamed = [*keys, *(_replica_name(i) for i in range(len(values))), _R_EPOCH, _R_SEQ]
-    theirs = replica_rows.select(theirs_names).rename_columns(renamed)
+    if DELETED_COLUMN in replica_rows.column_names:
+        theirs_names.append(DELETED_COLUMN)
+    renamed = [*keys, *(_replica_name(i) for i in range(len(values))), _R_EPOCH, _R_SEQ, _R_DELETED]
+    theirs = replica_rows.select(theirs_names).rename_columns(renamed[: len(theirs_names)])
     joined = floors.join(theirs, keys=keys, join_type="left outer")
     held = pc.is_valid(joined.column(_R_EPOCH))
     e, s = joined.column(EPOCH_COLUMN), joined.column(SEQ_COLUMN)
     re, rs = joined.column(_R_EPOCH), joined.column(_R_SEQ)
+    their_delete = (
+        pc.fill_null(joined.column(_R_DELETED), False)
+        if _R_DELETED in joined.column_names
+        else pa.chunked_array([pa.array([False] * joined.num_rows, pa.bool_())])
+    )
     reaches = pc.fill_null(_at_or_above(re, rs, e, s), False)
     same_gtid = pc.fill_null(pc.and_(pc.equal(re, e), pc.equal(rs, s)), False)
-    above = pc.and_(reaches, pc.invert(same_gtid))
     deleted = joined.column(DELETED_COLUMN)
-    live_missing = pc.and_(pc.invert(deleted), pc.invert(reaches))
-    delete_undone = pc.and_(deleted, pc.and_(held, pc.invert(above)))
     same_values = pa.chunked_array([pa.array([True] * joined.num_rows, pa.bool_())])
     for i, name in enumerate(values):
         same_values = pc.and_(same_values, _same_value(joined.column(name), joined.column(_replica_name(i))))
-    wrong_values = pc.and_(pc.and_(pc.invert(deleted), same_gtid), pc.invert(same_values))
-    bad = joined.filter(pc.or_(pc.or_(live_missing, delete_undone), wrong_values))
+    # a write: reached, and at its own GTID the same row (not a delete, the same values)
+    other_at_gtid = pc.and_(same_gtid, pc.or_(their_delete, pc.invert(same_values)))
+    write_bad = pc.and_(pc.invert(deleted), pc.or_(pc.invert(reaches), other_at_gtid))
+    # a delete: no row, a newer version, or its own tombstone
+    delete_bad = pc.and_(
+        pc.and_(deleted, held), pc.or_(pc.invert(reaches), pc.and_(same_gtid, pc.invert(their_delete)))
+    )
+    bad = joined.filter(pc.or_(write_bad, delete_bad))
+    bad = bad.append_column(_R_DELETED + " shown", their_delete.filter(pc.or_(write_bad, delete_bad)))
     examples = []
     for row in bad.slice(0, _EXAMPLES).to_pylist():
         key = ", ".join(f"{k}={_show(row[k])}" for k in keys)
         what = "deleted" if row[DELETED_COLUMN] else "written"
         at = f"{row[EPOCH_COLUMN]}:{row[SEQ_COLUMN]}"
+        theirs_at = f"{row[_R_EPOCH]}:{row[_R_SEQ]}"
         if row[_R_EPOCH] is None:
             has = "no row"
+        elif row[_R_DELETED + " shown"]:
+            has = f"a delete at gtid {theirs_at}"
         elif (row[_R_EPOCH], row[_R_SEQ]) == (row[EPOCH_COLUMN], row[SEQ_COLUMN]) and not row[DELETED_COLUMN]:
             differ = [
-                f"{c}={_show(row[_replica_name(i)])} (WAL {_show(row[c])})"
+                f"{c}={_show(row[_replica_name(i)])} (channel {_show(row[c])})"
                 for i, c in enumerate(values)
                 if row[c] != row[_replica_name(i)]
             ]
             has = "other values at that gtid: " + ", ".join(differ or ["NaN vs a number"])
         else:
-            has = f"gtid {row[_R_EPOCH]}:{row[_R_SEQ]}"
+            has = f"gtid {theirs_at}"
         examples.append(f"{key} {what} at gtid {at}, replica has {has}")
     return bad.num_rows, examples

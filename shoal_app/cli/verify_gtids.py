@@ -14,7 +14,14 @@ and without holding a channel in memory (each check consumes an iterator once):
   segment whose own range starts below what earlier ones covered holds rows already flushed, e.g.
   the placement's own unreferenced segment merged back in a later term, source 3.5);
 - across a partition's WAL channels (:func:`shared_epochs`): no two placements wrote with the same
-  epoch (no two leaders of a partition share one).
+  epoch (no two leaders of a partition share one);
+- across a partition's WAL channels, in the order the leaders accepted them (:func:`accept_order`):
+  each WAL record names the ingest offset it accepted, and the leaders of a partition accept its
+  ingest topic in offset order, each new leader from its predecessor's committed offset (DESIGN.md
+  section 4). So ordered by ingest offset, every record's GTIDs are above the record before it
+  (whichever leader wrote it), and no ingest offset is accepted twice. A leader that took an epoch
+  older than its predecessor's, or a zombie that committed after its successor started, breaks it;
+  the per-channel checks cannot see either, and its writes would lose to older ones everywhere alike.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from itertools import pairwise
 
 from shoal.errors import ShoalError
 from shoal.kafka.readers import ChannelRecord
@@ -127,10 +135,23 @@ def check_manifests(
     return out
 
 
+@dataclass(frozen=True)
+class Accepted:
+    """One WAL record as :func:`accept_order` orders it: the ingest offset it accepted, its GTIDs, where it is."""
+
+    ingest_offset: int
+    first: Gtid
+    last: Gtid
+    topic: str
+    offset: int
+
+
 @dataclass
 class WalOrder:
     records: int = 0
     epochs: set[int] = field(default_factory=set)
+    accepted: list[Accepted] = field(default_factory=list)
+    """The records that name an offset of the partition's ingest topic (``ingest_topic``)."""
 
 
 def check_wal_records(
@@ -141,12 +162,14 @@ def check_wal_records(
     segments: SegmentsOrder | None = None,
     out: WalOrder | None = None,
     owner: tuple[str, int] | None = None,
+    ingest_topic: str | None = None,
 ) -> WalOrder:
     """Check one WAL channel read from its Tail ``tail`` (one pass, nothing held): the hash chain and
     GTID order (from the genesis hash when nothing was truncated), and every record above the floor
     its placement's segments set. Raises HashChainError or :class:`GtidOrderError`; ``out`` (records
     read, epochs seen; pass one to see how far a failed check got) is filled as the records pass.
-    ``owner``: the channel's (partition_id, placement_id), which every record must name."""
+    ``owner``: the channel's (partition_id, placement_id), which every record must name; the records
+    naming an offset of ``ingest_topic`` are kept in ``out.accepted`` for :func:`accept_order`."""
     out = WalOrder() if out is None else out
 
     def checked() -> Iterator[ChannelRecord]:
@@ -165,6 +188,9 @@ def check_wal_records(
                 )
             out.records += 1
             out.epochs.add(gtid.epoch)
+            for ingest in item.record.ingest_offsets:
+                if ingest.topic == ingest_topic:
+                    out.accepted.append(Accepted(ingest.offset, gtid, item.record.last_gtid, topic, item.offset))
             yield item
 
     verify_chain((item.record for item in checked()), prev_hash=GENESIS_HASH if tail == 0 else None)
@@ -179,4 +205,26 @@ def shared_epochs(epochs: Mapping[str, set[int]]) -> str | None:
             if epoch in owner:
                 return f"epoch {epoch} was used by two leaders: {owner[epoch]} and {topic}"
             owner[epoch] = topic
+    return None
+
+
+def accept_order(orders: Iterable[WalOrder]) -> str | None:
+    """The first break of accept order across a partition's WAL channels, as a reason (None: none).
+
+    Ordered by the ingest offset each record accepted, every record's first GTID must be above the
+    last GTID of the record before it, and no ingest offset may be accepted twice."""
+    accepted = sorted((a for o in orders for a in o.accepted), key=lambda a: a.ingest_offset)
+    for before, after in pairwise(accepted):
+        where = f"{after.topic}@{after.offset}"
+        if after.ingest_offset == before.ingest_offset:
+            return (
+                f"ingest offset {after.ingest_offset} was accepted twice: by {before.topic}@{before.offset} "
+                f"(gtid {before.first}) and by {where} (gtid {after.first})"
+            )
+        if after.first <= before.last:
+            return (
+                f"ingest offset {after.ingest_offset} was accepted with gtid {after.first} ({where}), not above "
+                f"gtid {before.last} of ingest offset {before.ingest_offset} accepted before it "
+                f"({before.topic}@{before.offset}): a leader wrote with an epoch older than its predecessor's"
+            )
     return None

@@ -403,8 +403,11 @@ class PartitionReplica:
 
     # -- reads -------------------------------------------------------------------------------
 
-    def scan(self, where: KeyFilter | None = None, *, include_system: bool = False) -> pa.Table:
-        """Newest version per primary key across segments and memtable, tombstones hidden."""
+    def scan(
+        self, where: KeyFilter | None = None, *, include_system: bool = False, include_deleted: bool = False
+    ) -> pa.Table:
+        """Newest version per primary key across segments and memtable, tombstones hidden (kept with
+        ``include_deleted``, which needs ``include_system`` to tell them apart)."""
         where = where or KeyFilter()
         overlay = self.overlay
         if overlay is not None:
@@ -436,7 +439,8 @@ class PartitionReplica:
                 mask = where.mask(p.column(key))
                 filtered.append(p if mask is None else p.filter(mask))
             result = lww_merge(filtered, self.key_columns)
-        result = result.filter(pc.invert(result.column(DELETED_COLUMN)))
+        if not (include_deleted and include_system):
+            result = result.filter(pc.invert(result.column(DELETED_COLUMN)))
         if not include_system:
             result = result.select([n for n in result.column_names if n not in SYSTEM_COLUMNS])
         else:  # segments written by the node and by Spark may differ in nullability: one schema out

@@ -138,7 +138,7 @@ class ScanServer(flight.FlightServerBase):
                 what = f"partition {req.partition_id} of " if req.partition_id else ""
                 raise flight.FlightServerError(f"this node holds no replica of {what}table {req.table}")
             where = KeyFilter(req.key, req.low, req.high)
-            parts = [r.scan(where, include_system=req.system) for r in replicas]
+            parts = [r.scan(where, include_system=req.system, include_deleted=req.deleted) for r in replicas]
             table = pa.concat_tables(parts) if len(parts) > 1 else parts[0]
         except ShoalError as exc:
             raise flight.FlightServerError(f"{type(exc).__name__}: {exc}") from exc

@@ -143,7 +143,11 @@ def test_scan_request_ticket_validation() -> None:
     assert ScanRequest.from_ticket(req.to_ticket()) == req
     system = ScanRequest("events", "ab" * 16, system=True)
     assert ScanRequest.from_ticket(system.to_ticket()) == system
+    tombstones = ScanRequest("events", "ab" * 16, system=True, deleted=True)
+    assert ScanRequest.from_ticket(tombstones.to_ticket()) == tombstones
     bad_tickets = (
+        b'{"table": "t", "deleted": true}',  # tombstones only with their GTID columns
+        b'{"table": "t", "system": true, "deleted": 1}',
         b"{",
         b'{"table": "../x"}',
         b'{"table": "t", "path": "/etc"}',
@@ -158,6 +162,7 @@ def test_scan_request_ticket_validation() -> None:
 def test_flight_scan_roundtrip(tmp_path: Path) -> None:
     r = PartitionReplica(TABLE, new_partition_id(), 1, tmp_path)
     r.append(versioned_rows(ingest([1, 2], ["a", "b"]), Gtid(1, 0)), 0)
+    r.append(versioned_rows(ingest([3], [None], deleted=True), Gtid(1, 2)), 1)
     server = ScanServer("grpc://127.0.0.1:0", lambda table, pid: [r] if table == "events" else [])
     try:
         loc = f"grpc://127.0.0.1:{server.port}"
@@ -165,6 +170,10 @@ def test_flight_scan_roundtrip(tmp_path: Path) -> None:
         # with its GTID columns (``shoal verify``'s coverage check)
         versioned = scan_remote(loc, ScanRequest("events", key=2, system=True)).to_pylist()
         assert versioned == [{"k": 2, "v": "b", "_shoal_epoch": 1, "_shoal_seq": 1, "_shoal_deleted": False}]
+        # tombstones only when asked for (``shoal verify``: a delete reaches an older write's GTID)
+        assert scan_remote(loc, ScanRequest("events", key=3, system=True)).num_rows == 0
+        deleted = scan_remote(loc, ScanRequest("events", key=3, system=True, deleted=True)).to_pylist()
+        assert deleted == [{"k": 3, "v": None, "_shoal_epoch": 1, "_shoal_seq": 2, "_shoal_deleted": True}]
         with pytest.raises(Exception, match="no replica"):
             scan_remote(loc, ScanRequest("nope"))
     finally:

@@ -11,7 +11,7 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
-from test_verify_coverage import _batch, _records, _replica
+from test_verify_coverage import _batch, _records, _replica, _segment
 from test_verify_gtids import TOPICS, FakeChannels, _client, _file, _manifest, fake_metadata_client
 
 from metadata.metadata_file import MetadataFile, Placement
@@ -40,9 +40,10 @@ def test_a_wal_tail_above_what_segments_cover_is_a_mismatch() -> None:
     held them (retention, a hand-made delete_records, a wrong Tail). Every replica misses them alike."""
     file = _file()
     pid = file.partitions[0].partition_id
-    seg = _manifest(pid, 1, 1, (0, 2), (Gtid(1, 0), Gtid(1, 1)), is_major=False)
+    seg, file0 = _segment(_manifest(pid, 1, 1, (0, 2), (Gtid(1, 0), Gtid(1, 1)), is_major=False), [])
     wal = _records(pid, 1, [(Gtid(1, 9), _batch([9], ["z"], [False]))], first_offset=5)
-    channels = FakeChannels({TOPICS.wal(pid, 1): (5, wal)}, {TOPICS.segments(pid, 1): [seg]})
+    files = {seg.segment_id: file0}
+    channels = FakeChannels({TOPICS.wal(pid, 1): (5, wal)}, {TOPICS.segments(pid, 1): [seg]}, files)
 
     def run(channels: FakeChannels) -> Any:
         return verify(
@@ -59,13 +60,14 @@ def test_a_wal_tail_above_what_segments_cover_is_a_mismatch() -> None:
     assert not check.ok and "Tail 5 is above what segments cover of this channel (2)" in (check.error or "")
     # the same channel with segments up to its Tail agrees
     seg2 = _manifest(pid, 1, 1, (2, 5), (Gtid(1, 2), Gtid(1, 8)), segment_id="02" * 16, is_major=False)
-    assert run(FakeChannels({TOPICS.wal(pid, 1): (5, wal)}, {TOPICS.segments(pid, 1): [seg, seg2]})).ok
+    seg2, files[seg2.segment_id] = _segment(seg2, [])
+    assert run(FakeChannels({TOPICS.wal(pid, 1): (5, wal)}, {TOPICS.segments(pid, 1): [seg, seg2]}, files)).ok
     # coverage by a segment another placement published (an adopted channel) counts too
     other = _manifest(pid, 2, 2, (0, 5), (Gtid(1, 0), Gtid(1, 8)), segment_id="03" * 16)
-    other = replace(other, covered_wal_offsets=seg2.covered_wal_offsets)
+    other, files[other.segment_id] = _segment(replace(other, covered_wal_offsets=seg2.covered_wal_offsets), [])
     two = replace(file, partitions=(replace(file.partitions[0], servers_leaving=(Placement("node-2", 2),)),))
     adopted = FakeChannels(
-        {TOPICS.wal(pid, 1): (5, wal)}, {TOPICS.segments(pid, 1): [seg], TOPICS.segments(pid, 2): [other]}
+        {TOPICS.wal(pid, 1): (5, wal)}, {TOPICS.segments(pid, 1): [seg], TOPICS.segments(pid, 2): [other]}, files
     )
     report = verify(
         _client(two),
@@ -86,13 +88,13 @@ def test_the_tail_is_read_before_the_segments_channels() -> None:
     seg = _manifest(pid, 1, 1, (0, 2), (Gtid(1, 0), Gtid(1, 1)), is_major=False)
 
     class Racing(FakeChannels):
-        def manifests(self, topic: str) -> Any:  # a segment up to 4 published, then the Tail moved to 4
-            self.segments[topic] = [
+        def segments(self, topic: str, *, data: bool) -> Any:  # a segment up to 4 published, then the Tail moved to 4
+            self.published[topic] = [
                 seg,
                 _manifest(pid, 1, 1, (2, 4), (Gtid(1, 2), Gtid(1, 3)), segment_id="02" * 16, is_major=False),
             ]
             self.wal[wal_topic] = (4, [])
-            return super().manifests(topic)
+            return super().segments(topic, data=data)
 
     channels = Racing({wal_topic: (2, [])}, {TOPICS.segments(pid, 1): [seg]})
     report = verify(_client(file), "events", channels=channels, describe=lambda _s: [_described(pid)])

@@ -6,9 +6,12 @@ Pure: WAL records with real Arrow payloads, replicas' rows built as the node's s
 
 from __future__ import annotations
 
+import hashlib
+from dataclasses import replace
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 from test_verify_gtids import TABLE, TOPICS, FakeChannels, _client, _file
 
 from shoal.kafka.readers import ChannelRecord
@@ -16,6 +19,7 @@ from shoal.segments.versioned import stamp
 from shoal.wire.arrow_ipc import encode_batch
 from shoal.wire.ingest import DELETED_COLUMN, ingest_schema
 from shoal.wire.records import GENESIS_HASH, Gtid, WalRecord
+from shoal.wire.records import ManifestRecord as WireManifest
 from shoal_app.cli.verify import verify
 from shoal_app.cli.verify_coverage import WalFloors, missing_writes
 
@@ -53,6 +57,25 @@ def _replica(rows: list[tuple[int, str, int, int]]) -> pa.Table:
     ).set_column(
         stamped.schema.get_field_index("_shoal_seq"), "_shoal_seq", pa.array([r[3] for r in rows], pa.uint64())
     )
+
+
+def _segment(manifest: WireManifest, rows: list[tuple[int, str | None, int, int, bool]]) -> tuple[WireManifest, bytes]:
+    """A segment file of versioned rows (k, v, epoch, seq, deleted) as a node writes it, and
+    ``manifest`` with that file's sha256, size and row count."""
+    table = pa.table(
+        {
+            "k": pa.array([r[0] for r in rows], pa.uint64()),
+            "v": pa.array([r[1] for r in rows], pa.string()),
+            "_shoal_epoch": pa.array([r[2] for r in rows], pa.int64()),
+            "_shoal_seq": pa.array([r[3] for r in rows], pa.int64()),
+            "_shoal_deleted": pa.array([r[4] for r in rows], pa.bool_()),
+        }
+    )
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink, compression="zstd")
+    data = sink.getvalue().to_pybytes()
+    checksum = hashlib.sha256(data).hexdigest()
+    return replace(manifest, checksum=checksum, size_bytes=len(data), row_count=len(rows)), data
 
 
 def _floors(pid: str, batches: list[tuple[Gtid, pa.Table]]) -> pa.Table:
@@ -106,7 +129,7 @@ def test_a_row_at_the_right_gtid_with_other_values_is_a_miss() -> None:
     assert missing_writes(floors, _replica([(1, "a2", 1, 3), (2, None, 1, 1), (3, "c", 1, 2)]), ["k"]) == (0, [])
     count, examples = missing_writes(floors, _replica([(1, "a", 1, 3), (2, "", 1, 1), (3, None, 1, 2)]), ["k"])
     assert count == 3, examples
-    assert "k=1 written at gtid 1:3, replica has other values at that gtid: v='a' (WAL 'a2')" in examples[0]
+    assert "k=1 written at gtid 1:3, replica has other values at that gtid: v='a' (channel 'a2')" in examples[0]
     # a newer GTID may hold other values: a later write on a channel already truncated
     assert missing_writes(floors, _replica([(1, "z", 2, 0), (2, "y", 2, 1), (3, "x", 2, 2)]), ["k"]) == (0, [])
 
@@ -147,7 +170,7 @@ def test_verify_says_mismatch_when_agreeing_replicas_miss_a_wal_write() -> None:
 
     part = run(_replica([(1, "a", 1, 0)]))
     assert part["agree"] and part["wal_chains_ok"] and part["covered"] is False
-    assert "node-1#1 misses 1 of 2 WAL writes" in part["coverage_error"], part["coverage_error"]
+    assert "node-1#1 misses 1 of 2 writes on the channels" in part["coverage_error"], part["coverage_error"]
     assert run(_replica([(1, "a", 1, 0), (2, "b", 1, 1)]))["covered"] is True
     # without a way to read rows the check is not run (and says so)
     report = verify(_client(file), "events", channels=channels, describe=lambda _s: described)

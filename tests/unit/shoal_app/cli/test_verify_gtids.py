@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from dataclasses import replace
 from types import SimpleNamespace
 from typing import Any
 
@@ -15,11 +16,19 @@ from metadata.operations import create_file
 from metadata.table import Column, ColumnType, TableDefinition
 from shoal.kafka.readers import ChannelRecord
 from shoal.topics import TopicNames
-from shoal.wire.records import GENESIS_HASH, Gtid, WalOffsetRange, WalRecord
+from shoal.wire.records import GENESIS_HASH, Gtid, IngestOffset, WalOffsetRange, WalRecord
 from shoal.wire.records import ManifestRecord as WireManifest
 from shoal_app.cli import verify as verify_module
 from shoal_app.cli.verify import verify, verify_command
-from shoal_app.cli.verify_gtids import GtidOrderError, check_manifests, check_wal_records, shared_epochs
+from shoal_app.cli.verify_coverage import ChannelSegment
+from shoal_app.cli.verify_gtids import (
+    GtidOrderError,
+    WalOrder,
+    accept_order,
+    check_manifests,
+    check_wal_records,
+    shared_epochs,
+)
 
 TOPICS = TopicNames("shoal")
 TABLE = TableDefinition(
@@ -72,23 +81,30 @@ class FakeChannels:
     """A ChannelSource over lists; every read is an iterator (nothing is handed over as a list)."""
 
     def __init__(
-        self, wal: dict[str, tuple[int, list[ChannelRecord]]], segments: dict[str, list[WireManifest]]
+        self,
+        wal: dict[str, tuple[int, list[ChannelRecord]]],
+        segments: dict[str, list[WireManifest]],
+        files: dict[str, bytes] | None = None,
     ) -> None:
-        self.wal, self.segments = wal, segments
+        self.wal, self.published, self.files = wal, segments, files or {}
 
     def bounds(self, topic: str) -> tuple[int, int] | None:
         if topic in self.wal:
             tail, records = self.wal[topic]
             return tail, (records[-1].offset + 1 if records else tail)
-        if topic in self.segments:
-            return 0, len(self.segments[topic]) * 2
+        if topic in self.published:
+            return 0, len(self.published[topic]) * 2
         return None
 
     def wal_records(self, topic: str, start: int) -> Iterator[ChannelRecord]:
         return (r for r in self.wal[topic][1] if r.offset >= start)
 
-    def manifests(self, topic: str) -> Iterator[tuple[int, WireManifest]]:
-        return ((2 * i, m) for i, m in enumerate(self.segments[topic]))
+    def segments(self, topic: str, *, data: bool) -> Iterator[ChannelSegment]:
+        """Each manifest at an even offset, its file (``files`` by segment id) when asked for."""
+        for i, m in enumerate(self.published[topic]):
+            file = self.files.get(m.segment_id) if data else None
+            missing = "no chunks" if data and file is None else None
+            yield ChannelSegment(2 * i, m, file, missing)
 
 
 def _client(file: MetadataFile) -> Any:
@@ -256,3 +272,63 @@ def test_an_own_segment_merged_back_by_a_later_term_keeps_its_gtids_without_brea
     stale = _manifest(pid, 1, 4, (8, 10), (Gtid(1, 25), Gtid(4, 12)), segment_id="05" * 16, is_major=False)
     with pytest.raises(GtidOrderError, match="previous flushed segment"):  # new offsets: a flush, ordered
         check_manifests(enumerate([*channel, stale]), topic="s", placement_id=1, own_wal_topic=own)
+
+
+def _accepting(pid: str, placement: int, records: list[tuple[int, int, int, int]]) -> list[ChannelRecord]:
+    """A leader's WAL records (epoch, seq, rows, the ingest offset each accepted), chained from genesis
+    at WAL offsets 0, 1, ..."""
+    out, prev = [], GENESIS_HASH
+    for i, (epoch, seq, n, ingest) in enumerate(records):
+        rec = WalRecord.create(
+            partition_id=pid,
+            placement_id=placement,
+            gtid=Gtid(epoch, seq),
+            row_count=n,
+            payload=b"x",
+            prev_hash=prev,
+            ingest_offsets=(IngestOffset(TOPICS.ingest(pid), 0, ingest),),
+        )
+        out.append(ChannelRecord(i, rec))
+        prev = rec.hash
+    return out
+
+
+def test_a_leader_that_accepts_after_its_predecessor_with_an_older_epoch_is_out_of_order() -> None:
+    """Placement 1 accepted ingest offsets 0-1 with epoch 5, then placement 2 took over from offset 2
+    with epoch 4: each channel is in order alone and no epoch is shared, but the later writes have
+    the lower GTIDs, so every replica keeps the older values of their keys alike."""
+    file = replace(_file(), partitions=(replace(_file().partitions[0], servers_leaving=(Placement("node-2", 2),)),))
+    pid = file.partitions[0].partition_id
+    first = _accepting(pid, 1, [(5, 0, 10, 0), (5, 10, 10, 1)])
+
+    def run(second: list[ChannelRecord]) -> Any:
+        channels = FakeChannels({TOPICS.wal(pid, 1): (0, first), TOPICS.wal(pid, 2): (0, second)}, {})
+        return verify(_client(file), "events", channels=channels, describe=lambda _s: [])
+
+    assert run(_accepting(pid, 2, [(6, 0, 5, 2), (6, 5, 5, 3)])).partitions[0].gtids_ok
+    part = run(_accepting(pid, 2, [(4, 0, 5, 2), (4, 5, 5, 3)])).partitions[0]
+    assert not part.gtids_ok and part.wal_chains_ok
+    assert "ingest offset 2 was accepted with gtid 4:0" in (part.gtid_error or ""), part.gtid_error
+    assert "not above gtid 5:19 of ingest offset 1" in (part.gtid_error or "")
+    # an ingest offset accepted by two leaders (a zombie committed after its successor started)
+    part = run(_accepting(pid, 2, [(6, 0, 5, 1), (6, 5, 5, 2)])).partitions[0]
+    assert not part.gtids_ok and "ingest offset 1 was accepted twice" in (part.gtid_error or ""), part.gtid_error
+    # records of another ingest topic (none in shoal today) are not ordered with these
+    assert accept_order([WalOrder()]) is None
+
+
+def test_accept_order_sorts_by_ingest_offset_across_truncated_channels() -> None:
+    pid = _file().partitions[0].partition_id
+    orders = []
+    for placement, records in ((2, [(7, 0, 1, 5), (7, 1, 1, 9)]), (1, [(6, 3, 2, 3), (6, 5, 1, 4)])):
+        out = WalOrder()
+        check_wal_records(
+            _accepting(pid, placement, records), topic=f"w{placement}", tail=0, out=out, ingest_topic=TOPICS.ingest(pid)
+        )
+        orders.append(out)
+    assert [a.ingest_offset for o in orders for a in o.accepted] == [5, 9, 3, 4]
+    assert accept_order(orders) is None
+    # the same records named with another ingest topic are not kept
+    out = WalOrder()
+    check_wal_records(_accepting(pid, 1, [(6, 3, 2, 3)]), topic="w", tail=0, out=out, ingest_topic="other")
+    assert out.accepted == [] and out.records == 1

@@ -1,0 +1,165 @@
+"""``shoal verify`` compares every replica with the segments channels, not only with the WAL channels
+and with each other (DESIGN.md section 6), without servers.
+
+The states here are wrong in a way comparing replicas cannot show: every replica lacks rows that a
+segment on a channel holds, once the WAL channel that carried them was truncated (a compaction that
+lost rows, a segment every replica dropped). Only the segments channels still hold them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from types import SimpleNamespace
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from test_verify_coverage import _replica, _segment
+from test_verify_gtids import TOPICS, FakeChannels, _client, _file, _manifest
+
+from shoal.segments.channel import KIND_CHUNK, KIND_HEADER, KIND_MANIFEST
+from shoal.wire.records import Gtid, SegmentChunk
+from shoal_app.cli import verify as verify_module
+from shoal_app.cli.verify import verify
+from shoal_app.cli.verify_coverage import missing_writes
+
+Row = tuple[int, str | None, int, int, bool]
+
+
+def _described(pid: str) -> list[dict[str, Any]]:
+    return [{"partition_id": pid, "placement_id": 1, "row_count": 2, "content_hash": "h", "chain": ["s"], "root": "s"}]
+
+
+def _with_tombstones(rows: list[Row]) -> pa.Table:
+    """A replica's scan with its tombstones (``ScanRequest.deleted``): (k, v, epoch, seq, deleted)."""
+    table = _replica([(k, v or "", e, s) for k, v, e, s, _d in rows])
+    return table.set_column(table.schema.get_field_index("_shoal_deleted"), "_shoal_deleted", [[r[4] for r in rows]])
+
+
+def _verify(rows: list[Row], segment_rows: list[Row], *, corrupt: bool = False) -> Any:
+    """One partition whose WAL channel was truncated to 2 by a segment covering [0, 2) that holds
+    ``segment_rows``; every replica's scan is ``rows``."""
+    file = _file()
+    pid = file.partitions[0].partition_id
+    seg, data = _segment(_manifest(pid, 1, 1, (0, 2), (Gtid(1, 0), Gtid(1, 9)), is_major=False), segment_rows)
+    if corrupt:
+        data = data[:-9] + b"x" * 9
+    channels = FakeChannels({TOPICS.wal(pid, 1): (2, [])}, {TOPICS.segments(pid, 1): [seg]}, {seg.segment_id: data})
+    report = verify(
+        _client(file),
+        "events",
+        channels=channels,
+        describe=lambda _s: _described(pid),
+        rows=lambda _s, _p: _with_tombstones(rows),
+    )
+    return report
+
+
+def test_rows_every_replica_lacks_but_a_segment_holds_are_a_mismatch() -> None:
+    segment = [(1, "a", 1, 0, False), (2, "b", 1, 1, False)]
+    held = [(1, "a", 1, 0, False), (2, "b", 1, 1, False)]
+    assert _verify(held, segment).ok
+    report = _verify(held[:1], segment)  # every replica lost k=2 alike: they agree with each other
+    part = report.partitions[0]
+    assert not report.ok and part.agree and part.wal_chains_ok and part.covered is False
+    assert "misses 1 of 2 writes on the channels (k=2 written at gtid 1:1, replica has no row)" in (
+        part.coverage_error or ""
+    ), part.coverage_error
+    # other values at the segment's GTID (a compaction that stamped old values with a new GTID)
+    report = _verify([(1, "a", 1, 0, False), (2, "old", 1, 1, False)], segment)
+    assert not report.ok and "other values at that gtid: v='old' (channel 'b')" in (
+        report.partitions[0].coverage_error or ""
+    )
+
+
+def test_a_later_delete_only_the_replicas_hold_reaches_an_older_segment_row() -> None:
+    """The delete's own channel is gone (a leaving placement's channels are deleted after it led):
+    the replicas' tombstone, newer than the segment's row, is what they must hold."""
+    segment = [(1, "a", 1, 0, False), (2, "b", 1, 1, False)]
+    assert _verify([(1, "a", 1, 0, False), (2, None, 2, 0, True)], segment).ok
+    # a tombstone older than the segment's row is not: the replica lost that write
+    report = _verify([(1, "a", 1, 0, False), (2, None, 0, 5, True)], segment)
+    assert not report.ok and "k=2 written at gtid 1:1, replica has a delete at gtid 0:5" in (
+        report.partitions[0].coverage_error or ""
+    )
+
+
+def test_a_segment_file_that_does_not_match_its_manifest_is_a_mismatch() -> None:
+    segment = [(1, "a", 1, 0, False)]
+    report = _verify([(1, "a", 1, 0, False)], segment, corrupt=True)
+    error = report.partitions[0].coverage_error or ""
+    assert not report.ok and "undecodable segment" in error and "is not its manifest's" in error, error
+
+
+def test_tombstones_in_the_replica_scan_are_compared_by_gtid() -> None:
+    floors = _with_tombstones([(1, "a", 1, 0, False), (2, None, 1, 1, True), (3, None, 1, 2, True)])
+    replica = _with_tombstones([(1, None, 1, 0, True), (2, None, 1, 1, True), (3, None, 1, 1, True)])
+    count, examples = missing_writes(floors, replica, ["k"])
+    # k=1: a delete at the write's own GTID; k=2: the delete's own tombstone (fine); k=3: an older tombstone
+    assert count == 2, examples
+    assert "k=1 written at gtid 1:0, replica has a delete at gtid 1:0" in examples[0]
+    assert "k=3 deleted at gtid 1:2, replica has a delete at gtid 1:1" in examples[1]
+    # a live row at a delete's GTID is a miss, a newer live row is not
+    assert missing_writes(floors.slice(1, 1), _with_tombstones([(2, "x", 1, 1, False)]), ["k"])[0] == 1
+    assert missing_writes(floors.slice(1, 1), _with_tombstones([(2, "x", 1, 2, False)]), ["k"])[0] == 0
+
+
+class _Msg(SimpleNamespace):
+    def headers(self) -> list[tuple[str, bytes]]:
+        return [(KIND_HEADER, self.kind)]
+
+    def offset(self) -> int:
+        return int(self.at)
+
+    def value(self) -> bytes:
+        return bytes(self.body)
+
+
+def _channel_messages(monkeypatch: pytest.MonkeyPatch, messages: list[_Msg]) -> Any:
+    import shoal.kafka.readers as readers
+
+    monkeypatch.setattr(readers, "read_to_end", lambda *_a, **_k: iter(messages))
+    channels = verify_module.KafkaChannels.__new__(verify_module.KafkaChannels)
+    channels.kafka = None
+    return channels
+
+
+def test_kafka_segments_join_each_manifests_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
+    pid = _file().partitions[0].partition_id
+    one = _manifest(pid, 1, 1, (0, 2), (Gtid(1, 0), Gtid(1, 1)), segment_id="01" * 16)
+    one = replace(one, chunk_count=2)
+    two = _manifest(pid, 1, 1, (2, 4), (Gtid(1, 2), Gtid(1, 3)), segment_id="02" * 16)
+    three = _manifest(pid, 1, 1, (4, 6), (Gtid(1, 4), Gtid(1, 5)), segment_id="03" * 16)
+
+    def chunk(m: Any, index: int, count: int, data: bytes, at: int) -> _Msg:
+        return _Msg(kind=KIND_CHUNK, at=at, body=SegmentChunk(m.segment_id, index, count, data).to_bytes())
+
+    messages = [
+        _Msg(kind=KIND_CHUNK, at=0, body=b"a chunk whose manifest was truncated"),
+        _Msg(kind=KIND_MANIFEST, at=1, body=one.to_bytes()),
+        chunk(one, 0, 2, b"ab", 2),
+        chunk(one, 1, 2, b"cd", 3),
+        _Msg(kind=KIND_MANIFEST, at=4, body=two.to_bytes()),  # its chunk never came
+        _Msg(kind=KIND_MANIFEST, at=5, body=three.to_bytes()),
+        chunk(two, 0, 1, b"zz", 6),  # another segment's chunk
+    ]
+    channels = _channel_messages(monkeypatch, messages)
+    got = list(channels.segments("t", data=True))
+    assert [(s.offset, s.manifest.segment_id, s.data) for s in got] == [
+        (1, one.segment_id, b"abcd"),
+        (4, two.segment_id, None),
+        (5, three.segment_id, None),
+    ]
+    assert got[0].error is None
+    assert got[1].error == "only 0 of its chunks before the next manifest"
+    assert (got[2].error or "").startswith(f"chunk {two.segment_id}[0/1] at offset 6 where its chunk 0 was expected")
+    # manifests only: no chunk is decoded
+    assert [(s.offset, s.data, s.error) for s in channels.segments("t", data=False)] == [
+        (1, None, None),
+        (4, None, None),
+        (5, None, None),
+    ]
+    # a channel that ends before a manifest's last chunk
+    channels = _channel_messages(monkeypatch, messages[1:3])
+    (only,) = channels.segments("t", data=True)
+    assert only.data is None and only.error == "only 1 of its 2 chunks on the channel"
