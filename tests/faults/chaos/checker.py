@@ -23,13 +23,15 @@ Gtid = tuple[int, int]
 
 @dataclass(frozen=True)
 class WalObservation:
-    """One WAL record as the observer read it: where, its first GTID, and the (key, value) of each row."""
+    """One WAL record as the observer read it: where, its first GTID, the (key, value) of each row, and
+    the offset of the partition's ingest topic it accepted (None when it names none)."""
 
     channel: str
     offset: int
     epoch: int
     seq: int
     rows: tuple[tuple[int, str | None], ...]
+    ingest_offset: int | None = None
 
     @property
     def first(self) -> Gtid:
@@ -80,7 +82,11 @@ def check_channels(observations: Sequence[WalObservation]) -> list[GtidViolation
     - an epoch belongs to one leader role, so to one channel: ``epoch_shared`` otherwise;
     - the versions of a key are written in order, so their GTIDs must increase with the version:
       ``version_inverted`` otherwise (the newer write would lose to the older one), ``restamped``
-      when one version got two GTIDs.
+      when one version got two GTIDs;
+    - across channels, the leaders accept the ingest topic in offset order, each from its
+      predecessor's committed offset (DESIGN.md section 4): ordered by the ingest offset each record
+      accepted, GTIDs increase (``accept_inverted`` otherwise: a leader wrote with an epoch older
+      than its predecessor's) and no ingest offset is accepted twice (``accepted_twice``).
     """
     out: list[GtidViolation] = []
     by_channel: dict[str, list[WalObservation]] = defaultdict(list)
@@ -106,6 +112,20 @@ def check_channels(observations: Sequence[WalObservation]) -> list[GtidViolation
         if len(channels) > 1:
             out.append(GtidViolation(problem="epoch_shared", detail=f"epoch {epoch} on {sorted(channels)}"))
     out += _version_order(observations)
+    out += _accept_order(observations)
+    return out
+
+
+def _accept_order(observations: Sequence[WalObservation]) -> list[GtidViolation]:
+    accepted = sorted((o for o in observations if o.ingest_offset is not None), key=lambda o: o.ingest_offset or 0)
+    out: list[GtidViolation] = []
+    for before, after in itertools.pairwise(accepted):
+        where = f"ingest offset {after.ingest_offset} ({after.channel}@{after.offset}, gtid {after.first})"
+        after_what = f"ingest offset {before.ingest_offset} ({before.channel}@{before.offset}, gtid {before.last})"
+        if after.ingest_offset == before.ingest_offset:
+            out.append(GtidViolation(problem="accepted_twice", detail=f"{where} and {after_what}"))
+        elif after.first <= before.last:
+            out.append(GtidViolation(problem="accept_inverted", detail=f"{where} not above {after_what}"))
     return out
 
 

@@ -71,7 +71,8 @@ class KeyViolation(Shape):
 
 
 class GtidViolation(Shape):
-    """A GTID stamped twice, out of order on a channel, an epoch on two channels, or a key's versions inverted."""
+    """A GTID stamped twice, out of order on a channel, an epoch on two channels, a key's versions
+    inverted, or GTIDs that do not follow the order the leaders accepted the ingest topic in."""
 
     problem: str
     detail: str
@@ -108,6 +109,9 @@ class ChaosCounts(Shape):
     """(replica, key) pairs holding a value that was never written."""
     gtid_violations: int = 0
     wal_records_observed: int = 0
+    wal_offsets_unobserved: int = 0
+    """WAL channel offsets the Tail truncated before the observer read them (transaction markers
+    included): the GTID rules did not see the records among them."""
     verify_failures: int = 0
     failed_runs: int = 0
 

@@ -173,6 +173,9 @@ def run_once(
             if not observer.observations:
                 errors.append("the WAL observer read no record: the GTID checks had nothing to check")
             result = check(final, replicas, observer.observations, verify_ok=verify_ok)
+            result = result.model_copy(
+                update={"counts": result.counts.model_copy(update={"wal_offsets_unobserved": observer.unobserved})}
+            )
             errors += observer.errors[:10]
     verdict = result
     faults_done: dict[str, int] = {}

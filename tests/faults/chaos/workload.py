@@ -16,8 +16,10 @@ from chaos.checker import WalObservation
 from chaos.history import History, encode_value
 from producer import Producer, ProducerConfig, WriteResult
 from shoal.kafka import clients
+from shoal.kafka.admin import log_start_and_end
 from shoal.kafka.readers import read_wal_channel
 from shoal.kafka.settings import ConnectionSettings, KafkaSettings
+from shoal.topics import TopicNames
 from shoal.wire.records import WalRecord
 
 log = logging.getLogger(__name__)
@@ -142,12 +144,15 @@ class WalObserver(threading.Thread):
 
     Each round uses :func:`shoal.kafka.readers.read_wal_channel` (a short-lived read_committed consumer,
     as ``shoal verify`` reads a channel); a round that fails (a broker down) is retried the next second.
-    A record truncated by Tail before a round reached it is not observed.
+    A record truncated by Tail before a round reached it is not observed; ``unobserved`` counts the
+    offsets truncated before a round read them (transaction markers included).
     """
 
     def __init__(self, kafka: KafkaSettings, prefix: str, partition_id: str) -> None:
         super().__init__(daemon=True, name="chaos-wal-observer")
         self.kafka, self.stem = kafka, f"{prefix}.wal.{partition_id}."
+        self.ingest_topic = TopicNames(prefix).ingest(partition_id)
+        self.unobserved = 0
         self.observations: list[WalObservation] = []
         self.errors: list[str] = []
         self.failed_rounds = 0
@@ -163,7 +168,10 @@ class WalObserver(threading.Thread):
         try:
             topics = clients.admin(self.kafka).list_topics(timeout=10).topics
             for topic in sorted(t for t in topics if t.startswith(self.stem)):
-                for item in read_wal_channel(self.kafka, topic, self._next.get(topic, 0), timeout_s=10):
+                start, _end = log_start_and_end(self.kafka, topic)
+                self.unobserved += max(0, start - self._next.get(topic, 0))  # truncated before this round
+                self._next[topic] = max(start, self._next.get(topic, 0))
+                for item in read_wal_channel(self.kafka, topic, self._next[topic], timeout_s=10):
                     self._observe(topic, item.offset, item.record)
                     self._next[topic] = item.offset + 1
         except Exception as exc:  # a broker down, a coordinator moving: the next round reads on
@@ -177,7 +185,11 @@ class WalObserver(threading.Thread):
         except Exception as exc:
             self.errors.append(f"{topic}@{offset}: {exc}")
             return
-        self.observations.append(WalObservation(topic, offset, record.gtid.epoch, record.gtid.seq, rows))
+        ingest = [o.offset for o in record.ingest_offsets if o.topic == self.ingest_topic]
+        gtid = record.gtid
+        self.observations.append(
+            WalObservation(topic, offset, gtid.epoch, gtid.seq, rows, ingest[0] if ingest else None)
+        )
 
     def stop(self, timeout_s: float = 60.0) -> None:
         """Stop after one last round (everything written up to now)."""

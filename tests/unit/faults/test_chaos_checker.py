@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parents[2] / "faults"))
@@ -106,6 +107,24 @@ def test_out_of_order_shared_epochs_and_restamped_versions() -> None:
     assert [v.problem for v in shared] == ["epoch_shared"]
     twice = check_channels([_obs("a", 0, 5, 0, (1, 0)), _obs("b", 0, 6, 0, (1, 0))])
     assert [v.problem for v in twice] == ["restamped"]
+
+
+def test_gtids_must_follow_the_order_the_leaders_accepted_the_ingest_topic_in() -> None:
+    """Each channel in order alone, no epoch shared, distinct keys (so no version is inverted), but the
+    second leader accepted later ingest offsets with an older epoch: its writes lose to older ones."""
+
+    def accepted(channel: str, offset: int, epoch: int, seq: int, ingest: int, key: int) -> WalObservation:
+        return replace(_obs(channel, offset, epoch, seq, (key, 0)), ingest_offset=ingest)
+
+    first = [accepted("a", 0, 5, 0, 0, 1), accepted("a", 2, 5, 1, 1, 2)]
+    assert check_channels([*first, accepted("b", 0, 6, 0, 2, 3)]) == []
+    inverted = check_channels([*first, accepted("b", 0, 4, 0, 2, 3)])
+    assert [v.problem for v in inverted] == ["accept_inverted"], inverted
+    assert "ingest offset 2 (b@0, gtid (4, 0)) not above ingest offset 1 (a@2, gtid (5, 1))" in inverted[0].detail
+    twice = check_channels([*first, accepted("b", 0, 6, 0, 1, 3)])
+    assert [v.problem for v in twice] == ["accepted_twice"], twice
+    # records that name no ingest offset are not ordered by it
+    assert check_channels([*first, _obs("b", 0, 4, 0, (3, 0))]) == []
 
 
 def test_counts_add_up_over_runs() -> None:
