@@ -382,16 +382,19 @@ class PartitionVerification(Shape):
     gtids_ok: bool
     """Every channel's GTIDs in order (DESIGN.md section 10) and no epoch written by two placements."""
     gtid_error: str | None
-    """Why the GTIDs are not in order across channels (an epoch two placements used), else None."""
+    """Why the GTIDs are not in order across channels (an epoch two placements used, GTIDs that do not
+    follow the order the ingest offsets were accepted in), else None."""
     in_range: bool = True
     """Every replica's rows lie inside the partition's key range (EventQL table partitioning, section 2)."""
     range_error: str | None = None
     """Which replicas hold keys outside the partition's key range, else None."""
     covered: bool | None = None
-    """Every replica holds every write still on the partition's WAL channels, at least at its GTID
-    (DESIGN.md section 6); None when not checked."""
+    """Every replica holds every write still on the partition's channels (its WAL channels from their
+    Tails, every segment on its segments channels), at least at its GTID (DESIGN.md section 6); None
+    when not checked."""
     coverage_error: str | None = None
-    """Which replicas miss which WAL writes (a few examples), else None."""
+    """Which replicas miss which writes on the channels (a few examples), or which WAL records and
+    segments could not be read, else None."""
 
 
 class Verification(Shape):
@@ -534,7 +537,7 @@ class VerifiedPartition(Shape):
     chains_equal: bool | None
     wal_chains_ok: bool
     covered: bool | None = None
-    """Every replica holds every write still on the WAL channels (``shoal verify``'s ``covered``)."""
+    """Every replica holds every write still on the channels (``shoal verify``'s ``covered``)."""
     replicas: list[VerifiedReplica]
 
 
