@@ -69,10 +69,13 @@ class SegmentSource:
 
 
 def versioned_schema(table: TableDefinition) -> pa.Schema:
-    """The Arrow schema of a stored segment: the table's columns, then the GTID system columns."""
+    """The Arrow schema of a stored segment: the table's columns, then the GTID system columns. Columns
+    outside the primary key are nullable whatever the table declares: a tombstone (a major keeps them)
+    has no values, as in the node's own flushes."""
     base = table.arrow_schema()
+    keys = set(table.primary_key)
     fields = [
-        *base,
+        *(f if f.name in keys else f.with_nullable(True) for f in base),
         pa.field(EPOCH_COLUMN, pa.int64(), nullable=False),
         pa.field(SEQ_COLUMN, pa.int64(), nullable=False),
         pa.field(DELETED_COLUMN, pa.bool_(), nullable=False),

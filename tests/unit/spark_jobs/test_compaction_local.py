@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import io
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -16,7 +17,7 @@ from shoal.ids import new_segment_id
 from shoal.kafka import admin, readers
 from shoal.segments.versioned import stamp
 from shoal.wire.records import SegmentChunk
-from spark_jobs.compaction.compute import SegmentSource, compute_major_local, versioned_schema
+from spark_jobs.compaction.compute import SegmentSource, compute_major_local, versioned_schema, write_major
 from spark_jobs.errors import CompactionJobError
 
 TABLE = TableDefinition("t", (Column("k", ColumnType.UINT64, False), Column("v", ColumnType.STRING)), ("k",), "k", 1)
@@ -99,3 +100,28 @@ def test_local_major_refuses_a_corrupt_or_incomplete_segment(monkeypatch: pytest
     _fake_kafka(monkeypatch, [m for m in msgs if m.offset() != 2])  # chunk 1 is gone
     with pytest.raises(CompactionJobError, match="chunk 1 of"):
         compute_major_local(None, sources, TABLE, drop_tombstones=False)  # type: ignore[arg-type]
+
+
+def test_a_major_of_a_table_with_a_not_null_column_keeps_its_tombstones(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A tombstone has no values: the major's columns outside the key are nullable, as the node's
+    flushes are, or a major of such a table with a delete could not be written."""
+    strict = TableDefinition(
+        "t", (Column("k", ColumnType.UINT64, False), Column("v", ColumnType.STRING, False)), ("k",), "k", 1
+    )
+    deleted = stamp(
+        pa.table({"k": pa.array([3], pa.uint64()), "v": pa.array([None], pa.string())}),
+        epoch=1,
+        first_seq=20,
+        deleted=True,
+    )
+    sink = io.BytesIO()
+    pq.write_table(deleted, sink)
+    a, c = new_segment_id(), new_segment_id()
+    msgs, sources = _channel([(a, _segment([1, 3], ["a1", "a3"], seq=0)), (c, sink.getvalue())], size=200)
+    _fake_kafka(monkeypatch, msgs)
+    out = compute_major_local(None, sources, strict, drop_tombstones=False)  # type: ignore[arg-type]
+    assert not out.schema.field("k").nullable and out.schema.field("v").nullable
+    written = write_major(tmp_path, new_segment_id(), out, strict)
+    assert written.row_count == 2
