@@ -59,7 +59,10 @@ class ScanRequest:
             raise SchemaError("a scan takes either a key or a range, not both")
 
     def to_ticket(self) -> bytes:
-        return json.dumps(asdict(self)).encode()
+        fields = asdict(self)
+        if not self.deleted:  # a node from before ``deleted`` refuses unknown fields: only sent when asked for
+            del fields["deleted"]
+        return json.dumps(fields).encode()
 
     @classmethod
     def from_ticket(cls, data: bytes) -> ScanRequest:

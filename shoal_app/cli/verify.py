@@ -302,6 +302,11 @@ def coverage(floors: WalFloors, replicas: list[ReplicaDescription], rows: Callab
     with its GTID columns."""
     problems = [f"undecodable {u}" for u in floors.undecodable[:3]]
     newest = floors.floors()
+    if floors.conflicts:
+        shown = "; ".join(floors.conflicts[:3])
+        problems.append(
+            f"{len(floors.conflicts)} key(s) held at the same GTID with different rows on the channels ({shown})"
+        )
     if newest is not None:
         keys = list(floors.table.primary_key)
         for r in replicas:

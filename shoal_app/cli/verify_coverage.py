@@ -26,6 +26,12 @@ includes its tombstones (``ScanRequest.deleted``), so a later delete the channel
 - a delete: the replica does not hold the key, or holds it with a GTID above the delete, or its
   tombstone at the delete's GTID.
 
+Two channels holding one key at the same GTID with different rows (a WAL record and the segment
+that covers it, a major and a minor) are a mismatch by themselves: the last-writer-wins merge breaks
+such a tie by the delete flag and the values, so either could become the floor and the wrong one
+would pass (:attr:`WalFloors.conflicts`). Rows are read as the WAL carries them: columns outside
+the key nullable, whatever the table declares (a tombstone has no values).
+
 A channel is a suffix of its placement's writes (Tail truncates from the front), so what is newer
 than a version on a channel is either on the same channel or on a newer leader's channel, where the
 GTID comparison finds it. The floors keep the newest whole row per key (values, GTID, delete flag),
@@ -81,12 +87,17 @@ class WalFloors:
     undecodable: list[str] = field(default_factory=list)
     """WAL records and segments whose rows cannot be read (``WAL record topic@offset: error``,
     ``segment id at topic@offset: error``): their writes cannot be checked."""
+    conflicts: list[str] = field(default_factory=list)
+    """Keys two channels hold at the same GTID with different rows (a WAL record and a segment, two
+    segments): one of them is wrong, whichever the last-writer-wins merge would keep."""
     _parts: list[pa.Table] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self._schema = ingest_schema(self.table.arrow_schema(), self.table.primary_key)
         self._columns = [*self.table.arrow_schema().names, *SYSTEM_COLUMNS]
-        self._stored = pa.schema([*self.table.arrow_schema(), *(pa.field(n, SYSTEM_TYPES[n]) for n in SYSTEM_COLUMNS)])
+        # rows as the WAL carries them: columns outside the key nullable (a tombstone has no values)
+        own = [self._schema.field(n) for n in self.table.arrow_schema().names]
+        self._stored = pa.schema([*own, *(pa.field(n, SYSTEM_TYPES[n]) for n in SYSTEM_COLUMNS)])
 
     def tap(self, topic: str, records: Iterable[ChannelRecord]) -> Iterator[ChannelRecord]:
         """``records`` unchanged, each one's rows added to the floors as it passes."""
@@ -137,14 +148,51 @@ class WalFloors:
             return
         self._parts.append(rows.select(self._columns))
         if len(self._parts) >= _MERGE_EVERY:
-            self._parts = [lww_merge(self._parts, self.table.primary_key)]
+            self._merge()
+
+    def _merge(self) -> None:
+        combined = pa.concat_tables(self._parts, promote_options="permissive")
+        self._conflicts(combined)
+        self._parts = [lww_merge([combined], self.table.primary_key)]
+
+    def _conflicts(self, rows: pa.Table) -> None:
+        """Add to :attr:`conflicts` the keys ``rows`` holds twice at one GTID with different rows (the
+        delete flag, or a written row's values; NaN and null equal to themselves)."""
+        if rows.num_rows < 2:
+            return
+        keys = list(self.table.primary_key)
+        by = [*keys, EPOCH_COLUMN, SEQ_COLUMN]
+        ordered = rows.sort_by([(c, "ascending") for c in by])
+        a, b = ordered.slice(0, rows.num_rows - 1), ordered.slice(1)
+        same_version = pa.chunked_array([pa.array([True] * a.num_rows, pa.bool_())])
+        for c in by:
+            same_version = pc.and_(same_version, pc.fill_null(pc.equal(a.column(c), b.column(c)), False))
+        written = pc.invert(a.column(DELETED_COLUMN))
+        differ = pc.invert(_same_value(a.column(DELETED_COLUMN), b.column(DELETED_COLUMN)))
+        for c in (n for n in rows.column_names if n not in by and n != DELETED_COLUMN):
+            differ = pc.or_(differ, pc.and_(written, pc.invert(_same_value(a.column(c), b.column(c)))))
+        bad = pc.and_(same_version, differ)
+        if not pc.any(bad).as_py():
+            return
+        for one, other in zip(a.filter(bad).to_pylist(), b.filter(bad).to_pylist(), strict=True):
+            self.conflicts.append(
+                ", ".join(f"{k}={_show(one[k])}" for k in keys)
+                + f" at gtid {one[EPOCH_COLUMN]}:{one[SEQ_COLUMN]}: {_describe(one, by)} and {_describe(other, by)}"
+            )
 
     def floors(self) -> pa.Table | None:
         """One row per key: its newest version on the channels read (None when they held no rows)."""
         if not self._parts:
             return None
-        self._parts = [lww_merge(self._parts, self.table.primary_key)]
+        self._merge()
         return self._parts[0]
+
+
+def _describe(row: dict[str, object], skip: Iterable[str]) -> str:
+    if row[DELETED_COLUMN]:
+        return "a delete"
+    shown = [f"{c}={_show(v)}" for c, v in row.items() if c not in set(skip) and c != DELETED_COLUMN]
+    return "a row " + ", ".join(shown)
 
 
 def _at_or_above(epoch: pa.ChunkedArray, seq: pa.ChunkedArray, floor_epoch: pa.Array, floor_seq: pa.Array) -> pa.Array:

@@ -444,5 +444,8 @@ class PartitionReplica:
         if not include_system:
             result = result.select([n for n in result.column_names if n not in SYSTEM_COLUMNS])
         else:  # segments written by the node and by Spark may differ in nullability: one schema out
+            if include_deleted:  # a tombstone has no values, whatever the table declares
+                keys = set(self.key_columns)
+                schema = pa.schema([f if f.name in keys else f.with_nullable(True) for f in schema], schema.metadata)
             schema = pa.schema([*schema, *(result.schema.field(n) for n in SYSTEM_COLUMNS)], metadata=schema.metadata)
         return pa.Table.from_arrays(result.select(schema.names).columns, schema=schema)

@@ -145,6 +145,8 @@ def test_scan_request_ticket_validation() -> None:
     assert ScanRequest.from_ticket(system.to_ticket()) == system
     tombstones = ScanRequest("events", "ab" * 16, system=True, deleted=True)
     assert ScanRequest.from_ticket(tombstones.to_ticket()) == tombstones
+    # ``deleted`` is sent only when asked for: a node from before it refuses unknown fields
+    assert b"deleted" not in system.to_ticket() and b'"deleted": true' in tombstones.to_ticket()
     bad_tickets = (
         b'{"table": "t", "deleted": true}',  # tombstones only with their GTID columns
         b'{"table": "t", "system": true, "deleted": 1}',
@@ -178,6 +180,31 @@ def test_flight_scan_roundtrip(tmp_path: Path) -> None:
             scan_remote(loc, ScanRequest("nope"))
     finally:
         server.shutdown()
+        r.close()
+
+
+def test_a_scan_with_tombstones_declares_the_value_columns_nullable(tmp_path: Path) -> None:
+    """A tombstone has no values, whatever the table declares NOT NULL."""
+    strict = TableDefinition(
+        "events", (Column("k", ColumnType.UINT64, False), Column("n", ColumnType.INT64, False)), ("k",), "k", 1
+    )
+    r = PartitionReplica(strict, new_partition_id(), 1, tmp_path)
+    schema = ingest_schema(strict.arrow_schema(), strict.primary_key)
+    rows = pa.table(
+        {"k": pa.array([1, 2], pa.uint64()), "n": pa.array([10, None], pa.int64()), "_shoal_deleted": [False, True]},
+        schema=schema,
+    )
+    r.append(versioned_rows(rows, Gtid(1, 0)), 0)
+    try:
+        tables = [r.scan(include_system=True, include_deleted=True)]  # from the memtable
+        assert r.flush(1) is not None
+        tables.append(r.scan(include_system=True, include_deleted=True))  # from the segment
+        for table in tables:
+            table.validate(full=True)
+            assert not table.schema.field("k").nullable and table.schema.field("n").nullable
+            assert table.column("_shoal_deleted").to_pylist() == [False, True]
+        assert r.scan().to_pylist() == [{"k": 1, "n": 10}]
+    finally:
         r.close()
 
 

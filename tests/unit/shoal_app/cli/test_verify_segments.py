@@ -8,20 +8,23 @@ lost rows, a segment every replica dropped). Only the segments channels still ho
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import replace
 from types import SimpleNamespace
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
-from test_verify_coverage import _replica, _segment
+from test_verify_coverage import _batch, _records, _replica, _segment
 from test_verify_gtids import TOPICS, FakeChannels, _client, _file, _manifest
 
+from metadata.table import Column, ColumnType, TableDefinition
 from shoal.segments.channel import KIND_CHUNK, KIND_HEADER, KIND_MANIFEST
 from shoal.wire.records import Gtid, SegmentChunk
 from shoal_app.cli import verify as verify_module
 from shoal_app.cli.verify import verify
-from shoal_app.cli.verify_coverage import missing_writes
+from shoal_app.cli.verify_coverage import ChannelSegment, WalFloors, missing_writes
 
 Row = tuple[int, str | None, int, int, bool]
 
@@ -163,3 +166,58 @@ def test_kafka_segments_join_each_manifests_chunks(monkeypatch: pytest.MonkeyPat
     channels = _channel_messages(monkeypatch, messages[1:3])
     (only,) = channels.segments("t", data=True)
     assert only.data is None and only.error == "only 1 of its 2 chunks on the channel"
+
+
+def test_a_segment_and_a_wal_record_disagreeing_at_one_gtid_are_a_mismatch() -> None:
+    """A bad major stamped another row at a WAL record's own GTID: whichever the merge keeps, one
+    channel is wrong. Equal rows at one GTID (a segment covering a record still on the WAL) are fine."""
+    file = _file()
+    pid = file.partitions[0].partition_id
+    wal = _records(pid, 1, [(Gtid(1, 0), _batch([1, 2], ["a", "x"], [False, False]))])
+
+    def run(segment_rows: list[Row], replica: list[Row]) -> Any:
+        seg, data = _segment(_manifest(pid, 1, 1, (0, 1), (Gtid(1, 0), Gtid(1, 1)), is_major=True), segment_rows)
+        channels = FakeChannels(
+            {TOPICS.wal(pid, 1): (0, wal)}, {TOPICS.segments(pid, 1): [seg]}, {seg.segment_id: data}
+        )
+        return verify(
+            _client(file),
+            "events",
+            channels=channels,
+            describe=lambda _s: _described(pid),
+            rows=lambda _s, _p: _with_tombstones(replica),
+        ).partitions[0]
+
+    same = [(1, "a", 1, 0, False), (2, "x", 1, 1, False)]
+    assert run(same, same).covered is True
+    stale = run([(1, "a", 1, 0, False), (2, "old", 1, 1, False)], [(1, "a", 1, 0, False), (2, "old", 1, 1, False)])
+    assert stale.covered is False
+    assert "k=2 at gtid 1:1: a row v='old' and a row v='x'" in (stale.coverage_error or ""), stale.coverage_error
+    deleted = run([(1, "a", 1, 0, False), (2, None, 1, 1, True)], [(1, "a", 1, 0, False), (2, None, 1, 1, True)])
+    assert deleted.covered is False and "k=2 at gtid 1:1: a delete and a row v='x'" in (deleted.coverage_error or "")
+
+
+def test_a_flushed_delete_in_a_table_with_a_not_null_column_is_read() -> None:
+    """A tombstone has no values: a node's segment holds nulls in a NOT NULL column for it."""
+    table = TableDefinition(
+        "events", (Column("k", ColumnType.UINT64, False), Column("n", ColumnType.INT64, False)), ("k",), "k", 1
+    )
+    rows = pa.table(
+        {
+            "k": pa.array([1, 2], pa.uint64()),
+            "n": pa.array([10, None], pa.int64()),
+            "_shoal_epoch": pa.array([1, 1], pa.int64()),
+            "_shoal_seq": pa.array([0, 1], pa.int64()),
+            "_shoal_deleted": [False, True],
+        }
+    )
+    sink = pa.BufferOutputStream()
+    pq.write_table(rows, sink)
+    data = sink.getvalue().to_pybytes()
+    pid = _file().partitions[0].partition_id
+    m = replace(_manifest(pid, 1, 1, (0, 1), (Gtid(1, 0), Gtid(1, 1))), checksum=hashlib.sha256(data).hexdigest())
+    floors = WalFloors(table)
+    floors.add_segment("shoal.segments.x.1", ChannelSegment(0, m, data))
+    assert floors.undecodable == [] and floors.conflicts == []
+    newest = floors.floors()
+    assert newest is not None and newest.column("_shoal_deleted").to_pylist() == [False, True]
