@@ -232,19 +232,15 @@ def missing_writes(floors: pa.Table, replica_rows: pa.Table, key_columns: Iterab
     missing = [c for c in theirs_names if c not in replica_rows.column_names]
     if missing:
         raise ShoalError(f"the replica's scan lacks the columns {missing}")
-    if DELETED_COLUMN in replica_rows.column_names:
-        theirs_names.append(DELETED_COLUMN)
+    if DELETED_COLUMN not in replica_rows.column_names:  # a scan without its tombstones: none is a delete
+        replica_rows = replica_rows.append_column(DELETED_COLUMN, pa.array([False] * replica_rows.num_rows))
     renamed = [*keys, *(_replica_name(i) for i in range(len(values))), _R_EPOCH, _R_SEQ, _R_DELETED]
-    theirs = replica_rows.select(theirs_names).rename_columns(renamed[: len(theirs_names)])
+    theirs = replica_rows.select([*theirs_names, DELETED_COLUMN]).rename_columns(renamed)
     joined = floors.join(theirs, keys=keys, join_type="left outer")
     held = pc.is_valid(joined.column(_R_EPOCH))
     e, s = joined.column(EPOCH_COLUMN), joined.column(SEQ_COLUMN)
     re, rs = joined.column(_R_EPOCH), joined.column(_R_SEQ)
-    their_delete = (
-        pc.fill_null(joined.column(_R_DELETED), False)
-        if _R_DELETED in joined.column_names
-        else pa.chunked_array([pa.array([False] * joined.num_rows, pa.bool_())])
-    )
+    their_delete = pc.fill_null(joined.column(_R_DELETED), False)
     reaches = pc.fill_null(_at_or_above(re, rs, e, s), False)
     same_gtid = pc.fill_null(pc.and_(pc.equal(re, e), pc.equal(rs, s)), False)
     deleted = joined.column(DELETED_COLUMN)
@@ -259,7 +255,6 @@ def missing_writes(floors: pa.Table, replica_rows: pa.Table, key_columns: Iterab
         pc.and_(deleted, held), pc.or_(pc.invert(reaches), pc.and_(same_gtid, pc.invert(their_delete)))
     )
     bad = joined.filter(pc.or_(write_bad, delete_bad))
-    bad = bad.append_column(_R_DELETED + " shown", their_delete.filter(pc.or_(write_bad, delete_bad)))
     examples = []
     for row in bad.slice(0, _EXAMPLES).to_pylist():
         key = ", ".join(f"{k}={_show(row[k])}" for k in keys)
@@ -268,7 +263,7 @@ def missing_writes(floors: pa.Table, replica_rows: pa.Table, key_columns: Iterab
         theirs_at = f"{row[_R_EPOCH]}:{row[_R_SEQ]}"
         if row[_R_EPOCH] is None:
             has = "no row"
-        elif row[_R_DELETED + " shown"]:
+        elif row[_R_DELETED]:
             has = f"a delete at gtid {theirs_at}"
         elif (row[_R_EPOCH], row[_R_SEQ]) == (row[EPOCH_COLUMN], row[SEQ_COLUMN]) and not row[DELETED_COLUMN]:
             differ = [
