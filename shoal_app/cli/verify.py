@@ -34,6 +34,7 @@ follower's overlay show up as a disagreement while writes are in flight.
 from __future__ import annotations
 
 import sys
+import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
 from typing import Any, Protocol, TypeVar
@@ -88,6 +89,10 @@ class ChannelSource(Protocol):
 class KafkaChannels:
     """:class:`ChannelSource` over Kafka: channels are streamed, never loaded whole."""
 
+    #: how long a segments channel read goes on past the end it read first, for the chunks of a
+    #: manifest it already holds
+    resume_s = 10.0
+
     def __init__(self, kafka: KafkaSettings) -> None:
         from shoal.kafka import clients
 
@@ -112,14 +117,38 @@ class KafkaChannels:
 
         return read_wal_channel(self.kafka, topic, start)
 
-    def segments(self, topic: str, *, data: bool) -> Iterator[ChannelSegment]:
+    def _read_segments(self, topic: str, incomplete: Callable[[], bool]) -> Iterator[Any]:
+        """A segments channel's committed messages from its start to the end read when the read
+        starts, and on past that end while ``incomplete()`` (for up to :attr:`resume_s`).
+
+        That end can fall inside the transaction that publishes a segment (a manifest and its chunks:
+        the end read while the chunks were still replicating, the manifest read once it committed).
+        A read-committed consumer shows a manifest only once its transaction committed, so its
+        chunks are on the channel: reading on finds them, where stopping reported the segment
+        "undecodable" on a healthy channel."""
         from shoal.kafka.readers import read_to_end
+
+        start, deadline = 0, time.monotonic() + self.resume_s
+        while True:
+            last = None
+            for msg in read_to_end(self.kafka, topic, start, what="segments channel", group_id="shoal-verify"):
+                last = int(msg.offset() or 0)
+                yield msg
+            if not incomplete() or time.monotonic() >= deadline:
+                return
+            if last is None:
+                time.sleep(0.2)  # nothing new yet: the end read again in a moment
+            else:
+                start = last + 1
+
+    def segments(self, topic: str, *, data: bool) -> Iterator[ChannelSegment]:
         from shoal.segments.channel import KIND_CHUNK, KIND_MANIFEST, message_kind
         from shoal.wire.records import SegmentChunk
 
         pending: ChannelSegment | None = None  # a manifest whose chunks are being read
         chunks: list[bytes] = []
-        for msg in read_to_end(self.kafka, topic, 0, what="segments channel", group_id="shoal-verify"):
+        # late binding on purpose: asked when a read ends, of the manifest pending then
+        for msg in self._read_segments(topic, lambda: pending is not None):  # noqa: B023
             kind, offset = message_kind(msg.headers()), int(msg.offset() or 0)
             if kind == KIND_MANIFEST:
                 if pending is not None:

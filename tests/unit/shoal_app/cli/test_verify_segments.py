@@ -118,12 +118,23 @@ class _Msg(SimpleNamespace):
         return bytes(self.body)
 
 
-def _channel_messages(monkeypatch: pytest.MonkeyPatch, messages: list[_Msg]) -> Any:
+def _channel_messages(monkeypatch: pytest.MonkeyPatch, messages: list[_Msg], *, ends: list[int] | None = None) -> Any:
+    """KafkaChannels over ``messages``; each read from an offset stops at the next of ``ends`` (the
+    end it read when it started), or at the last message."""
     import shoal.kafka.readers as readers
 
-    monkeypatch.setattr(readers, "read_to_end", lambda *_a, **_k: iter(messages))
+    reads: list[int] = []
+
+    def read_to_end(_settings: Any, _topic: str, start: int, **_kw: Any) -> Any:
+        reads.append(start)
+        end = next((e for e in ends or [] if e > start), None)
+        return iter([m for m in messages if m.at >= start and (end is None or m.at < end)])
+
+    monkeypatch.setattr(readers, "read_to_end", read_to_end)
     channels = verify_module.KafkaChannels.__new__(verify_module.KafkaChannels)
     channels.kafka = None
+    channels.resume_s = 0.3
+    channels.reads = reads
     return channels
 
 
@@ -166,6 +177,35 @@ def test_kafka_segments_join_each_manifests_chunks(monkeypatch: pytest.MonkeyPat
     channels = _channel_messages(monkeypatch, messages[1:3])
     (only,) = channels.segments("t", data=True)
     assert only.data is None and only.error == "only 1 of its 2 chunks on the channel"
+
+
+def test_a_read_whose_end_falls_inside_a_segments_transaction_reads_on_to_its_chunks(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The end a read takes first can fall between a committed manifest and its chunks (read while
+    the transaction's records were replicating; the manifest read once it committed): a CI run of
+    the broker-fault test saw a healthy channel reported "only 0 of its 1 chunks on the channel"."""
+    pid = _file().partitions[0].partition_id
+    one = _manifest(pid, 1, 1, (0, 2), (Gtid(1, 0), Gtid(1, 1)), segment_id="01" * 16)
+    two = _manifest(pid, 1, 1, (2, 4), (Gtid(1, 2), Gtid(1, 3)), segment_id="02" * 16)
+
+    def chunk(m: Any, data: bytes, at: int) -> _Msg:
+        return _Msg(kind=KIND_CHUNK, at=at, body=SegmentChunk(m.segment_id, 0, 1, data).to_bytes())
+
+    messages = [
+        _Msg(kind=KIND_MANIFEST, at=0, body=one.to_bytes()),
+        chunk(one, b"ab", 1),
+        _Msg(kind=KIND_MANIFEST, at=3, body=two.to_bytes()),  # offset 2: the first transaction's marker
+        chunk(two, b"cd", 4),
+    ]
+    channels = _channel_messages(monkeypatch, messages, ends=[4])
+    got = list(channels.segments("t", data=True))
+    assert [(s.offset, s.data, s.error) for s in got] == [(0, b"ab", None), (3, b"cd", None)]
+    assert channels.reads == [0, 4]
+    # a read that ends on whole segments reads once
+    channels = _channel_messages(monkeypatch, messages, ends=[2])
+    assert [(s.offset, s.data) for s in channels.segments("t", data=True)] == [(0, b"ab")]
+    assert channels.reads == [0]
 
 
 def test_a_segment_and_a_wal_record_disagreeing_at_one_gtid_are_a_mismatch() -> None:
