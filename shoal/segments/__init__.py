@@ -27,6 +27,7 @@ from shoal.segments.errors import (
     CorruptChainError,
     CorruptSegmentError,
     InvalidSegmentEntryError,
+    MajorContentError,
     MergeInputError,
     SegmentError,
     SegmentFileError,
@@ -34,7 +35,7 @@ from shoal.segments.errors import (
     SegmentListCorruptError,
     SegmentListError,
 )
-from shoal.segments.merge import lww_merge
+from shoal.segments.merge import check_major, lww_merge
 from shoal.segments.parquet_io import (
     WrittenSegment,
     file_sha256,
@@ -72,6 +73,7 @@ __all__ = [
     "CorruptChainError",
     "CorruptSegmentError",
     "InvalidSegmentEntryError",
+    "MajorContentError",
     "ManifestLike",
     "MergeInputError",
     "PlainManifest",
@@ -89,6 +91,7 @@ __all__ = [
     "SegmentRecord",
     "WalRange",
     "WrittenSegment",
+    "check_major",
     "commit_compaction",
     "compaction_entry",
     "decide_leader_receive",

@@ -37,6 +37,22 @@ class MergeInputError(SegmentError, SchemaError):
     """Tables given to the LWW merge lack the system columns, disagree on schema or have bad keys."""
 
 
+class MajorContentError(SegmentError):
+    """A major's rows are not the last-writer-wins merge of the segments it replaces: ``segment_id``;
+    ``missing`` versions the merge keeps that the major lacks (a lost or stale row), ``extra`` rows the
+    major holds that the merge does not (an invented, stale or repeated row), and one ``example``."""
+
+    def __init__(self, segment_id: str, *, missing: int, extra: int, example: str) -> None:
+        super().__init__(
+            f"major {segment_id} is not the merge of the segments it replaces: {missing} version(s) missing, "
+            f"{extra} extra; e.g. {example}"
+        )
+        self.segment_id = segment_id
+        self.missing = missing
+        self.extra = extra
+        self.example = example
+
+
 class SegmentFileError(SegmentError):
     """A segment file could not be written, found or read."""
 

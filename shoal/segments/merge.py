@@ -23,7 +23,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from shoal.segments.errors import MergeInputError
+from shoal.segments.errors import MajorContentError, MergeInputError
 from shoal.segments.versioned import DELETED_COLUMN, EPOCH_COLUMN, SEQ_COLUMN, SYSTEM_COLUMNS, check_versioned
 
 
@@ -148,3 +148,66 @@ def lww_merge(tables: Sequence[pa.Table], key_columns: Sequence[str], *, drop_to
     if drop_tombstones:
         newest = newest.filter(pc.invert(newest.column(DELETED_COLUMN)))
     return newest
+
+
+def check_major(sources: Sequence[pa.Table], major: pa.Table, key_columns: Sequence[str], *, segment_id: str) -> None:
+    """Refuse (:class:`MajorContentError`) a major whose versions are not those of ``lww_merge(sources)``.
+
+    DESIGN.md section 5: a major replaces the latest major and every minor after it, and once the
+    Tail truncates the WAL and segments channels behind it, it is the only copy of their rows; a
+    major that lost a row, kept a stale version or folded a delete away would lose data silently.
+    Only the keys and the version columns are compared (one row per key, its GTID and delete flag),
+    so the check reads a few columns of each file; tombstones must be kept (compaction never drops
+    them: :func:`lww_merge` ``drop_tombstones``). Values at a matching version are not compared.
+    """
+    columns = [*key_columns, *SYSTEM_COLUMNS]
+    expected = lww_merge([t.select(columns) for t in sources], key_columns) if sources else None
+    got = major.select(columns)
+    if expected is None:
+        if got.num_rows == 0:
+            return
+        raise MajorContentError(segment_id, missing=0, extra=got.num_rows, example="rows with nothing to merge")
+    comparable = [_comparable(expected, columns), _comparable(got, columns)]
+    for name in columns:
+        want, have = comparable[0].schema.field(name).type, comparable[1].schema.field(name).type
+        if want != have:
+            example = f"column {name} is {have}, {want} in the segments"
+            raise MajorContentError(segment_id, missing=0, extra=0, example=example)
+    if comparable[0].num_rows == comparable[1].num_rows:
+        order = [(c, "ascending") for c in columns]
+        exp_sorted, got_sorted = (t.take(pc.sort_indices(t, sort_keys=order)) for t in comparable)
+        if exp_sorted.equals(got_sorted):
+            return
+    missing = comparable[0].join(comparable[1], keys=columns, join_type="left anti")
+    extra = comparable[1].join(comparable[0], keys=columns, join_type="left anti")
+    if missing.num_rows:
+        example = f"missing {_describe(missing.slice(0, 1).to_pylist()[0])}"
+    elif extra.num_rows:
+        example = f"extra {_describe(extra.slice(0, 1).to_pylist()[0])}"
+    else:
+        example = f"{got.num_rows} rows for {expected.num_rows} keys (a key held twice)"
+    raise MajorContentError(
+        segment_id,
+        missing=missing.num_rows,
+        extra=max(extra.num_rows, got.num_rows - expected.num_rows),
+        example=example,
+    )
+
+
+def _comparable(table: pa.Table, columns: Sequence[str]) -> pa.Table:
+    """``columns`` as a hash join can take them: dictionaries decoded, the delete flag as int8."""
+    arrays = {}
+    for name in columns:
+        col = table.column(name)
+        if pa.types.is_dictionary(col.type):
+            col = pc.cast(col, col.type.value_type)
+        if pa.types.is_boolean(col.type):
+            col = pc.cast(col, pa.int8())
+        arrays[name] = col
+    return pa.table(arrays)
+
+
+def _describe(row: dict[str, object]) -> str:
+    keys = ", ".join(f"{k}={v!r}" for k, v in row.items() if k not in SYSTEM_COLUMNS)
+    gtid = f"{row[EPOCH_COLUMN]}:{row[SEQ_COLUMN]}"
+    return f"{keys} at gtid {gtid}" + (" (a delete)" if row[DELETED_COLUMN] else "")

@@ -31,6 +31,8 @@ from shoal.segments import (
     SegmentList,
     SegmentRecord,
     WalRange,
+    check_major,
+    commit_compaction,
     lww_merge,
     read_segment,
     read_segment_near,
@@ -242,10 +244,26 @@ class PartitionReplica:
         Its file must already be written and fsynced in :attr:`directory` under its segment id
         (``write_segment_bytes``). Refused with CompactionConflictError, changing nothing, when the
         root moved since the compaction started, the major is of another epoch, or the chain holds a
-        newer epoch; the caller then deletes the file (or recovery's reconcile does).
+        newer epoch; refused with MajorContentError when its rows are not the merge of the segments
+        it replaces (a compaction that lost, invented or kept a stale row: the major becomes the
+        only copy once the channels are truncated). The caller then deletes the file (or recovery's
+        reconcile does).
         """
         with self._lock:
+            chain = self._list.chain
+        # the chain's checks first, on a snapshot: a stale major is a conflict, whatever its rows
+        commit_compaction(chain, record.entry, leader_epoch=leader_epoch)
+        self._check_major(record, chain.since_latest_major())
+        with self._lock:  # checked again: root may have moved while the files were read
             return self._list.commit_compaction(record, leader_epoch=leader_epoch)
+
+    def _check_major(self, record: SegmentRecord, replaced: Iterable[SegmentEntry]) -> None:
+        """MajorContentError unless the major's versions are the merge of the segments it replaces
+        (:func:`~shoal.segments.merge.check_major`); only keys and version columns are read."""
+        columns = [*self.key_columns, *SYSTEM_COLUMNS]
+        sources = [read_segment(self.directory, e.segment_id, columns=columns) for e in replaced]
+        major = read_segment(self.directory, record.segment_id, columns=columns)
+        check_major(sources, major, self.key_columns, segment_id=record.segment_id)
 
     def write_adopted(
         self, tables: list[pa.Table], covered: WalRange | tuple[WalRange, ...], epoch: int

@@ -15,7 +15,9 @@ thread ``compaction-intake-<replica>``:
    file appears, never parsed on the way);
 3. ``replica.commit_major(record, leader_epoch=<the leader's current epoch>)``. A stale major (made
    in another epoch, or root moved since the service read the chain) raises
-   CompactionConflictError: the file is deleted, the conflict counted, nothing committed;
+   CompactionConflictError: the file is deleted, the conflict counted, nothing committed. A major
+   whose keys and versions are not the merge of the segments it replaces (read from the leader's
+   own files) raises MajorContentError: deleted and counted (``wrong_content``), nothing committed;
 4. commit the consumer offset past the major (group ``<prefix>.compaction-intake.<pid>.<placement>``)
    either way, so a refused major is not retried.
 
@@ -37,7 +39,7 @@ from shoal.errors import ShoalError
 from shoal.kafka import clients
 from shoal.kafka.admin import create_topic
 from shoal.kafka.settings import KafkaSettings
-from shoal.segments.errors import CompactionConflictError, SegmentError
+from shoal.segments.errors import CompactionConflictError, MajorContentError, SegmentError
 from shoal.segments.parquet_io import delete_segment_file, write_segment_bytes
 from shoal.topics import TopicNames
 from shoal.wire.records import ManifestRecord as WireManifest
@@ -64,6 +66,8 @@ class IntakeStats:
     committed: int = 0
     conflicts: int = 0
     rejected: int = 0
+    wrong_content: int = 0
+    """majors refused because their rows are not the merge of the segments they replace"""
     last_error: str | None = None
 
 
@@ -194,6 +198,13 @@ class CompactionIntake(Worker):
             self.stats.conflicts += 1
             self.stats.last_error = str(exc)
             log.warning("%s: stale compaction %s not committed: %s", self.replica.name, m.segment_id, exc)
+            return
+        except MajorContentError as exc:  # a compaction bug: committed, it would lose rows once truncated
+            self._discard(m.segment_id)
+            self.stats.wrong_content += 1
+            self.stats.rejected += 1
+            self.stats.last_error = str(exc)
+            log.error("%s: compaction %s refused: %s", self.replica.name, m.segment_id, exc)
             return
         except BaseException:
             self._discard(m.segment_id)

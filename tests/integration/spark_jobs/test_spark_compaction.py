@@ -24,13 +24,15 @@ from shoal.ids import new_segment_id
 from shoal.kafka.readers import read_manifests
 from shoal.kafka.settings import KafkaSettings
 from shoal.segments import read_segment
+from shoal.segments.channel import chunk_count
 from shoal.segments.parquet_io import segment_path
 from shoal.topics import TopicNames
 from shoal_app.cli.spark import spark_group
 from shoal_app.schemas import validate
 from shoal_app.testing.wait import wait_until
+from spark_jobs.compaction.compute import write_major
 from spark_jobs.compaction.policy import CompactionPolicy
-from spark_jobs.compaction.publish import publish_major
+from spark_jobs.compaction.publish import CHUNK_BYTES, publish_major
 from spark_jobs.compaction.service import CompactionConfig, CompactionService
 from storage_node.config import FlushPolicy
 from storage_node.node import HeldPartition
@@ -158,6 +160,26 @@ def test_compaction_commits_a_major_and_refuses_a_stale_one(
             assert wait_until(lambda: new.intake is not None and new.intake.stats.rejected == 1, 60)
             assert "sha256" in str(new.intake.stats.last_error) and new.replica.chain.root == outcome.segment_id
             assert not segment_path(new.replica.directory, forged.segment_id).exists()
+
+            # a major whose rows are not the merge of what it replaces (one row lost: its bytes match
+            # its manifest) is refused, and nothing changes
+            lost = read_segment(new.replica.directory, outcome.segment_id).replace_schema_metadata(None).slice(1)
+            written = write_major(tmp_path, new_segment_id(), lost, sc.table)
+            short = dataclasses.replace(
+                fresh.manifest,
+                segment_id=written.segment_id,
+                base_segment_id=outcome.segment_id,
+                checksum=written.sha256,
+                size_bytes=written.size_bytes,
+                row_count=written.row_count,
+                chunk_count=chunk_count(written.size_bytes, CHUNK_BYTES),
+            )
+            publish_major(sc.meta.kafka, TopicNames(sc.meta.topic_prefix), short, written.path)
+            assert wait_until(lambda: new.intake is not None and new.intake.stats.wrong_content == 1, 60)
+            assert new.intake.stats.rejected == 2 and new.intake.stats.committed == 1
+            assert "1 version(s) missing" in str(new.intake.stats.last_error)
+            assert new.replica.chain.root == outcome.segment_id and sc.scan().num_rows == 38
+            assert not segment_path(new.replica.directory, short.segment_id).exists()
 
 
 def test_a_committed_major_reaches_the_follower_by_fast_forward(

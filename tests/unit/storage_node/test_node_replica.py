@@ -6,14 +6,25 @@ import random
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 
 from metadata.keyspace import KeyRange
 from metadata.table import Column, ColumnType, TableDefinition
 from shoal.errors import SchemaError, WireFormatError
-from shoal.ids import new_partition_id
+from shoal.ids import new_partition_id, new_segment_id
 from shoal.scan import ScanRequest, scan_remote
-from shoal.segments import WalRange, read_segment, read_segment_near
+from shoal.segments import (
+    CompactionConflictError,
+    MajorContentError,
+    SegmentRecord,
+    WalRange,
+    compaction_entry,
+    lww_merge,
+    read_segment,
+    read_segment_near,
+    write_segment,
+)
 from shoal.segments.parquet_io import ROW_GROUP_ROWS, read_segment_metadata
 from shoal.wire.arrow_ipc import encode_batch
 from shoal.wire.ingest import ingest_schema
@@ -245,4 +256,68 @@ def test_an_ended_leader_terms_memtable_stays_readable_from_the_overlay_until_a_
     assert r.overlay.drop_covered([WalRange(pid, 3, 1, 3)]) == 2  # the adoption's segment covers it
     assert r.scan().to_pylist() == [{"k": 1, "v": "a"}]
     assert r.retire_memtable() == 0
+    r.close()
+
+
+def _major_of(r: PartitionReplica, rows: pa.Table, epoch: int) -> SegmentRecord:
+    """A major on ``r``'s root holding ``rows`` (written as the compaction service writes one)."""
+    sid = new_segment_id()
+    written = write_segment(r.directory, sid, rows, key_columns=r.key_columns)
+    entry = compaction_entry(r.chain, sid, placement_id=r.placement_id, epoch=epoch)
+    return SegmentRecord(entry=entry, sha256=written.sha256, row_count=written.row_count, size_bytes=written.size_bytes)
+
+
+def _as(like: pa.Table, rows: pa.Table) -> pa.Table:
+    return pa.Table.from_arrays(rows.select(like.schema.names).columns, schema=like.schema)
+
+
+def test_a_major_that_is_not_the_merge_of_what_it_replaces_is_refused(tmp_path: Path) -> None:
+    """A compaction that lost a row, kept a stale version or dropped a delete would lose data once the
+    channels behind the major are truncated: the leader refuses it and nothing changes."""
+    r = PartitionReplica(TABLE, new_partition_id(), 1, tmp_path)
+    r.append(versioned_rows(ingest([1, 2, 3], ["a", "b", "c"]), Gtid(1, 0)), 0)
+    r.flush(1)
+    r.append(versioned_rows(ingest([2], ["b2"]), Gtid(1, 3)), 1)
+    r.append(versioned_rows(ingest([3], [None], deleted=True), Gtid(1, 4)), 2)
+    r.flush(1)
+    r.append(versioned_rows(ingest([4], ["d"]), Gtid(1, 5)), 3)
+    r.flush(1)
+    replaced = r.chain.since_latest_major()
+    merged = lww_merge([read_segment(r.directory, e.segment_id) for e in replaced], r.key_columns)
+    root, scan = r.chain.root, r.scan().sort_by("k").to_pylist()
+    k = merged.column("k").to_pylist()
+    wrong = {
+        "a lost row": merged.filter(pa.array([x != 4 for x in k])),
+        "a stale version": pa.concat_tables(
+            [
+                merged.filter(pa.array([x != 2 for x in k])),
+                _as(merged, read_segment(r.directory, replaced[0].segment_id).slice(1, 1)),
+            ]
+        ),
+        "a dropped delete": merged.filter(pc.invert(merged.column("_shoal_deleted"))),
+        "an invented row": pa.concat_tables(
+            [merged, _as(merged, merged.slice(0, 1).set_column(0, "k", pa.array([9], pa.uint64())))]
+        ),
+    }
+    for what, rows in wrong.items():
+        record = _major_of(r, rows, 1)
+        with pytest.raises(MajorContentError) as err:
+            r.commit_major(record, leader_epoch=1)
+        assert (err.value.missing, err.value.extra) != (0, 0), what
+        assert r.chain.root == root and r.scan().sort_by("k").to_pylist() == scan, what
+    good = _major_of(r, merged, 1)
+    assert r.commit_major(good, leader_epoch=1).root == good.segment_id
+    assert r.scan().sort_by("k").to_pylist() == scan == [{"k": 1, "v": "a"}, {"k": 2, "v": "b2"}, {"k": 4, "v": "d"}]
+    r.close()
+
+
+def test_a_stale_major_is_a_conflict_before_its_rows_are_read(tmp_path: Path) -> None:
+    r = PartitionReplica(TABLE, new_partition_id(), 1, tmp_path)
+    r.append(versioned_rows(ingest([1], ["a"]), Gtid(2, 0)), 0)
+    r.flush(2)
+    r.append(versioned_rows(ingest([2], ["b"]), Gtid(2, 1)), 1)
+    r.flush(2)
+    record = _major_of(r, read_segment(r.directory, r.chain.root), 1)  # wrong rows too, and epoch 1
+    with pytest.raises(CompactionConflictError):
+        r.commit_major(record, leader_epoch=2)
     r.close()

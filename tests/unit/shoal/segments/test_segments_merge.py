@@ -11,8 +11,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from shoal.segments.errors import MergeInputError
-from shoal.segments.merge import _first_of_each_key, _version_order, lww_merge
+from shoal.segments.errors import MajorContentError, MergeInputError
+from shoal.segments.merge import _first_of_each_key, _version_order, check_major, lww_merge
 from shoal.segments.versioned import DELETED_COLUMN, EPOCH_COLUMN, SEQ_COLUMN, check_versioned, stamp
 
 SCHEMA = pa.schema(
@@ -354,3 +354,32 @@ def test_a_kept_tombstone_stops_a_row_merged_later_with_an_older_gtid() -> None:
     assert view.num_rows == 0
     dropped = lww_merge([old, tomb], KEY, drop_tombstones=True)
     assert lww_merge([dropped, merged_later], KEY).column("v").to_pylist() == ["v1"]  # the deleted key is back
+
+
+def test_check_major_takes_the_merge_and_names_what_differs() -> None:
+    rnd = random.Random(7)
+    sources = [table(random_writes(rnd, 60, 25)) for _ in range(3)]
+    merged = lww_merge(sources, KEY)
+    check_major(
+        sources, merged.take(pa.array(rnd.sample(range(merged.num_rows), merged.num_rows))), KEY, segment_id="m"
+    )
+    keys = merged.column("k").to_pylist()
+    lost = merged.filter(pa.array([k != keys[3] for k in keys]))
+    with pytest.raises(MajorContentError) as err:
+        check_major(sources, lost, KEY, segment_id="m")
+    assert (err.value.segment_id, err.value.missing, err.value.extra) == ("m", 1, 0)
+    assert err.value.example.startswith(f"missing k={keys[3]} at gtid ")
+    older = pa.concat_tables([lost, table([(keys[3], "x", 0, 0, 0, False)])])  # a version below the newest
+    with pytest.raises(MajorContentError) as err:
+        check_major(sources, older, KEY, segment_id="m")
+    assert (err.value.missing, err.value.extra) == (1, 1)
+    twice = pa.concat_tables([merged, merged.slice(5, 1)])
+    with pytest.raises(MajorContentError) as err:
+        check_major(sources, twice, KEY, segment_id="m")
+    assert err.value.extra == 1 and "a key held twice" in err.value.example
+    narrow = merged.set_column(0, "k", pc.cast(merged.column("k"), pa.int32()))
+    with pytest.raises(MajorContentError, match="column k is int32, int64 in the segments"):
+        check_major(sources, narrow, KEY, segment_id="m")
+    check_major([], table([]), KEY, segment_id="m")  # nothing replaced, nothing held
+    with pytest.raises(MajorContentError):
+        check_major([], merged, KEY, segment_id="m")
