@@ -14,6 +14,7 @@ from shoal.errors import KafkaOperationError
 __all__ = [
     "FENCED_CODES",
     "TRANSIENT_CODES",
+    "ChannelTruncatedError",
     "KafkaOperationError",
     "ProducerFencedError",
     "WedgedCallError",
@@ -25,6 +26,17 @@ __all__ = [
 
 class ProducerFencedError(KafkaOperationError):
     """A newer incarnation of this transactional id fenced the producer: it commits nothing more."""
+
+
+class ChannelTruncatedError(KafkaOperationError):
+    """A read of channel ``topic`` found its position below the log start (the Tail moved under it)
+    at ``offset``: what it read is a prefix of the channel, not the channel. Readers never jump to
+    the end instead (``auto.offset.reset=error``); the caller reads again from the new Tail."""
+
+    def __init__(self, what: str, topic: str, offset: int, kafka_error: KafkaError | None = None) -> None:
+        super().__init__(f"{what} {topic}: the Tail moved past offset {offset} while it was read", kafka_error)
+        self.topic = topic
+        self.offset = offset
 
 
 class WedgedCallError(KafkaOperationError):

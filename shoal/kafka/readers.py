@@ -20,7 +20,7 @@ from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 
 from shoal.errors import KafkaOperationError, ShoalError
 from shoal.kafka import clients
-from shoal.kafka.errors import classify
+from shoal.kafka.errors import ChannelTruncatedError, classify
 from shoal.kafka.settings import KafkaSettings
 from shoal.segments.channel import KIND_MANIFEST, message_kind
 from shoal.wire.records import ManifestRecord as WireManifest
@@ -29,6 +29,11 @@ from shoal.wire.records import WalRecord
 log = logging.getLogger(__name__)
 
 _POLL_S = 0.5
+READ_CONFIG: dict[str, Any] = {"enable.partition.eof": True, "auto.offset.reset": "error"}
+"""A channel reader's consumer settings: the end of the partition is an event, and a position the
+Tail truncated is an error (librdkafka's default, ``largest``, would jump to the end in silence and
+a read would end early, looking whole)."""
+_TRUNCATED = frozenset({KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE})
 WAL_FETCH_MAX_BYTES = 64 * 1024 * 1024
 """``fetch.message.max.bytes`` of a WAL channel reader: one WAL record can be a large batch."""
 
@@ -48,9 +53,10 @@ def read_to_end(
 
     ``what`` names the channel in errors ("WAL channel", "segments channel"); ``group_id`` is only a
     label (``assign()``, never commits). KafkaOperationError when the offsets cannot be read, on a
-    consumer error, or when no message arrives for ``timeout_s``.
+    consumer error, or when no message arrives for ``timeout_s``; ChannelTruncatedError when the Tail
+    moves past the read's position while it reads (:data:`READ_CONFIG`).
     """
-    consumer = clients.consumer(settings, group_id=group_id, **{"enable.partition.eof": True, **overrides})
+    consumer = clients.consumer(settings, group_id=group_id, **{**READ_CONFIG, **overrides})
     try:
         try:
             low, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=timeout_s)
@@ -60,7 +66,7 @@ def read_to_end(
         if start >= high:
             return
         consumer.assign([TopicPartition(topic, 0, start)])
-        idle = 0.0
+        idle, position = 0.0, start
         while True:
             msg = consumer.poll(_POLL_S)
             if msg is None:
@@ -73,9 +79,12 @@ def read_to_end(
             if err is not None:
                 if err.code() == KafkaError._PARTITION_EOF:
                     return
+                if err.code() in _TRUNCATED:
+                    raise ChannelTruncatedError(what, topic, position, err)
                 raise KafkaOperationError(f"{what} {topic}: {err}", err)
             yield msg
-            if int(msg.offset() or 0) + 1 >= high:
+            position = int(msg.offset() or 0) + 1
+            if position >= high:
                 return
     finally:
         consumer.close()

@@ -36,7 +36,7 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, TypeVar
 
 import click
@@ -47,8 +47,10 @@ from metadata.errors import InvalidKeyError
 from metadata.keyspace import KeyRange, Keyspace
 from metadata.metadata_file import PartitionEntry, Placement
 from shoal.errors import KafkaOperationError, ShoalError
+from shoal.kafka.errors import ChannelTruncatedError
 from shoal.kafka.readers import ChannelRecord
 from shoal.kafka.settings import KafkaSettings
+from shoal.topics import TopicNames
 from shoal.wire.records import ManifestRecord as WireManifest
 from shoal_app.cli.connection import connection_options, metadata_config
 from shoal_app.cli.context import emit, new_table, output_option, show
@@ -201,8 +203,8 @@ def _check_channel(
         out.tail, out.append = bounds
         return out, run(out)
     except Exception as exc:
-        if (error := _failed(exc)) is None:
-            raise
+        if isinstance(exc, ChannelTruncatedError) or (error := _failed(exc)) is None:
+            raise  # the Tail moved under the read: verify reads the partition's channels again
         out.ok, out.error = False, error
         return out, None
 
@@ -306,6 +308,69 @@ def check_wal_coverage(check: WalChannelCheck, tail: int | None, orders: Iterabl
         )
 
 
+CHANNEL_READS = 3
+"""How many times verify reads a partition's channels when the Tail moves under a read."""
+
+
+@dataclass
+class ChannelsRead:
+    """What one read of a partition's channels found (:func:`read_channels`)."""
+
+    wal_checks: list[WalChannelCheck] = field(default_factory=list)
+    segment_checks: list[WalChannelCheck] = field(default_factory=list)
+    epochs: dict[str, set[int]] = field(default_factory=dict)
+    wal_orders: list[WalOrder] = field(default_factory=list)
+    floors: WalFloors | None = None
+    error: str | None = None
+    """Set when no read was whole: the Tail moved under each of :data:`CHANNEL_READS` reads."""
+
+
+def read_channels(
+    source: ChannelSource, topics: TopicNames, entry: PartitionEntry, floors: WalFloors | None
+) -> ChannelsRead:
+    """Read a partition's channels: segments channels first, then WAL channels, each from its Tail.
+
+    A Tail that moves while a channel is read (ChannelTruncatedError: the read saw a prefix, never
+    the channel) makes every channel of the partition read again from scratch, with empty
+    ``floors``: rows of a half-read channel must not stand for the channel, nor be counted twice.
+    """
+    for attempt in range(1, CHANNEL_READS + 1):
+        fresh = floors if attempt == 1 or floors is None else WalFloors(floors.table)
+        try:
+            return _read_channels_once(source, topics, entry, fresh)
+        except ChannelTruncatedError as exc:
+            if attempt == CHANNEL_READS:
+                return ChannelsRead(error=f"{exc} (in each of {CHANNEL_READS} reads in a row)")
+    raise AssertionError("unreachable")
+
+
+def _read_channels_once(
+    source: ChannelSource, topics: TopicNames, entry: PartitionEntry, floors: WalFloors | None
+) -> ChannelsRead:
+    out = ChannelsRead(floors=floors)
+    placements = channel_placements(entry)
+    wal_topics = [topics.wal(entry.partition_id, p.placement_id) for p in placements]
+    tails = {topic: _tail_before(source, topic) for topic in wal_topics}
+    orders: list[SegmentsOrder] = []
+    for p, wal_topic in zip(placements, wal_topics, strict=True):
+        seg_check, order = check_segments_channel(
+            source, topics.segments(entry.partition_id, p.placement_id), p.placement_id, wal_topic, floors
+        )
+        out.segment_checks.append(seg_check)
+        orders.append(order if order is not None else SegmentsOrder())
+    for p, wal_topic, order in zip(placements, wal_topics, orders, strict=True):
+        owner = (entry.partition_id, p.placement_id)
+        wal_check, wal_order = check_wal_channel(
+            source, wal_topic, order, floors, owner, topics.ingest(entry.partition_id)
+        )
+        check_wal_coverage(wal_check, tails[wal_topic], orders)
+        out.wal_checks.append(wal_check)
+        if wal_order is not None:
+            out.epochs[wal_topic] = wal_order.epochs
+            out.wal_orders.append(wal_order)
+    return out
+
+
 def outside_range(replicas: list[ReplicaDescription], key_range: KeyRange, keyspace: Keyspace) -> str | None:
     """Which replicas hold a partition key outside ``key_range`` (their lowest and highest keys against
     its bounds), or None when every one stays inside. A bound that is not a key of ``keyspace`` is out."""
@@ -367,7 +432,6 @@ def verify(
     ``describe`` is given without ``rows``)."""
     from metadata.node_registry import lookup_node
     from shoal.scan import OPEN_SCAN, ScanRequest, describe_remote, scan_remote
-    from shoal.topics import TopicNames
 
     file = client.coordinator.current(table)
     topics = TopicNames(client.config.topic_prefix)
@@ -420,29 +484,9 @@ def verify(
         agree = len(described_ok) == len(replicas) and len(states) == 1
         range_error = outside_range(described_ok, key_range, file.table.keyspace)
         chains = {tuple(r.chain) if isinstance(r, ReplicaDescription) else () for r in replicas}
-        wal_checks, segment_checks, epochs, wal_orders = [], [], {}, []
-        floors = WalFloors(file.table) if rows_of is not None else None
-        placements = channel_placements(entry)
-        wal_topics = [topics.wal(entry.partition_id, p.placement_id) for p in placements]
-        tails = {topic: _tail_before(source, topic) for topic in wal_topics}
-        orders: list[SegmentsOrder] = []
-        for p, wal_topic in zip(placements, wal_topics, strict=True):
-            seg_check, order = check_segments_channel(
-                source, topics.segments(entry.partition_id, p.placement_id), p.placement_id, wal_topic, floors
-            )
-            segment_checks.append(seg_check)
-            orders.append(order if order is not None else SegmentsOrder())
-        for p, wal_topic, order in zip(placements, wal_topics, orders, strict=True):
-            owner = (entry.partition_id, p.placement_id)
-            wal_check, wal_order = check_wal_channel(
-                source, wal_topic, order, floors, owner, topics.ingest(entry.partition_id)
-            )
-            check_wal_coverage(wal_check, tails[wal_topic], orders)
-            wal_checks.append(wal_check)
-            if wal_order is not None:
-                epochs[wal_topic] = wal_order.epochs
-                wal_orders.append(wal_order)
-        shared = shared_epochs(epochs) or accept_order(wal_orders)
+        read = read_channels(source, topics, entry, WalFloors(file.table) if rows_of is not None else None)
+        wal_checks, segment_checks, floors = read.wal_checks, read.segment_checks, read.floors
+        shared = read.error or shared_epochs(read.epochs) or accept_order(read.wal_orders)
         missing = None if floors is None or rows_of is None else coverage(floors, described_ok, rows_of)
         partitions.append(
             PartitionVerification(

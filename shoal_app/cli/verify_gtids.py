@@ -29,7 +29,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from itertools import pairwise
+from itertools import chain, pairwise
 
 from shoal.errors import ShoalError
 from shoal.kafka.readers import ChannelRecord
@@ -193,7 +193,14 @@ def check_wal_records(
                     out.accepted.append(Accepted(ingest.offset, gtid, item.record.last_gtid, topic, item.offset))
             yield item
 
-    verify_chain((item.record for item in checked()), prev_hash=GENESIS_HASH if tail == 0 else None)
+    items = checked()
+    first = next(items, None)
+    if first is None:
+        return out
+    # from the genesis hash only when the read began at the channel's first record: a Tail that
+    # moved between reading it and reading the records starts the read later (a healthy channel)
+    genesis = tail == 0 and first.offset == 0
+    verify_chain(chain([first.record], (item.record for item in items)), prev_hash=GENESIS_HASH if genesis else None)
     return out
 
 

@@ -140,6 +140,68 @@ def test_delete_records_moves_the_log_start_offset(cluster: TestCluster, kafka_a
     assert log_start_and_end(KafkaSettings(cluster.bootstrap_servers), topic) == (12, 20)
 
 
+def test_a_channel_read_that_the_tail_overtakes_is_an_error_not_a_jump_to_the_end(
+    cluster: TestCluster, kafka_admin, topic_prefix
+) -> None:
+    """A reader's position below the log start (delete_records under the read): with librdkafka's
+    default ``auto.offset.reset`` the consumer would jump to the end and the read would end early in
+    silence; channel readers (``READ_CONFIG``) get ``_AUTO_OFFSET_RESET`` and raise ChannelTruncatedError."""
+    from confluent_kafka import KafkaError
+
+    from shoal.kafka import clients
+    from shoal.kafka.errors import ChannelTruncatedError
+    from shoal.kafka.readers import READ_CONFIG, read_to_end
+
+    topic = f"{topic_prefix}.overtaken"
+    create_topic(kafka_admin, topic, policy=TopicPolicy())
+    p = Producer({"bootstrap.servers": cluster.bootstrap_servers, "acks": "all"})
+    for i in range(20):
+        p.produce(topic, value=str(i).encode())
+    assert p.flush(30) == 0
+    futures = kafka_admin.delete_records([TopicPartition(topic, 0, 12)], request_timeout=30, operation_timeout=30)
+    assert [f.result(30).low_watermark for f in futures.values()] == [12]
+    settings = KafkaSettings(cluster.bootstrap_servers)
+    consumer = clients.consumer(settings, group_id="shoal-test-overtaken", **READ_CONFIG)
+    try:
+        consumer.assign([TopicPartition(topic, 0, 3)])  # where a read was when the Tail moved to 12
+        msg = None
+        deadline = time.monotonic() + 30
+        while msg is None and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+        assert msg is not None and msg.error() is not None, msg and msg.value()
+        assert msg.error().code() == KafkaError._AUTO_OFFSET_RESET, msg.error()
+    finally:
+        consumer.close()
+
+    # read_to_end turns that error into ChannelTruncatedError (its own start is clamped to the log start)
+    reads = read_to_end(settings, topic, 0, what="channel", group_id="shoal-test-overtaken")
+    assert [int(m.value()) for m in reads] == list(range(12, 20))
+    import shoal.kafka.readers as readers
+
+    real = clients.consumer
+
+    def below_the_log_start(*args, **kwargs):  # the Tail moved between the watermark read and the assign
+        c = real(*args, **kwargs)
+        assign = c.assign
+        return _Assigning(c, lambda parts: assign([TopicPartition(t.topic, 0, 3) for t in parts]))
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(readers.clients, "consumer", below_the_log_start)
+        with pytest.raises(ChannelTruncatedError) as err:
+            list(read_to_end(settings, topic, 0, what="channel", group_id="shoal-test-overtaken"))
+    assert err.value.topic == topic and err.value.offset == 12
+
+
+class _Assigning:
+    """A consumer whose ``assign`` is replaced (confluent-kafka's Consumer is a C type: no attribute set)."""
+
+    def __init__(self, consumer, assign) -> None:
+        self._consumer, self.assign = consumer, assign
+
+    def __getattr__(self, name):
+        return getattr(self._consumer, name)
+
+
 def test_committed_offsets_read_back_through_admin(cluster: TestCluster, kafka_admin, topic_prefix, group_id) -> None:
     from confluent_kafka import ConsumerGroupTopicPartitions
 
