@@ -35,7 +35,7 @@ from shoal.segments.errors import (
     SegmentListCorruptError,
     SegmentListError,
 )
-from shoal.segments.merge import check_major, lww_merge
+from shoal.segments.merge import check_major, check_major_schema, lww_merge
 from shoal.segments.parquet_io import (
     WrittenSegment,
     file_sha256,
@@ -92,6 +92,7 @@ __all__ = [
     "WalRange",
     "WrittenSegment",
     "check_major",
+    "check_major_schema",
     "commit_compaction",
     "compaction_entry",
     "decide_leader_receive",

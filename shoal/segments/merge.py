@@ -174,6 +174,8 @@ def check_major(sources: Sequence[pa.Table], major: pa.Table, key_columns: Seque
             example = f"column {name} is {have}, {want} in the segments"
             raise MajorContentError(segment_id, missing=0, extra=0, example=example)
     if comparable[0].num_rows == comparable[1].num_rows:
+        if comparable[0].equals(comparable[1]):
+            return  # the usual case: the merge and a stored segment are both in key order
         order = [(c, "ascending") for c in columns]
         exp_sorted, got_sorted = (t.take(pc.sort_indices(t, sort_keys=order)) for t in comparable)
         if exp_sorted.equals(got_sorted):
@@ -192,6 +194,23 @@ def check_major(sources: Sequence[pa.Table], major: pa.Table, key_columns: Seque
         extra=max(extra.num_rows, got.num_rows - expected.num_rows),
         example=example,
     )
+
+
+def check_major_schema(replaced: pa.Schema, major: pa.Schema, *, segment_id: str) -> None:
+    """Refuse (:class:`MajorContentError`) a major whose columns are not those of the segments it
+    replaces, by name and type (nullability aside): a major with a column more, a column less or a
+    column of another type (a dictionary, a large string, a delete flag that is not a bool) would
+    make every later merge and scan of the partition fail."""
+    want = {f.name: f.type for f in replaced}
+    have = {f.name: f.type for f in major}
+    if want == have:
+        return
+    more, less = sorted(set(have) - set(want)), sorted(set(want) - set(have))
+    other = [f"{n} is {have[n]}, {want[n]} in the segments" for n in want if n in have and have[n] != want[n]]
+    example = "; ".join(
+        [*(f"a column {n} the segments do not have" for n in more), *(f"no column {n}" for n in less), *other]
+    )
+    raise MajorContentError(segment_id, missing=0, extra=0, example=example)
 
 
 def _comparable(table: pa.Table, columns: Sequence[str]) -> pa.Table:

@@ -280,6 +280,11 @@ def read_segment_metadata(directory: Path, segment_id: str) -> pq.FileMetaData:
     return _open(segment_path(directory, segment_id), segment_id).metadata
 
 
+def read_segment_schema(directory: Path, segment_id: str) -> pa.Schema:
+    """The segment's Arrow schema, from its footer (no data pages read)."""
+    return _open(segment_path(directory, segment_id), segment_id).schema_arrow
+
+
 def delete_segment_file(directory: Path, segment_id: str) -> bool:
     """Unlink a segment file durably; False if it was not there."""
     path = segment_path(directory, segment_id)

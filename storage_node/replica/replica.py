@@ -16,7 +16,7 @@ import contextlib
 import logging
 import threading
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,12 +26,15 @@ import pyarrow.compute as pc
 from metadata.table import TableDefinition
 from shoal.ids import new_segment_id, validate_partition_id, validate_placement_id
 from shoal.segments import (
+    MajorContentError,
     SegmentChain,
     SegmentEntry,
+    SegmentFileError,
     SegmentList,
     SegmentRecord,
     WalRange,
     check_major,
+    check_major_schema,
     commit_compaction,
     lww_merge,
     read_segment,
@@ -39,7 +42,8 @@ from shoal.segments import (
     segment_list_path,
     write_segment,
 )
-from shoal.segments.parquet_io import delete_segment_file
+from shoal.segments.coverage import union
+from shoal.segments.parquet_io import delete_segment_file, read_segment_schema
 from shoal.segments.recovery import reconcile
 from shoal.segments.versioned import DELETED_COLUMN, SYSTEM_COLUMNS
 from storage_node.replica.catch_up import CatchUp
@@ -257,13 +261,32 @@ class PartitionReplica:
         with self._lock:  # checked again: root may have moved while the files were read
             return self._list.commit_compaction(record, leader_epoch=leader_epoch)
 
-    def _check_major(self, record: SegmentRecord, replaced: Iterable[SegmentEntry]) -> None:
-        """MajorContentError unless the major's versions are the merge of the segments it replaces
-        (:func:`~shoal.segments.merge.check_major`); only keys and version columns are read."""
+    def _check_major(self, record: SegmentRecord, replaced: Sequence[SegmentEntry]) -> None:
+        """MajorContentError unless the major is what the segments it replaces make: it covers their
+        WAL ranges, has their columns (:func:`~shoal.segments.merge.check_major_schema`) and their
+        newest version per key (:func:`~shoal.segments.merge.check_major`; only keys and version
+        columns are read, outside the lock). A replaced segment whose file is gone or unreadable here
+        cannot be checked: the major, made from the channel's sha256-checked copy, is committed as
+        before (it repairs this replica), with a warning."""
+        sid = record.segment_id
+        covered = union(*(e.covered for e in replaced))
+        if set(record.entry.covered) != set(covered):
+
+            def shown(ranges: Iterable[WalRange]) -> str:
+                return ", ".join(f"#{r.placement_id}[{r.start_offset}, {r.end_offset})" for r in ranges) or "nothing"
+
+            example = f"it covers {shown(record.entry.covered)}; the segments it replaces cover {shown(covered)}"
+            raise MajorContentError(sid, missing=0, extra=0, example=example)
         columns = [*self.key_columns, *SYSTEM_COLUMNS]
-        sources = [read_segment(self.directory, e.segment_id, columns=columns) for e in replaced]
-        major = read_segment(self.directory, record.segment_id, columns=columns)
-        check_major(sources, major, self.key_columns, segment_id=record.segment_id)
+        try:
+            schemas = [read_segment_schema(self.directory, e.segment_id) for e in replaced]
+            sources = [read_segment(self.directory, e.segment_id, columns=columns) for e in replaced]
+        except SegmentFileError as exc:
+            log.warning("%s: major %s not checked against the segments it replaces: %s", self.name, sid, exc)
+            return
+        if schemas:
+            check_major_schema(schemas[0], read_segment_schema(self.directory, sid), segment_id=sid)
+        check_major(sources, read_segment(self.directory, sid, columns=columns), self.key_columns, segment_id=sid)
 
     def write_adopted(
         self, tables: list[pa.Table], covered: WalRange | tuple[WalRange, ...], epoch: int

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 from pathlib import Path
 
 import pyarrow as pa
@@ -25,7 +26,7 @@ from shoal.segments import (
     read_segment_near,
     write_segment,
 )
-from shoal.segments.parquet_io import ROW_GROUP_ROWS, read_segment_metadata
+from shoal.segments.parquet_io import ROW_GROUP_ROWS, read_segment_metadata, segment_path
 from shoal.wire.arrow_ipc import encode_batch
 from shoal.wire.ingest import ingest_schema
 from shoal.wire.records import Gtid
@@ -320,4 +321,53 @@ def test_a_stale_major_is_a_conflict_before_its_rows_are_read(tmp_path: Path) ->
     record = _major_of(r, read_segment(r.directory, r.chain.root), 1)  # wrong rows too, and epoch 1
     with pytest.raises(CompactionConflictError):
         r.commit_major(record, leader_epoch=2)
+    r.close()
+
+
+def _three_segments(tmp_path: Path) -> PartitionReplica:
+    r = PartitionReplica(TABLE, new_partition_id(), 1, tmp_path)
+    for i, (keys, values) in enumerate([([1, 2], ["a", "b"]), ([2], ["b2"]), ([3], ["c"])]):
+        r.append(versioned_rows(ingest(keys, values), Gtid(1, 2 * i)), i)
+        r.flush(1)
+    return r
+
+
+def test_a_major_of_the_right_versions_with_other_columns_or_coverage_is_refused(tmp_path: Path) -> None:
+    """A major whose columns differ from the segments' (every later merge and scan would fail) or that
+    claims WAL ranges the segments it replaces do not cover (the Tail would truncate records no
+    segment holds) is refused, though its keys and versions are right."""
+    r = _three_segments(tmp_path)
+    replaced = r.chain.since_latest_major()
+    merged = lww_merge([read_segment(r.directory, e.segment_id) for e in replaced], r.key_columns)
+    v = merged.schema.get_field_index("v")
+    wrong = {
+        "a column more": (merged.append_column("extra", pa.array([1] * merged.num_rows)), "a column extra"),
+        "a column less": (merged.drop_columns(["v"]), "no column v"),
+        "another type": (
+            merged.set_column(v, "v", pc.cast(merged.column("v"), pa.large_string())),
+            "v is large_string",
+        ),
+    }
+    for what, (rows, reason) in wrong.items():
+        with pytest.raises(MajorContentError, match=reason):
+            r.commit_major(_major_of(r, rows, 1), leader_epoch=1)
+        assert r.chain.root == replaced[-1].segment_id, what
+    record = _major_of(r, merged, 1)
+    wider = WalRange(r.partition_id, 1, 0, 1000)
+    with pytest.raises(MajorContentError, match=r"it covers #1\[0, 1000\); the segments it replaces cover #1\[0, 3\)"):
+        r.commit_major(replace(record, entry=replace(record.entry, covered=(wider,))), leader_epoch=1)
+    assert r.commit_major(record, leader_epoch=1).root == record.segment_id and r.covered_end() == 3
+    r.close()
+
+
+def test_a_major_is_committed_unchecked_when_a_segment_it_replaces_is_gone_here(tmp_path: Path) -> None:
+    """A lost or corrupt local file cannot be checked against; the major, made from the channel's
+    checked copy, repairs the replica as it did before the check (refused, it would be for good)."""
+    r = _three_segments(tmp_path)
+    replaced = r.chain.since_latest_major()
+    merged = lww_merge([read_segment(r.directory, e.segment_id) for e in replaced], r.key_columns)
+    segment_path(r.directory, replaced[1].segment_id).unlink()
+    record = _major_of(r, merged, 1)
+    assert r.commit_major(record, leader_epoch=1).root == record.segment_id
+    assert r.scan().sort_by("k").to_pylist() == [{"k": 1, "v": "a"}, {"k": 2, "v": "b2"}, {"k": 3, "v": "c"}]
     r.close()
