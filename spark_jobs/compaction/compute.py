@@ -84,13 +84,15 @@ def versioned_schema(table: TableDefinition) -> pa.Schema:
 
 
 def _to_spark_types(t: pa.Table, table: TableDefinition) -> pa.Table:
-    """A stored segment's rows in the Arrow types of the Spark schema (uint64 -> int64, checked)."""
+    """A stored segment's rows in the Arrow types of the Spark schema. A uint64 becomes the int64 of
+    the same bits (Spark has no unsigned long: a key above 2**63 - 1 is negative in the job, which
+    only groups by key, and :func:`from_spark` gives back the same uint64); other casts are checked."""
     arrays = []
     names = []
     for c in table.columns:
         col = t.column(c.name)
         target = spark_arrow_type(c.type)
-        arrays.append(col if col.type == target else pc.cast(col, target))
+        arrays.append(col if col.type == target else pc.cast(col, target, safe=c.type is not ColumnType.UINT64))
         names.append(c.name)
     for name in (EPOCH_COLUMN, SEQ_COLUMN, DELETED_COLUMN):
         arrays.append(t.column(name))
@@ -288,7 +290,7 @@ def compute_major(
 
 
 def from_spark(t: pa.Table, table: TableDefinition) -> pa.Table:
-    """Spark's Arrow result back in the stored segment schema (bigint -> uint64, us -> ms)."""
+    """Spark's Arrow result back in the stored segment schema (bigint -> uint64 by its bits, us -> ms)."""
     schema = versioned_schema(table)
     arrays = []
     for f in schema:
@@ -296,7 +298,7 @@ def from_spark(t: pa.Table, table: TableDefinition) -> pa.Table:
         if col.type != f.type:
             ctype = table.column(f.name).type if f.name in {c.name for c in table.columns} else None
             try:
-                col = pc.cast(col, f.type, safe=ctype is not ColumnType.TIMESTAMP_MS)
+                col = pc.cast(col, f.type, safe=ctype not in (ColumnType.TIMESTAMP_MS, ColumnType.UINT64))
             except pa.ArrowInvalid as exc:
                 raise CompactionJobError(f"column {f.name}: {exc}") from exc
         arrays.append(col)

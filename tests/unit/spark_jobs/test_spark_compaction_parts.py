@@ -80,7 +80,7 @@ def _chunks(sid: str, data: bytes, size: int) -> list[tuple[str, int, bytes]]:
 
 def test_reassembly_checks_every_segment_and_yields_its_rows() -> None:
     a, b = new_segment_id(), new_segment_id()
-    da, db = _segment_bytes([1, 2], ["x", "y"]), _segment_bytes([2**62], ["z"])
+    da, db = _segment_bytes([1, 2], ["x", "y"]), _segment_bytes([2**62, 2**63, 2**64 - 1], ["z", "w", "u"])
     ca, cb = _chunks(a, da, 100), _chunks(b, db, 64)
     sources = {
         s: SegmentSource(s, "topic", 0, len(c), len(d), hashlib.sha256(d).hexdigest())
@@ -95,9 +95,13 @@ def test_reassembly_checks_every_segment_and_yields_its_rows() -> None:
         }
     )
     out = pa.Table.from_batches(list(reassemble([batch], sources, TABLE)))
-    assert sorted(out.column("k").to_pylist()) == [1, 2, 2**62] and out.schema.field("k").type == pa.int64()
+    # Spark has no unsigned long: a uint64 key travels as the int64 of its bits, and comes back whole
+    assert (
+        sorted(out.column("k").to_pylist()) == [-(2**63), -1, 1, 2, 2**62] and out.schema.field("k").type == pa.int64()
+    )
     back = from_spark(out, TABLE)
     assert back.schema == versioned_schema(TABLE) and back.schema.field("k").type == pa.uint64()
+    assert sorted(back.column("k").to_pylist()) == [1, 2, 2**62, 2**63, 2**64 - 1]
 
     corrupt = batch.set_column(2, "data", pa.array([r[2][:-1] + b"?" for r in rows], pa.binary()))
     with pytest.raises(CompactionJobError, match="do not match the manifest"):
