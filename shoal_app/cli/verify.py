@@ -121,7 +121,7 @@ class KafkaChannels:
 
     def _read_segments(self, topic: str, incomplete: Callable[[], bool]) -> Iterator[Any]:
         """A segments channel's committed messages from its start to the end read when the read
-        starts, and on past that end while ``incomplete()`` (for up to :attr:`resume_s`).
+        starts, and on past that end while ``incomplete()`` (for up to :attr:`resume_s` more).
 
         That end can fall inside the transaction that publishes a segment (a manifest and its chunks:
         the end read while the chunks were still replicating, the manifest read once it committed).
@@ -130,13 +130,16 @@ class KafkaChannels:
         "undecodable" on a healthy channel."""
         from shoal.kafka.readers import read_to_end
 
-        start, deadline = 0, time.monotonic() + self.resume_s
+        start, deadline = 0, None
         while True:
             last = None
             for msg in read_to_end(self.kafka, topic, start, what="segments channel", group_id="shoal-verify"):
                 last = int(msg.offset() or 0)
                 yield msg
-            if not incomplete() or time.monotonic() >= deadline:
+            if not incomplete():
+                return
+            deadline = deadline or time.monotonic() + self.resume_s  # from the end of the first read
+            if time.monotonic() >= deadline:
                 return
             if last is None:
                 time.sleep(0.2)  # nothing new yet: the end read again in a moment
