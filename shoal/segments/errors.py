@@ -38,9 +38,10 @@ class MergeInputError(SegmentError, SchemaError):
 
 
 class MajorContentError(SegmentError):
-    """A major's rows are not the last-writer-wins merge of the segments it replaces: ``segment_id``;
-    ``missing`` versions the merge keeps that the major lacks (a lost or stale row), ``extra`` rows the
-    major holds that the merge does not (an invented, stale or repeated row), and one ``example``."""
+    """A major is not what the segments it replaces make: ``segment_id``; ``missing`` versions the
+    last-writer-wins merge keeps that the major lacks (a lost or stale row), ``extra`` rows the major
+    holds that the merge does not (an invented, stale or repeated row), and one ``example``. Both
+    counts are 0 when its columns or the WAL ranges it covers are wrong (the example says which)."""
 
     def __init__(self, segment_id: str, *, missing: int, extra: int, example: str) -> None:
         super().__init__(

@@ -248,10 +248,10 @@ class PartitionReplica:
         Its file must already be written and fsynced in :attr:`directory` under its segment id
         (``write_segment_bytes``). Refused with CompactionConflictError, changing nothing, when the
         root moved since the compaction started, the major is of another epoch, or the chain holds a
-        newer epoch; refused with MajorContentError when its rows are not the merge of the segments
-        it replaces (a compaction that lost, invented or kept a stale row: the major becomes the
-        only copy once the channels are truncated). The caller then deletes the file (or recovery's
-        reconcile does).
+        newer epoch; refused with MajorContentError when its rows, columns or covered WAL ranges are
+        not those of the segments it replaces (:meth:`_check_major`: a compaction that lost,
+        invented or kept a stale row; the major becomes the only copy once the channels are
+        truncated). The caller then deletes the file (or recovery's reconcile does).
         """
         with self._lock:
             chain = self._list.chain
