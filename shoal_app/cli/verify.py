@@ -337,14 +337,13 @@ def read_channels(
     the channel) makes every channel of the partition read again from scratch, with empty
     ``floors``: rows of a half-read channel must not stand for the channel, nor be counted twice.
     """
-    for attempt in range(1, CHANNEL_READS + 1):
-        fresh = floors if attempt == 1 or floors is None else WalFloors(floors.table)
+    for attempt in range(CHANNEL_READS):
+        fresh = floors if attempt == 0 or floors is None else WalFloors(floors.table)
         try:
             return _read_channels_once(source, topics, entry, fresh)
         except ChannelTruncatedError as exc:
-            if attempt == CHANNEL_READS:
-                return ChannelsRead(error=f"{exc} (in each of {CHANNEL_READS} reads in a row)")
-    raise AssertionError("unreachable")
+            last = exc
+    return ChannelsRead(error=f"{last} (in each of {CHANNEL_READS} reads in a row)")
 
 
 def _read_channels_once(

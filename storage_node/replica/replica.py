@@ -279,13 +279,14 @@ class PartitionReplica:
             raise MajorContentError(sid, missing=0, extra=0, example=example)
         columns = [*self.key_columns, *SYSTEM_COLUMNS]
         try:
-            schemas = [read_segment_schema(self.directory, e.segment_id) for e in replaced]
             sources = [read_segment(self.directory, e.segment_id, columns=columns) for e in replaced]
+            # one footer stands for them all: the merge refuses segments whose types disagree
+            want = read_segment_schema(self.directory, replaced[0].segment_id) if replaced else None
         except SegmentFileError as exc:
             log.warning("%s: major %s not checked against the segments it replaces: %s", self.name, sid, exc)
             return
-        if schemas:
-            check_major_schema(schemas[0], read_segment_schema(self.directory, sid), segment_id=sid)
+        if want is not None:
+            check_major_schema(want, read_segment_schema(self.directory, sid), segment_id=sid)
         check_major(sources, read_segment(self.directory, sid, columns=columns), self.key_columns, segment_id=sid)
 
     def write_adopted(
