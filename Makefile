@@ -68,6 +68,7 @@ BENCH_COMPACTION_SMALL ?= 20000
 BENCH_COMPACTION_LARGE ?= 200000
 BENCH_MEMORY_ROWS ?= 1000000
 BENCH_NODE_MEMORY_SECONDS ?= 90
+BENCH_MAJOR_CHECK_ROWS ?= 3000000
 BENCH_OUT ?= build/bench
 
 # Every benchmark, each writing its JSON (top-level "ratio") to $(BENCH_OUT); bench.report turns
@@ -97,6 +98,8 @@ bench: setup
 	-$(PY) -m bench.memory --rows $(BENCH_MEMORY_ROWS) --output json > $(BENCH_OUT)/memory.json
 	@echo "memory: one node leading 50 partitions, idle and under $(BENCH_NODE_MEMORY_SECONDS) s of load"
 	-$(PY) -m bench.node_memory --duration $(BENCH_NODE_MEMORY_SECONDS) --output json > $(BENCH_OUT)/node_memory.json
+	@echo "memory: a leader's major check of $(BENCH_MAJOR_CHECK_ROWS) rows, in key ranges and all at once"
+	-$(PY) -m bench.major_check --rows $(BENCH_MAJOR_CHECK_ROWS) --output json > $(BENCH_OUT)/major_check.json
 	@$(PY) -m bench.report $(BENCH_OUT) > $(BENCH_OUT)/report.md; status=$$?; cat $(BENCH_OUT)/report.md; exit $$status
 
 CHAOS_SEED ?=

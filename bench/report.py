@@ -58,6 +58,7 @@ GOALS: dict[str, Goal] = {
     "replication": Goal("P3", "follower with fresh reads CPU/row / leader CPU/row", at_most=0.2),
     "memory": Goal("mem", "memtable RSS growth / Arrow size of its rows", at_most=2.0),
     "node_memory": Goal("mem", "node peak RSS under load / idle RSS, leading 50 partitions", at_most=1.5),
+    "major_check": Goal("mem", "a leader's major check: Arrow peak in key ranges / all at once"),
     "write_path": Goal("-", "write path RF 1 MB/s / raw produce + consume"),
     "fast_forward": Goal("-", "row-based apply time / fast-forward time"),
     "split": Goal("-", "re-insert time / split time"),
@@ -152,6 +153,15 @@ def _detail(name: str, doc: dict[str, Any]) -> str:
             f"peak {_fmt(r.get('RSS peak load MiB'), 0)} MiB, final {_fmt(r.get('RSS final load MiB'), 0)} MiB; "
             f"{bounded} (last third {_fmt(r.get('last third slope MiB/min'), 1)} MiB/min)"
             + (f"; SIGTERM to exit {_fmt(r.get('stop s'), 1)} s" if r.get("stop s") is not None else "")
+        )
+    if name == "major_check" and len(res) == 2:
+        whole, ranges = res
+        return (
+            f"{whole.get('rows of all files', 0):,} rows of segments ({s.get('key_type')} key): all at once "
+            f"{_fmt(whole.get('seconds'))} s, Arrow {_fmt(whole.get('Arrow peak MiB'), 0)} MiB, "
+            f"RSS +{_fmt(whole.get('peak RSS growth MiB'), 0)} MiB; in {ranges.get('passes')} key range(s) "
+            f"{_fmt(ranges.get('seconds'))} s, Arrow {_fmt(ranges.get('Arrow peak MiB'), 0)} MiB, "
+            f"RSS +{_fmt(ranges.get('peak RSS growth MiB'), 0)} MiB"
         )
     if name == "fast_forward" and res:
         return f"{res[-1].get('rows', 0):,}-row segment"

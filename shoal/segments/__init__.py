@@ -10,7 +10,8 @@ Source: EventQL segment based replication (seed 000, sections 3 to 3.6); GTIDs f
 ``compaction``     what a major folds, its entry, its fenced commit (3.1)
 ``coverage``       WAL offset ranges covered by segments
 ``versioned``      GTID system columns (``_shoal_epoch``, ``_shoal_seq``, ``_shoal_deleted``)
-``merge``          lww_merge: newest version per primary key, columnar
+``merge``          lww_merge: newest version per primary key, columnar; check_major
+``major_check``    a major checked against the files it replaces, key range by key range
 ``parquet_io``     atomic, fsynced, checksummed segment files
 ``segment_list``   the transactional SQLite segment list
 ``recovery``       make files agree with the list after a crash

@@ -66,6 +66,16 @@ class CorruptSegmentError(SegmentFileError):
     """The segment file exists but is not a readable Parquet file (truncated, bit rot, foreign bytes)."""
 
 
+class ReplacedSegmentUnreadableError(SegmentFileError):
+    """A segment a major replaces is missing or cannot be read here (``segment_id``, the file
+    error as ``cause``): the major cannot be checked against it."""
+
+    def __init__(self, segment_id: str, cause: SegmentFileError) -> None:
+        super().__init__(str(cause))
+        self.segment_id = segment_id
+        self.cause = cause
+
+
 class ChecksumMismatchError(CorruptSegmentError):
     """The bytes of a segment do not hash to the expected sha256 (corrupt or not the announced segment)."""
 

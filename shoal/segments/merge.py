@@ -18,6 +18,7 @@ between versions of one key), so the sort over the GTID and value columns is ski
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
@@ -150,6 +151,19 @@ def lww_merge(tables: Sequence[pa.Table], key_columns: Sequence[str], *, drop_to
     return newest
 
 
+@dataclass(frozen=True, slots=True)
+class MajorDiff:
+    """What a major holds against the merge of the segments it replaces (:func:`diff_major`):
+    ``missing`` versions of the merge it lacks, ``extra`` rows of its own the merge does not have
+    (an anti-join each), ``got_rows`` and ``expected_rows`` (its rows, the merge's), an ``example``."""
+
+    missing: int
+    extra: int
+    got_rows: int
+    expected_rows: int
+    example: str
+
+
 def check_major(sources: Sequence[pa.Table], major: pa.Table, key_columns: Sequence[str], *, segment_id: str) -> None:
     """Refuse (:class:`MajorContentError`) a major whose versions are not those of ``lww_merge(sources)``.
 
@@ -159,27 +173,35 @@ def check_major(sources: Sequence[pa.Table], major: pa.Table, key_columns: Seque
     Only the keys and the version columns are compared (one row per key, its GTID and delete flag),
     so the check reads a few columns of each file; tombstones must be kept (compaction never drops
     them: :func:`lww_merge` ``drop_tombstones``). Values at a matching version are not compared.
+    :func:`shoal.segments.major_check.check_major_files` feeds it from files in bounded memory.
     """
+    diff = diff_major(sources, major, key_columns)
+    if diff is not None:
+        raise MajorContentError(segment_id, missing=diff.missing, extra=diff.extra, example=diff.example)
+
+
+def diff_major(sources: Sequence[pa.Table], major: pa.Table, key_columns: Sequence[str]) -> MajorDiff | None:
+    """None when ``major``'s key and version columns are ``lww_merge(sources)``'s, in any row order;
+    otherwise what differs (:class:`MajorDiff`; ``extra`` counts a key held twice too)."""
     columns = [*key_columns, *SYSTEM_COLUMNS]
     expected = lww_merge([t.select(columns) for t in sources], key_columns) if sources else None
     got = major.select(columns)
     if expected is None:
         if got.num_rows == 0:
-            return
-        raise MajorContentError(segment_id, missing=0, extra=got.num_rows, example="rows with nothing to merge")
+            return None
+        return MajorDiff(0, got.num_rows, got.num_rows, 0, "rows with nothing to merge")
     comparable = [_comparable(expected, columns), _comparable(got, columns)]
     for name in columns:
         want, have = comparable[0].schema.field(name).type, comparable[1].schema.field(name).type
         if want != have:
-            example = f"column {name} is {have}, {want} in the segments"
-            raise MajorContentError(segment_id, missing=0, extra=0, example=example)
+            return MajorDiff(0, 0, got.num_rows, expected.num_rows, f"column {name} is {have}, {want} in the segments")
     if comparable[0].num_rows == comparable[1].num_rows:
         if comparable[0].equals(comparable[1]):
-            return  # the usual case: the merge and a stored segment are both in key order
+            return None  # the usual case: the merge and a stored segment are both in key order
         order = [(c, "ascending") for c in columns]
         exp_sorted, got_sorted = (t.take(pc.sort_indices(t, sort_keys=order)) for t in comparable)
         if exp_sorted.equals(got_sorted):
-            return
+            return None
     missing = comparable[0].join(comparable[1], keys=columns, join_type="left anti")
     extra = comparable[1].join(comparable[0], keys=columns, join_type="left anti")
     if missing.num_rows:
@@ -188,10 +210,11 @@ def check_major(sources: Sequence[pa.Table], major: pa.Table, key_columns: Seque
         example = f"extra {_describe(extra.slice(0, 1).to_pylist()[0])}"
     else:
         example = f"{got.num_rows} rows for {expected.num_rows} keys (a key held twice)"
-    raise MajorContentError(
-        segment_id,
+    return MajorDiff(
         missing=missing.num_rows,
         extra=max(extra.num_rows, got.num_rows - expected.num_rows),
+        got_rows=got.num_rows,
+        expected_rows=expected.num_rows,
         example=example,
     )
 

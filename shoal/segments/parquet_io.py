@@ -220,6 +220,12 @@ def _open(path: Path, segment_id: str) -> pq.ParquetFile:
         raise CorruptSegmentError(f"segment {segment_id}: {path} is not a readable Parquet file: {exc}") from exc
 
 
+def open_segment(directory: Path, segment_id: str) -> pq.ParquetFile:
+    """A segment's Parquet file, its footer read (pages read on demand, checksums verified).
+    Missing -> SegmentFileNotFoundError; unreadable -> CorruptSegmentError."""
+    return _open(segment_path(directory, segment_id), segment_id)
+
+
 def read_segment(
     directory: Path, segment_id: str, *, columns: Sequence[str] | None = None, expected_sha256: str | None = None
 ) -> pa.Table:

@@ -29,12 +29,9 @@ from shoal.segments import (
     MajorContentError,
     SegmentChain,
     SegmentEntry,
-    SegmentFileError,
     SegmentList,
     SegmentRecord,
     WalRange,
-    check_major,
-    check_major_schema,
     commit_compaction,
     lww_merge,
     read_segment,
@@ -43,7 +40,8 @@ from shoal.segments import (
     write_segment,
 )
 from shoal.segments.coverage import union
-from shoal.segments.parquet_io import delete_segment_file, read_segment_schema
+from shoal.segments.major_check import ReplacedSegmentUnreadableError, check_major_files
+from shoal.segments.parquet_io import delete_segment_file
 from shoal.segments.recovery import reconcile
 from shoal.segments.versioned import DELETED_COLUMN, SYSTEM_COLUMNS
 from storage_node.replica.catch_up import CatchUp
@@ -277,17 +275,13 @@ class PartitionReplica:
 
             example = f"it covers {shown(record.entry.covered)}; the segments it replaces cover {shown(covered)}"
             raise MajorContentError(sid, missing=0, extra=0, example=example)
-        columns = [*self.key_columns, *SYSTEM_COLUMNS]
         try:
-            sources = [read_segment(self.directory, e.segment_id, columns=columns) for e in replaced]
-            # one footer stands for them all: the merge refuses segments whose types disagree
-            want = read_segment_schema(self.directory, replaced[0].segment_id) if replaced else None
-        except SegmentFileError as exc:
+            check = check_major_files(self.directory, [e.segment_id for e in replaced], sid, self.key_columns)
+        except ReplacedSegmentUnreadableError as exc:
             log.warning("%s: major %s not checked against the segments it replaces: %s", self.name, sid, exc)
             return
-        if want is not None:
-            check_major_schema(want, read_segment_schema(self.directory, sid), segment_id=sid)
-        check_major(sources, read_segment(self.directory, sid, columns=columns), self.key_columns, segment_id=sid)
+        if check.passes > 1:
+            log.info("%s: major %s checked in %d key ranges of %s", self.name, sid, check.passes, check.bucket)
 
     def write_adopted(
         self, tables: list[pa.Table], covered: WalRange | tuple[WalRange, ...], epoch: int
