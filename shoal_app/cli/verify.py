@@ -33,6 +33,7 @@ follower's overlay show up as a disagreement while writes are in flight.
 
 from __future__ import annotations
 
+import logging
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -47,7 +48,7 @@ from metadata.errors import InvalidKeyError
 from metadata.keyspace import KeyRange, Keyspace
 from metadata.metadata_file import PartitionEntry, Placement
 from shoal.errors import KafkaOperationError, ShoalError
-from shoal.kafka.errors import ChannelTruncatedError
+from shoal.kafka.errors import TRANSIENT_CODES, ChannelTruncatedError
 from shoal.kafka.readers import ChannelRecord
 from shoal.kafka.settings import KafkaSettings
 from shoal.topics import TopicNames
@@ -70,6 +71,8 @@ from shoal_app.cli.verify_gtids import (
     check_wal_records,
     shared_epochs,
 )
+
+log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
@@ -102,7 +105,26 @@ class KafkaChannels:
         self._topics: dict[str, Any] | None = None
         self._admin = clients.admin(kafka)
 
+    #: how long a channel's bounds are asked for again while Kafka answers with a transient error
+    #: (a partition without a leader for a moment after a broker went down or came back)
+    transient_s = 15.0
+    transient_pause_s = 1.0
+
     def bounds(self, topic: str) -> tuple[int, int] | None:
+        deadline: float | None = None
+        while True:
+            try:
+                return self._bounds_once(topic)
+            except KafkaOperationError as exc:
+                now = time.monotonic()
+                deadline = now + self.transient_s if deadline is None else deadline
+                if not _transient(exc) or now >= deadline:
+                    raise
+                log.info("%s: %s; asking again", topic, exc)
+                self._topics = None  # listed again: the error was the listing's
+                time.sleep(self.transient_pause_s)
+
+    def _bounds_once(self, topic: str) -> tuple[int, int] | None:
         from shoal.kafka.admin import log_start_and_end
 
         if self._topics is None:  # all topics, once: listing never auto-creates one
@@ -184,6 +206,12 @@ class KafkaChannels:
             yield replace(
                 pending, error=f"only {len(chunks)} of its {pending.manifest.chunk_count} chunks on the channel"
             )
+
+
+def _transient(exc: KafkaOperationError) -> bool:
+    """A Kafka error that asking again may clear: retriable, or a code Kafka's protocol calls
+    retriable that librdkafka reports without the flag (:data:`~shoal.kafka.errors.TRANSIENT_CODES`)."""
+    return exc.retriable or (exc.kafka_error is not None and exc.kafka_error.code() in TRANSIENT_CODES)
 
 
 def _failed(exc: BaseException) -> str | None:

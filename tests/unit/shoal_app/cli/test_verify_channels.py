@@ -123,14 +123,38 @@ def test_a_wal_channel_gone_while_segments_cover_it_is_a_mismatch() -> None:
 def test_a_channel_whose_metadata_has_an_error_is_an_error_not_a_missing_channel(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    """A transient error (no leader for a moment after a broker went down) is asked again, with a
+    fresh listing, until it clears or :attr:`KafkaChannels.transient_s` passed; any other error at once."""
     from confluent_kafka import KafkaError
 
+    from shoal.kafka import admin
+
+    def meta(code: int | None) -> Any:
+        return type("Meta", (), {"error": None if code is None else KafkaError(code)})()
+
+    listings: list[dict[str, Any]] = []
+
+    class Admin:
+        def list_topics(self, timeout: float) -> Any:
+            return type("Listing", (), {"topics": listings.pop(0)})()
+
+    monkeypatch.setattr(admin, "log_start_and_end", lambda _kafka, topic: (3, 9))
     channels = verify_module.KafkaChannels.__new__(verify_module.KafkaChannels)
-    broken = type("Meta", (), {"error": KafkaError(KafkaError.LEADER_NOT_AVAILABLE)})()
-    channels._topics = {"t": broken}
-    with pytest.raises(KafkaOperationError, match="t: "):
-        channels.bounds("t")
+    channels.kafka, channels._admin, channels._topics = None, Admin(), None
+    channels.transient_pause_s = 0.0
+    leaderless, healthy = meta(KafkaError.LEADER_NOT_AVAILABLE), meta(None)
+    listings[:] = [{"t": leaderless}, {"t": leaderless}, {"t": healthy}]
+    assert channels.bounds("t") == (3, 9) and not listings  # listed three times
     assert channels.bounds("absent") is None
+    channels._topics, channels.transient_s = None, 0.0
+    listings[:] = [{"t": leaderless}, {"t": leaderless}]
+    with pytest.raises(KafkaOperationError, match="t: "):
+        channels.bounds("t")  # still leaderless once transient_s passed
+    channels._topics, channels.transient_s = None, 60.0
+    listings[:] = [{"t": meta(KafkaError.TOPIC_AUTHORIZATION_FAILED)}, {"t": healthy}]
+    with pytest.raises(KafkaOperationError, match="t: "):
+        channels.bounds("t")  # not transient: no second listing
+    assert len(listings) == 1
 
 
 def _leaving(file: MetadataFile) -> MetadataFile:
