@@ -154,8 +154,8 @@ def _detail(name: str, doc: dict[str, Any]) -> str:
             f"{bounded} (last third {_fmt(r.get('last third slope MiB/min'), 1)} MiB/min)"
             + (f"; SIGTERM to exit {_fmt(r.get('stop s'), 1)} s" if r.get("stop s") is not None else "")
         )
-    if name == "major_check" and len(res) == 2:
-        whole, ranges = res
+    if name == "major_check" and len(res) >= 2:
+        whole, ranges = res[:2]
         return (
             f"{whole.get('rows of all files', 0):,} rows of segments ({s.get('key_type')} key): all at once "
             f"{_fmt(whole.get('seconds'))} s, Arrow {_fmt(whole.get('Arrow peak MiB'), 0)} MiB, "

@@ -40,17 +40,20 @@ class MergeInputError(SegmentError, SchemaError):
 class MajorContentError(SegmentError):
     """A major is not what the segments it replaces make: ``segment_id``; ``missing`` versions the
     last-writer-wins merge keeps that the major lacks (a lost or stale row), ``extra`` rows the major
-    holds that the merge does not (an invented, stale or repeated row), and one ``example``. Both
-    counts are 0 when its columns or the WAL ranges it covers are wrong (the example says which)."""
+    holds that the merge does not (an invented, stale or repeated row), ``changed`` rows at the
+    merge's version with other values, and one ``example``. The counts are 0 when its columns or
+    the WAL ranges it covers are wrong (the example says which)."""
 
-    def __init__(self, segment_id: str, *, missing: int, extra: int, example: str) -> None:
+    def __init__(self, segment_id: str, *, missing: int, extra: int, example: str, changed: int = 0) -> None:
+        values = f", {changed} with other values" if changed else ""
         super().__init__(
             f"major {segment_id} is not the merge of the segments it replaces: {missing} version(s) missing, "
-            f"{extra} extra; e.g. {example}"
+            f"{extra} extra{values}; e.g. {example}"
         )
         self.segment_id = segment_id
         self.missing = missing
         self.extra = extra
+        self.changed = changed
         self.example = example
 
 

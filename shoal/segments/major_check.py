@@ -5,15 +5,17 @@ truncates the channels behind it, it is the only copy of their rows. :func:`chec
 tables; this module feeds it from the files, key range by key range, so that the memory a check
 takes does not grow with the partition.
 
-A check reads only the key and version columns (:data:`~shoal.segments.versioned.SYSTEM_COLUMNS`).
-All at once that is about 130-230 bytes of Arrow memory per row read (the merge of the replaced
+A check reads the key and version columns (:data:`~shoal.segments.versioned.SYSTEM_COLUMNS`) and,
+with ``values`` (the node's default), every other column too. All at once, the key and version
+columns alone take about 130-230 bytes of Arrow memory per row read (the merge of the replaced
 segments, the major and their hash joins), so a partition of 15M rows would need 2-3.5 GB in the
-node on every commit. When the files hold more than ``rows_per_pass`` rows together, the check
-runs in passes instead: every row of every file is assigned to one key range by the value of one
+node on every commit. When the files hold more than a pass's rows together (``rows_per_pass``,
+fewer for wide rows: :data:`MAJOR_CHECK_BYTES_PER_PASS`), the check runs in passes instead:
+every row of every file is assigned to one key range by the value of one
 key column (the ``bucket`` column), and each pass checks one range. All versions of a key have
 the same value in every key column, so they fall in the same range, and last-writer-wins per key
 within a range is last-writer-wins per key: the verdict is the one-pass verdict, and the counts
-add up (``missing`` and ``extra`` are anti-joins over disjoint ranges).
+add up (``missing``, ``extra`` and ``changed`` are counted over disjoint ranges).
 
 The ranges come from a strided sample of the key columns of every file (the first read); the
 bucket column is the key column with the most distinct values in the sample among those with an
@@ -57,6 +59,10 @@ MAJOR_CHECK_ROWS_PER_PASS = 1_000_000
 SAMPLES_PER_PASS = 64
 """Values sampled per planned pass to place the key ranges' bounds."""
 
+MAJOR_CHECK_BYTES_PER_PASS = 64 * 2**20
+"""Uncompressed column bytes (Parquet footers' sizes of the columns read) one pass holds at most:
+rows wider than ~65 bytes make passes of fewer than :data:`MAJOR_CHECK_ROWS_PER_PASS` rows."""
+
 
 @dataclass(frozen=True, slots=True)
 class MajorCheck:
@@ -95,6 +101,14 @@ class _File:
             error = CorruptSegmentError(f"segment {self.segment_id}: cannot decode: {exc}")
             raise (ReplacedSegmentUnreadableError(self.segment_id, error) if self.replaced else error) from exc
 
+    def column_bytes(self, columns: Sequence[str]) -> int:
+        """The uncompressed bytes of ``columns`` in this file, from its footer."""
+        meta = self.parquet.metadata
+        wanted = {i for i in range(meta.num_columns) if meta.schema.column(i).path in set(columns)}
+        return sum(
+            meta.row_group(g).column(i).total_uncompressed_size for g in range(meta.num_row_groups) for i in wanted
+        )
+
     def read(self, columns: Sequence[str]) -> pa.Table:
         schema = pa.schema([self.parquet.schema_arrow.field(c) for c in columns])
         return pa.concat_tables([schema.empty_table(), *(t.cast(schema) for t in self.batches(columns))])
@@ -107,26 +121,34 @@ def check_major_files(
     key_columns: Sequence[str],
     *,
     rows_per_pass: int = MAJOR_CHECK_ROWS_PER_PASS,
+    bytes_per_pass: int = MAJOR_CHECK_BYTES_PER_PASS,
+    values: bool = True,
 ) -> MajorCheck:
     """Refuse (:class:`MajorContentError`) the major ``major_id`` unless its columns are those of
-    the ``replaced`` segments (:func:`check_major_schema`) and its key and version columns are their
-    last-writer-wins merge (:func:`check_major`), reading at most about ``rows_per_pass`` rows at a
-    time (module docstring). A replaced file missing or unreadable raises
+    the ``replaced`` segments (:func:`check_major_schema`) and its rows are their last-writer-wins
+    merge (:func:`check_major`: keys and versions, and with ``values`` every other column at the
+    merge's version), reading at most about ``rows_per_pass`` rows and ``bytes_per_pass`` bytes at
+    a time (module docstring). A replaced file missing or unreadable raises
     :class:`ReplacedSegmentUnreadableError`; the major's own file errors as
     :func:`~shoal.segments.parquet_io.read_segment`."""
-    if rows_per_pass < 1:
-        raise ValueError(f"rows_per_pass must be >= 1, got {rows_per_pass}")
+    if rows_per_pass < 1 or bytes_per_pass < 1:
+        raise ValueError(f"rows_per_pass and bytes_per_pass must be >= 1, got {rows_per_pass}, {bytes_per_pass}")
     files = [_open(directory, sid, replaced=True) for sid in replaced]
     major = _open(directory, major_id, replaced=False)
     if files:  # one footer stands for them all: the merge refuses segments whose types disagree
         check_major_schema(files[0].parquet.schema_arrow, major.parquet.schema_arrow, segment_id=major_id)
     columns = [*key_columns, *SYSTEM_COLUMNS]
+    schema = (files[0] if files else major).parquet.schema_arrow
+    others = [n for n in schema.names if n not in columns] if values else []
+    columns += others
     everything = [*files, major]
     total = sum(f.num_rows for f in everything)
-    planned = math.ceil(total / rows_per_pass)
+    row_bytes = sum(f.column_bytes(columns) for f in everything) / max(1, total)
+    per_pass = max(1, min(rows_per_pass, int(bytes_per_pass / row_bytes) if row_bytes else rows_per_pass))
+    planned = math.ceil(total / per_pass)
     bucket, bounds = _plan(everything, key_columns, planned) if planned > 1 and files else (None, [])
     if bucket is None or not bounds:
-        diff = diff_major([f.read(columns) for f in files], major.read(columns), key_columns)
+        diff = diff_major([f.read(columns) for f in files], major.read(columns), key_columns, value_columns=others)
         _raise(major_id, diff)
         return MajorCheck(passes=1, bucket=None, rows=total)
     found = _Found()
@@ -135,7 +157,7 @@ def check_major_files(
         parts = [_range(f, columns, bucket, low, high) for f in everything]
         for i, part in enumerate(parts):
             taken[i] += part.num_rows
-        found.add(diff_major(parts[:-1], parts[-1], key_columns))
+        found.add(diff_major(parts[:-1], parts[-1], key_columns, value_columns=others))
     lost = {f.segment_id: f.num_rows - n for f, n in zip(everything, taken, strict=True) if n != f.num_rows}
     if lost:
         found.add(
@@ -163,14 +185,16 @@ def _open(directory: Path, segment_id: str, *, replaced: bool) -> _File:
 
 def _raise(segment_id: str, diff: MajorDiff | None) -> None:
     if diff is not None:
-        raise MajorContentError(segment_id, missing=diff.missing, extra=diff.extra, example=diff.example)
+        raise MajorContentError(
+            segment_id, missing=diff.missing, extra=diff.extra, changed=diff.changed, example=diff.example
+        )
 
 
 class _Found:
     """The differences of every pass, added up."""
 
     def __init__(self) -> None:
-        self.missing = self.extra_rows = self.got = self.expected = 0
+        self.missing = self.extra_rows = self.got = self.expected = self.changed = 0
         self.example: str | None = None
 
     def add(self, diff: MajorDiff | None) -> None:
@@ -180,6 +204,7 @@ class _Found:
         self.extra_rows += diff.extra
         self.got += diff.got_rows
         self.expected += diff.expected_rows
+        self.changed += diff.changed
         self.example = self.example or diff.example
 
     def total(self) -> MajorDiff | None:
@@ -191,6 +216,7 @@ class _Found:
             got_rows=self.got,
             expected_rows=self.expected,
             example=self.example,
+            changed=self.changed,
         )
 
 

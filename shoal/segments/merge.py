@@ -155,53 +155,72 @@ def lww_merge(tables: Sequence[pa.Table], key_columns: Sequence[str], *, drop_to
 class MajorDiff:
     """What a major holds against the merge of the segments it replaces (:func:`diff_major`):
     ``missing`` versions of the merge it lacks, ``extra`` rows of its own the merge does not have
-    (an anti-join each), ``got_rows`` and ``expected_rows`` (its rows, the merge's), an ``example``."""
+    (an anti-join each), ``got_rows`` and ``expected_rows`` (its rows, the merge's), an ``example``,
+    and ``changed`` rows of the right version with other values."""
 
     missing: int
     extra: int
     got_rows: int
     expected_rows: int
     example: str
+    changed: int = 0
+    """Rows at the merge's version whose values differ (compared only when asked: ``value_columns``)."""
 
 
-def check_major(sources: Sequence[pa.Table], major: pa.Table, key_columns: Sequence[str], *, segment_id: str) -> None:
-    """Refuse (:class:`MajorContentError`) a major whose versions are not those of ``lww_merge(sources)``.
+def check_major(
+    sources: Sequence[pa.Table],
+    major: pa.Table,
+    key_columns: Sequence[str],
+    *,
+    segment_id: str,
+    value_columns: Sequence[str] = (),
+) -> None:
+    """Refuse (:class:`MajorContentError`) a major whose rows are not those of ``lww_merge(sources)``.
 
     DESIGN.md section 5: a major replaces the latest major and every minor after it, and once the
     Tail truncates the WAL and segments channels behind it, it is the only copy of their rows; a
-    major that lost a row, kept a stale version or folded a delete away would lose data silently.
-    Only the keys and the version columns are compared (one row per key, its GTID and delete flag),
-    so the check reads a few columns of each file; tombstones must be kept (compaction never drops
-    them: :func:`lww_merge` ``drop_tombstones``). Values at a matching version are not compared.
+    major that lost a row, kept a stale version, folded a delete away or changed a value (a type
+    converted on the way through Spark) would lose data silently. The keys and the version columns
+    are compared (one row per key, its GTID and delete flag), then, for the rows whose versions
+    match, the ``value_columns`` (null equals null, NaN equals NaN); tombstones must be kept
+    (compaction never drops them: :func:`lww_merge` ``drop_tombstones``).
     :func:`shoal.segments.major_check.check_major_files` feeds it from files in bounded memory.
     """
-    diff = diff_major(sources, major, key_columns)
+    diff = diff_major(sources, major, key_columns, value_columns=value_columns)
     if diff is not None:
-        raise MajorContentError(segment_id, missing=diff.missing, extra=diff.extra, example=diff.example)
+        raise MajorContentError(
+            segment_id, missing=diff.missing, extra=diff.extra, changed=diff.changed, example=diff.example
+        )
 
 
-def diff_major(sources: Sequence[pa.Table], major: pa.Table, key_columns: Sequence[str]) -> MajorDiff | None:
-    """None when ``major``'s key and version columns are ``lww_merge(sources)``'s, in any row order;
-    otherwise what differs (:class:`MajorDiff`; ``extra`` counts a key held twice too)."""
+def diff_major(
+    sources: Sequence[pa.Table], major: pa.Table, key_columns: Sequence[str], *, value_columns: Sequence[str] = ()
+) -> MajorDiff | None:
+    """None when ``major``'s key and version columns are ``lww_merge(sources)``'s, in any row order,
+    and so are its ``value_columns``; otherwise what differs (:class:`MajorDiff`; ``extra`` counts a
+    key held twice too)."""
     columns = [*key_columns, *SYSTEM_COLUMNS]
-    expected = lww_merge([t.select(columns) for t in sources], key_columns) if sources else None
-    got = major.select(columns)
-    if expected is None:
+    wanted = [*columns, *value_columns]
+    merged = lww_merge([t.select(wanted) for t in sources], key_columns) if sources else None
+    got_all = major.select(wanted)
+    got = got_all.select(columns)
+    if merged is None:
         if got.num_rows == 0:
             return None
         return MajorDiff(0, got.num_rows, got.num_rows, 0, "rows with nothing to merge")
+    expected = merged.select(columns)
     comparable = [_comparable(expected, columns), _comparable(got, columns)]
     for name in columns:
         want, have = comparable[0].schema.field(name).type, comparable[1].schema.field(name).type
         if want != have:
             return MajorDiff(0, 0, got.num_rows, expected.num_rows, f"column {name} is {have}, {want} in the segments")
     if comparable[0].num_rows == comparable[1].num_rows:
-        if comparable[0].equals(comparable[1]):
-            return None  # the usual case: the merge and a stored segment are both in key order
+        if comparable[0].equals(comparable[1]):  # the usual case: both in key order
+            return _diff_values(merged, got_all, key_columns, value_columns)
         order = [(c, "ascending") for c in columns]
-        exp_sorted, got_sorted = (t.take(pc.sort_indices(t, sort_keys=order)) for t in comparable)
-        if exp_sorted.equals(got_sorted):
-            return None
+        exp_order, got_order = (pc.sort_indices(t, sort_keys=order) for t in comparable)
+        if comparable[0].take(exp_order).equals(comparable[1].take(got_order)):
+            return _diff_values(merged.take(exp_order), got_all.take(got_order), key_columns, value_columns)
     missing = comparable[0].join(comparable[1], keys=columns, join_type="left anti")
     extra = comparable[1].join(comparable[0], keys=columns, join_type="left anti")
     if missing.num_rows:
@@ -217,6 +236,46 @@ def diff_major(sources: Sequence[pa.Table], major: pa.Table, key_columns: Sequen
         expected_rows=expected.num_rows,
         example=example,
     )
+
+
+def _diff_values(
+    expected: pa.Table, got: pa.Table, key_columns: Sequence[str], value_columns: Sequence[str]
+) -> MajorDiff | None:
+    """The rows of two tables aligned row by row (same keys and versions) whose ``value_columns``
+    differ: null equals null, NaN equals NaN."""
+    differs: pa.ChunkedArray | pa.Array | None = None
+    first: tuple[int, str] | None = None
+    for name in value_columns:
+        a, b = (_plain(t.column(name)) for t in (expected, got))
+        if a.type != b.type:
+            return MajorDiff(
+                0, 0, got.num_rows, expected.num_rows, f"column {name} is {b.type}, {a.type} in the segments"
+            )
+        same = pc.or_(pc.fill_null(pc.equal(a, b), False), pc.and_(pc.is_null(a), pc.is_null(b)))
+        if pa.types.is_floating(a.type):
+            nans = [pc.fill_null(pc.is_nan(x), False) for x in (a, b)]
+            same = pc.or_(same, pc.and_(*nans))
+        column_differs = pc.invert(same)
+        if first is None and pc.any(column_differs).as_py():
+            first = (pc.index(column_differs, True).as_py(), name)
+        differs = column_differs if differs is None else pc.or_(differs, column_differs)
+    if first is None or differs is None:
+        return None
+    at, name = first
+    row = expected.select([*key_columns, *SYSTEM_COLUMNS]).slice(at, 1).to_pylist()[0]
+    want, have = expected.column(name)[at].as_py(), got.column(name)[at].as_py()
+    return MajorDiff(
+        missing=0,
+        extra=0,
+        got_rows=got.num_rows,
+        expected_rows=expected.num_rows,
+        example=f"{name} of {_describe(row)} is {have!r:.60}, {want!r:.60} in the segments",
+        changed=int(pc.sum(differs).as_py() or 0),
+    )
+
+
+def _plain(values: pa.ChunkedArray) -> pa.ChunkedArray:
+    return pc.cast(values, values.type.value_type) if pa.types.is_dictionary(values.type) else values
 
 
 def check_major_schema(replaced: pa.Schema, major: pa.Schema, *, segment_id: str) -> None:

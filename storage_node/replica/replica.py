@@ -248,8 +248,8 @@ class PartitionReplica:
         root moved since the compaction started, the major is of another epoch, or the chain holds a
         newer epoch; refused with MajorContentError when its rows, columns or covered WAL ranges are
         not those of the segments it replaces (:meth:`_check_major`: a compaction that lost,
-        invented or kept a stale row; the major becomes the only copy once the channels are
-        truncated). The caller then deletes the file (or recovery's reconcile does).
+        invented or kept a stale row, or changed a value; the major becomes the only copy once the
+        channels are truncated). The caller then deletes the file (or recovery's reconcile does).
         """
         with self._lock:
             chain = self._list.chain
@@ -262,8 +262,8 @@ class PartitionReplica:
     def _check_major(self, record: SegmentRecord, replaced: Sequence[SegmentEntry]) -> None:
         """MajorContentError unless the major is what the segments it replaces make: it covers their
         WAL ranges, has their columns (:func:`~shoal.segments.merge.check_major_schema`) and their
-        newest version per key (:func:`~shoal.segments.merge.check_major`; only keys and version
-        columns are read, outside the lock). A replaced segment whose file is gone or unreadable here
+        newest version per key with its values (:func:`~shoal.segments.major_check.check_major_files`:
+        in key ranges of bounded memory, outside the lock). A replaced segment whose file is gone or unreadable here
         cannot be checked: the major, made from the channel's sha256-checked copy, is committed as
         before (it repairs this replica), with a warning."""
         sid = record.segment_id

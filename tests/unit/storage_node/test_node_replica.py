@@ -273,8 +273,9 @@ def _as(like: pa.Table, rows: pa.Table) -> pa.Table:
 
 
 def test_a_major_that_is_not_the_merge_of_what_it_replaces_is_refused(tmp_path: Path) -> None:
-    """A compaction that lost a row, kept a stale version or dropped a delete would lose data once the
-    channels behind the major are truncated: the leader refuses it and nothing changes."""
+    """A compaction that lost a row, kept a stale version, dropped a delete or changed a value would
+    lose data once the channels behind the major are truncated: the leader refuses it and nothing
+    changes."""
     r = PartitionReplica(TABLE, new_partition_id(), 1, tmp_path)
     r.append(versioned_rows(ingest([1, 2, 3], ["a", "b", "c"]), Gtid(1, 0)), 0)
     r.flush(1)
@@ -299,12 +300,15 @@ def test_a_major_that_is_not_the_merge_of_what_it_replaces_is_refused(tmp_path: 
         "an invented row": pa.concat_tables(
             [merged, _as(merged, merged.slice(0, 1).set_column(0, "k", pa.array([9], pa.uint64())))]
         ),
+        "a changed value": merged.set_column(
+            merged.schema.get_field_index("v"), merged.schema.field("v"), pa.array(["a", "b2!", None, "d"])
+        ),
     }
     for what, rows in wrong.items():
         record = _major_of(r, rows, 1)
         with pytest.raises(MajorContentError) as err:
             r.commit_major(record, leader_epoch=1)
-        assert (err.value.missing, err.value.extra) != (0, 0), what
+        assert (err.value.missing, err.value.extra, err.value.changed) != (0, 0, 0), what
         assert r.chain.root == root and r.scan().sort_by("k").to_pylist() == scan, what
     good = _major_of(r, merged, 1)
     assert r.commit_major(good, leader_epoch=1).root == good.segment_id

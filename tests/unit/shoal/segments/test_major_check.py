@@ -71,6 +71,8 @@ def spoil(rnd: random.Random, merged: pa.Table, how: str) -> pa.Table:
         return pa.concat_tables([merged, row])
     if how == "undeleted":
         return pa.concat_tables([rest, row.set_column(5, DELETED_COLUMN, pc.invert(row.column(DELETED_COLUMN)))])
+    if how == "changed":
+        return pa.concat_tables([rest, row.set_column(2, "v", pa.array(["other"], pa.string()))])
     if how == "invented":
         invented = pa.array(
             [10**9] if pa.types.is_integer(row.schema.field("k").type) else ["zz"], row.schema.field("k").type
@@ -80,18 +82,18 @@ def spoil(rnd: random.Random, merged: pa.Table, how: str) -> pa.Table:
     return merged
 
 
-@pytest.mark.parametrize("seed", range(16))
+@pytest.mark.parametrize("seed", range(20))
 def test_key_ranges_give_the_one_pass_verdict(tmp_path: Path, seed: int) -> None:
     rnd = random.Random(seed)
     strings = seed % 2 == 1
     sources = [writes(rnd, rnd.randint(0, 400), 300, string_keys=strings) for _ in range(rnd.randint(1, 5))]
     merged = lww_merge(sources, KEY)
-    how = rnd.choice(["none", "lost", "stale", "twice", "undeleted", "invented"])
+    how = rnd.choice(["none", "lost", "stale", "twice", "undeleted", "invented", "changed"])
     major = spoil(rnd, merged, how)
     replaced = [store(tmp_path, t) for t in sources]
     major_id = store(tmp_path, major)
     try:
-        check_major(sources, major, KEY, segment_id=major_id)
+        check_major(sources, major, KEY, segment_id=major_id, value_columns=["v"])
         one_pass = None
     except MajorContentError as exc:
         one_pass = exc
@@ -101,6 +103,7 @@ def test_key_ranges_give_the_one_pass_verdict(tmp_path: Path, seed: int) -> None
         except MajorContentError as exc:
             assert one_pass is not None, (how, rows_per_pass, exc)
             assert exc.missing == one_pass.missing and exc.extra >= one_pass.extra, (how, exc, one_pass)
+            assert exc.changed == one_pass.changed == (how == "changed"), (how, exc, one_pass)
             continue
         assert one_pass is None, (how, rows_per_pass)
         total = sum(t.num_rows for t in sources) + major.num_rows
@@ -172,3 +175,22 @@ def test_missing_or_corrupt_files(tmp_path: Path) -> None:
     assert not isinstance(corrupt.value, ReplacedSegmentUnreadableError)
     with pytest.raises(ValueError):
         check_major_files(tmp_path, [replaced], major_id, KEY, rows_per_pass=0)
+
+
+def test_values_are_compared_unless_asked_not_to(tmp_path: Path) -> None:
+    rnd = random.Random(3)
+    sources = [writes(rnd, 300, 100) for _ in range(3)]
+    merged = lww_merge(sources, KEY)
+    values = merged.column("v").to_pylist()
+    i = next(i for i, v in enumerate(values) if v is not None)
+    values[i] = values[i] + "!"
+    replaced = [store(tmp_path, t) for t in sources]
+    major_id = store(tmp_path, merged.set_column(2, "v", pa.array(values, pa.string())))
+    for rows_per_pass in (10**9, 50):
+        with pytest.raises(MajorContentError) as err:
+            check_major_files(tmp_path, replaced, major_id, KEY, rows_per_pass=rows_per_pass)
+        assert (err.value.missing, err.value.extra, err.value.changed) == (0, 0, 1)
+        assert err.value.example.startswith("v of tenant=") and "1 with other values" in str(err.value)
+        check_major_files(tmp_path, replaced, major_id, KEY, rows_per_pass=rows_per_pass, values=False)
+    wide = check_major_files(tmp_path, replaced, store(tmp_path, merged), KEY, bytes_per_pass=2_000)
+    assert wide.passes > 5  # uncompressed column bytes in the footers: passes of ~120 rows

@@ -383,3 +383,16 @@ def test_check_major_takes_the_merge_and_names_what_differs() -> None:
     check_major([], table([]), KEY, segment_id="m")  # nothing replaced, nothing held
     with pytest.raises(MajorContentError):
         check_major([], merged, KEY, segment_id="m")
+
+
+def test_check_major_compares_values_null_with_null_and_nan_with_nan() -> None:
+    schema = pa.schema([("k", pa.int64()), ("x", pa.float64()), *SCHEMA.remove(0).remove(0).remove(0)])
+    rows = [(1, float("nan"), 1, 1, False), (2, None, 1, 2, False), (3, 0.5, 1, 3, False)]
+    source = pa.table(list(map(list, zip(*rows, strict=True))), schema=schema)
+    check_major([source], lww_merge([source], KEY), KEY, segment_id="m", value_columns=["x"])
+    changed = source.set_column(1, "x", pa.array([float("nan"), None, 0.25]))
+    with pytest.raises(MajorContentError) as err:
+        check_major([source], changed, KEY, segment_id="m", value_columns=["x"])
+    assert (err.value.missing, err.value.extra, err.value.changed) == (0, 0, 1)
+    assert err.value.example == "x of k=3 at gtid 1:3 is 0.25, 0.5 in the segments"
+    check_major([source], changed, KEY, segment_id="m")  # versions only
