@@ -26,7 +26,8 @@ that end, the consumer's position past the markers, as Kafka's own position does
 then show lag 0 on an idle channel. No data record lies between, so the Ack's meaning is unchanged.
 The Ack on the leader's WAL channel and the Consume index follow the same rule with the WAL tail's EOF.
 The leader is read from the election's epoch znode (its placement id); when it
-changes, the follower switches to the new leader's channel, from that group's committed offset.
+changes, the follower switches to the new leader's channel, from that group's committed offset
+(a channel it never acked on: from its latest major, :meth:`PartitionFollower._latest_major_start`).
 The old leader's WAL records in the overlay stay readable until a segment covers them (the new
 leader adopts them, DESIGN.md section 7), so fresh reads do not go back in time across a handover
 (on an old leader that now follows, its memtable's rows move to the overlay: ``retire_memtable``);
@@ -282,8 +283,10 @@ class PartitionFollower(Worker):
             reason = self._bootstrap_reason(topic, leader, committed)
             if reason is not None:
                 start = self._begin_bootstrap(consumer, topic, leader, reason)
+            elif committed >= 0 and not self._repair:
+                start = committed
             else:
-                start = committed if committed >= 0 and not self._repair else OFFSET_BEGINNING
+                start = OFFSET_BEGINNING if self._repair else self._latest_major_start(topic)
         except BaseException:
             consumer.close()
             raise
@@ -315,6 +318,23 @@ class PartitionFollower(Worker):
                 wal_tail=wal_tail,
             )
         )
+
+    def _latest_major_start(self, topic: str) -> int:
+        """Where a replica that never acked on a leader's channel starts reading it: at the latest
+        major (:func:`bootstrap.find_latest_major`), as a bootstrap does, else from the beginning.
+
+        The segments before that major on the channel are folded into it or belong to an older term
+        of this placement's leadership. Read from the beginning, such an older major, no longer in
+        the history of this replica's latest major, was fast-forward-added and moved the root back:
+        scans went back in time until the replay reached the newer major (source 3.4: a leader
+        offers from its most recent major on)."""
+        try:
+            segments = channel_indexes(self.config.kafka, topic, timeout_s=10)
+            latest = bootstrap.find_latest_major(self.config.kafka, topic, tail=segments.tail, end=segments.append)
+        except (ShoalError, KafkaException) as exc:
+            log.warning("%s: cannot find the latest major on %s, reading it all: %s", self.replica.name, topic, exc)
+            return OFFSET_BEGINNING
+        return latest if latest is not None else OFFSET_BEGINNING
 
     def _begin_bootstrap(self, consumer: Consumer, topic: str, leader: int, reason: str) -> int:
         """Position on the latest major; lower the Acks to what this replica holds; set the targets."""

@@ -436,3 +436,39 @@ def test_overlay_drop_channels_keeps_the_channels_asked_for() -> None:
     assert overlay.channels() == {("p", 1), ("p", 2)}
     assert overlay.drop_channels(lambda c: c != ("p", 2)) == (2, 4)
     assert overlay.channels() == {("p", 1)} and overlay.rows == 2
+
+
+def test_a_leaders_channel_never_acked_on_is_read_from_its_latest_major(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Read from the beginning, a leader's channel can offer a major of its earlier term that this
+    replica's latest major no longer names: fast-forward-added, it moved the root back."""
+    from types import SimpleNamespace
+
+    from confluent_kafka import OFFSET_BEGINNING
+
+    from shoal.errors import KafkaOperationError
+    from storage_node.roles import follower as follower_module
+
+    replica = PartitionReplica(TABLE, new_partition_id(), FOLLOWER, tmp_path / "follower")
+    f = _follower(replica)
+    asked: list[tuple[str, int, int]] = []
+    monkeypatch.setattr(
+        follower_module, "channel_indexes", lambda _kafka, _topic, timeout_s: SimpleNamespace(tail=3, append=40)
+    )
+
+    def latest(_kafka: Any, topic: str, *, tail: int, end: int) -> int | None:
+        asked.append((topic, tail, end))
+        return 17
+
+    monkeypatch.setattr(bootstrap, "find_latest_major", latest)
+    assert f._latest_major_start("seg") == 17 and asked == [("seg", 3, 40)]
+    monkeypatch.setattr(bootstrap, "find_latest_major", lambda *_a, **_k: None)
+    assert f._latest_major_start("seg") == OFFSET_BEGINNING  # no major yet: all of it
+
+    def down(*_a: Any, **_k: Any) -> int:
+        raise KafkaOperationError("no broker")
+
+    monkeypatch.setattr(bootstrap, "find_latest_major", down)
+    assert f._latest_major_start("seg") == OFFSET_BEGINNING  # as before, with a warning
+    replica.close()
