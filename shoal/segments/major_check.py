@@ -18,7 +18,8 @@ within a range is last-writer-wins per key: the verdict is the one-pass verdict,
 add up (``missing``, ``extra`` and ``changed`` are counted over disjoint ranges).
 
 The ranges come from a strided sample of the key columns of every file (the first read); the
-bucket column is the key column with the most distinct values in the sample among those with an
+bucket column is the key column with the most distinct values in the sample (preferring one whose
+row groups statistics can skip, when it has values enough for the passes) among those with an
 order (integers, strings, binaries, dates and times, decimals; not floats, whose NaN is in no
 range, nor booleans). Each pass then reads the files again, one row group at a time, and keeps
 the rows of its range, so a pass holds about ``rows_per_pass`` rows when the ranges are even.
@@ -97,6 +98,8 @@ class _File:
                 if index is not None and not _may_hold(meta.row_group(i).column(index).statistics, low, high):
                     continue
                 yield self.parquet.read_row_group(i, columns=list(columns))
+        except pa.ArrowMemoryError:
+            raise  # out of memory is not an unreadable file: the major must not pass unchecked
         except (pa.ArrowException, OSError, ValueError) as exc:
             error = CorruptSegmentError(f"segment {self.segment_id}: cannot decode: {exc}")
             raise (ReplacedSegmentUnreadableError(self.segment_id, error) if self.replaced else error) from exc
@@ -250,7 +253,10 @@ def _plan(files: Sequence[_File], key_columns: Sequence[str], passes: int) -> tu
         return None, []
     sample = pa.concat_tables(samples)
     distinct = {c: pc.unique(_plain(sample.column(c)).drop_null()) for c in candidates}
-    bucket = max(candidates, key=lambda c: len(distinct[c]))  # the first of the most distinct
+    types = {c: files[0].parquet.schema_arrow.field(c).type for c in candidates}
+    # enough distinct values to fill the passes, then row groups skipped by statistics, then the most
+    # distinct (the first of equals): a range of an unprunable column decodes every file in every pass
+    bucket = max(candidates, key=lambda c: (len(distinct[c]) >= passes, _prunable(types[c]), len(distinct[c])))
     values = distinct[bucket].take(pc.sort_indices(distinct[bucket]))
     picks = sorted({round(i * len(values) / passes) for i in range(1, passes)} - {0})
     return bucket, [values[i] for i in picks if i < len(values)]

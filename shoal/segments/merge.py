@@ -182,8 +182,8 @@ def check_major(
     major that lost a row, kept a stale version, folded a delete away or changed a value (a type
     converted on the way through Spark) would lose data silently. The keys and the version columns
     are compared (one row per key, its GTID and delete flag), then, for the rows whose versions
-    match, the ``value_columns`` (null equals null, NaN equals NaN); tombstones must be kept
-    (compaction never drops them: :func:`lww_merge` ``drop_tombstones``).
+    match, the ``value_columns`` (null equals null, NaN equals NaN, and 0.0 equals -0.0 as numbers
+    do); tombstones must be kept (compaction never drops them: :func:`lww_merge` ``drop_tombstones``).
     :func:`shoal.segments.major_check.check_major_files` feeds it from files in bounded memory.
     """
     diff = diff_major(sources, major, key_columns, value_columns=value_columns)

@@ -35,7 +35,7 @@ from typing import Protocol
 from shoal.errors import InvalidIdError
 from shoal.ids import validate_partition_id, validate_placement_id
 from shoal.segments.chain import SegmentChain, SegmentEntry
-from shoal.segments.coverage import WalRange, covers
+from shoal.segments.coverage import WalRange
 from shoal.segments.errors import InvalidSegmentEntryError, SegmentArgumentError
 
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
@@ -226,32 +226,6 @@ def _validate(
     return entry
 
 
-def folded_minor(chain: SegmentChain, entry: SegmentEntry) -> bool:
-    """Whether ``entry`` is a minor that the local chain already folded, though it no longer
-    references it: created in a leader term older than the local latest major's, with WAL ranges
-    (not none) that the chain covers.
-
-    :meth:`SegmentChain.is_referenced` knows a folded segment only while its id is in the latest
-    major's bounded history (:data:`~shoal.segments.chain.MAX_SEGMENT_HISTORY`). A Kafka channel,
-    unlike the source's leader (3.4: it offers from its most recent major on), can deliver older
-    segments again: a leader's channel holds its earlier term, and a follower replays from a
-    manifest's ``latest_major_offset``. Such a minor answered OUT_OF_ORDER, the replay went back to
-    the older major, and fast-forward-adding that major moved the root back, so scans went back in
-    time until the replay reached the newer major again. A segment's covered WAL ranges say which
-    rows it holds, so a covered minor adds nothing and is acked as existing. Kept as before: a minor
-    of the latest major's term or newer (a merged or adopted segment can cover ranges the chain
-    holds and still be the base of the leader's next segment), and majors (an older major is how a
-    follower joins a leader whose chain is behind its own: skipping it would leave it OUT_OF_ORDER
-    for ever).
-    """
-    if entry.is_major or not entry.covered:
-        return False
-    latest = chain.latest_major()
-    if latest is None or entry.epoch >= latest.epoch:
-        return False
-    return covers(chain.coverage(), entry.covered)
-
-
 def decide_receive_detailed(
     chain: SegmentChain,
     manifest: ManifestLike,
@@ -266,12 +240,11 @@ def decide_receive_detailed(
     ``expected_placement_id`` is the placement of the current leader, whose segments channel this
     replica consumes. A manifest not from that placement, for another partition, or malformed ->
     INVALID (source: "If no [the sender is not the leader], decline with INVALID"); referenced ->
-    SEGMENT_EXISTS; base == root -> FAST_FORWARD; a minor already folded (:func:`folded_minor`) ->
-    SEGMENT_EXISTS; an unreferenced major -> FAST_FORWARD_ADD; otherwise OUT_OF_ORDER. The source
-    tests base == root before is_referenced; in a valid chain both orders give the same answer (a
-    referenced segment is never based on the root), and testing is_referenced first makes a replay
-    after a crash idempotent. OVERLOADED is only answered when data would be received (skipping an
-    existing segment costs nothing).
+    SEGMENT_EXISTS; base == root -> FAST_FORWARD; an unreferenced major -> FAST_FORWARD_ADD;
+    otherwise OUT_OF_ORDER. The source tests base == root before is_referenced; in a valid chain
+    both orders give the same answer (a referenced segment is never based on the root), and testing
+    is_referenced first makes a replay after a crash idempotent. OVERLOADED is only answered when
+    data would be received (skipping an existing segment costs nothing).
     """
     _check_limits(in_flight_bytes, max_in_flight_bytes)
     validate_partition_id(expected_partition_id)
@@ -284,13 +257,6 @@ def decide_receive_detailed(
         return ReceiveDecision(ReceiveOutcome.SEGMENT_EXISTS, "already referenced by the local chain", entry)
     if entry.base_segment_id == chain.root:
         outcome, reason = ReceiveOutcome.FAST_FORWARD, "base is the local root"
-    elif folded_minor(chain, entry):
-        return ReceiveDecision(
-            ReceiveOutcome.SEGMENT_EXISTS,
-            "a minor of an older leader term whose WAL ranges the local chain holds (folded, its id no "
-            "longer in the latest major's history)",
-            entry,
-        )
     elif entry.is_major:
         outcome, reason = ReceiveOutcome.FAST_FORWARD_ADD, "an unreferenced major segment"
     else:

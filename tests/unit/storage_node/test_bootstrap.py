@@ -472,3 +472,43 @@ def test_a_leaders_channel_never_acked_on_is_read_from_its_latest_major(
     monkeypatch.setattr(bootstrap, "find_latest_major", down)
     assert f._latest_major_start("seg") == OFFSET_BEGINNING  # as before, with a warning
     replica.close()
+
+
+def test_a_follower_ahead_of_a_returning_leader_converges_on_its_chain(tmp_path: Path) -> None:
+    """Epoch 1: placement LEADER publishes A (major), M1, M2; this replica acks only A. Epoch 2:
+    another leader adopts LEADER's WAL [1, 3) (the rows of M1, M2) and its major B folds A and
+    the adoption; B is never published. Epoch 3: LEADER leads again on its own chain and flushes
+    N on M2. The follower must converge on N: M1 and M2, whose rows it holds through B, are still
+    replayed so that the segments based on them can be applied (answering them as "already held"
+    made N OUT_OF_ORDER for ever: an audit's probe, 100 replays)."""
+    from shoal.segments import read_segment
+
+    pid = new_partition_id()
+    leader, (a, m1, m2) = _segments(tmp_path, pid, 3)
+    replica = PartitionReplica(TABLE, pid, FOLLOWER, tmp_path / "follower")
+    f = _follower(replica)
+    channel = FakeChannel(_published(leader, a))
+    f._consumer, f.topic = channel, TOPICS.segments(pid, LEADER)  # type: ignore[assignment]
+    for _ in range(5):
+        f._step()
+    assert replica.chain.root == a.segment_id and channel.commits == [2]
+    rows = [read_segment(leader.directory, r.segment_id).replace_schema_metadata(None) for r in (m1, m2)]
+    replica.write_adopted(rows, WalRange(pid, LEADER, 1, 3), 2)
+    commit_local_major(replica, epoch=2)
+    collect_on_follower(replica)
+    leader.append(versioned_rows(_ingest([100, 101]), Gtid(3, 0)), 3)
+    n = leader.flush(3)
+    assert n is not None and n.entry.base_segment_id == m2.segment_id
+    channel = FakeChannel([m for r in (a, m1, m2, n) for m in _published(leader, r)])
+    f = _follower(replica)
+    f._consumer, f.topic = channel, TOPICS.segments(pid, LEADER)  # type: ignore[assignment]
+    f._acked = 2
+    f._seek(2)  # its committed offset on the returning leader's channel
+    for _ in range(400):
+        f._step()
+    if replica.catch_up.bootstrapping:  # the unpublished major was dropped with its folded segments
+        replica.catch_up.finish()
+    assert replica.chain.root == n.segment_id, f"stuck: {len(channel.seeks)} seeks, {f._out_of_order}"
+    assert sorted(replica.scan().column("k").to_pylist()) == sorted(leader.scan().column("k").to_pylist())
+    replica.close()
+    leader.close()

@@ -194,3 +194,36 @@ def test_values_are_compared_unless_asked_not_to(tmp_path: Path) -> None:
         check_major_files(tmp_path, replaced, major_id, KEY, rows_per_pass=rows_per_pass, values=False)
     wide = check_major_files(tmp_path, replaced, store(tmp_path, merged), KEY, bytes_per_pass=2_000)
     assert wide.passes > 5  # uncompressed column bytes in the footers: passes of ~120 rows
+
+
+def test_ranges_prefer_a_key_column_whose_row_groups_statistics_can_skip(tmp_path: Path) -> None:
+    n = 2_000
+    table = pa.table(
+        {
+            "ts": pa.array(np.arange(n, dtype=np.int64) * 1000, pa.timestamp("ms")),  # most distinct, not pruned
+            "k": pa.array(np.arange(n, dtype=np.int64) // 2),  # half as many, pruned by statistics
+            EPOCH_COLUMN: np.ones(n, dtype=np.int64),
+            SEQ_COLUMN: np.arange(n, dtype=np.int64),
+            DELETED_COLUMN: np.zeros(n, dtype=bool),
+        }
+    )
+    key = ["ts", "k"]
+    replaced = store(tmp_path, table, key)
+    check = check_major_files(tmp_path, [replaced], store(tmp_path, table, key), key, rows_per_pass=500)
+    assert check.bucket == "k" and check.passes > 4
+
+
+def test_out_of_memory_reading_a_replaced_segment_is_not_an_unreadable_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rnd = random.Random(4)
+    source = writes(rnd, 100, 50)
+    replaced = store(tmp_path, source)
+    major_id = store(tmp_path, lww_merge([source], KEY))
+
+    def oom(*_a: Any, **_k: Any) -> pa.Table:
+        raise pa.ArrowMemoryError("malloc of size 1 failed")
+
+    monkeypatch.setattr(pq.ParquetFile, "read_row_group", oom)
+    with pytest.raises(pa.ArrowMemoryError):  # not ReplacedSegmentUnreadableError: no unchecked commit
+        check_major_files(tmp_path, [replaced], major_id, KEY)

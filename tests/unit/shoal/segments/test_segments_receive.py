@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 import pytest
 
 from shoal.errors import InvalidIdError
 from shoal.segments.chain import MAX_SEGMENT_HISTORY, SegmentChain, SegmentEntry
-from shoal.segments.coverage import WalRange
 from shoal.segments.errors import SegmentArgumentError
 from shoal.segments.receive import (
     PlainManifest,
@@ -97,36 +95,6 @@ class TestFollowerReceive:
         assert d.outcome is ReceiveOutcome.OUT_OF_ORDER
         assert not d.outcome.acks
         assert "local root" in d.reason
-
-    def test_an_older_terms_minor_the_chain_folded_exists_though_its_id_left_the_history(self) -> None:
-        """A leader's channel can hold its earlier term; replayed, such a minor answered OUT_OF_ORDER
-        and the replay fast-forward-added the older major, moving the root back (reads went back in
-        time). Its WAL ranges say it holds nothing the chain lacks."""
-        w = WalRange(P, 2, 0, 10)
-
-        def at(n: int, base: int | None, epoch: int, covered: tuple[WalRange, ...], **kw: Any) -> SegmentEntry:
-            return replace(entry(n, base, **kw), epoch=epoch, covered=covered)
-
-        # epoch 2's latest major folds placement 2's WAL [0, 10) but no longer names minor 5 (history)
-        chain = SegmentChain().fast_forward(at(30, None, 2, (w, WalRange(P, 1, 0, 50)), major=True))
-        old_minor = at(5, 4, 1, (WalRange(P, 2, 3, 7),))
-        d = decide_receive_detailed(
-            chain,
-            manifest(old_minor),
-            expected_partition_id=P,
-            expected_placement_id=LEADER,
-            in_flight_bytes=0,
-            max_in_flight_bytes=MB,
-        )
-        assert d.outcome is ReceiveOutcome.SEGMENT_EXISTS and "folded" in d.reason
-        assert (
-            decide(chain, manifest(at(5, 4, 1, (WalRange(P, 2, 3, 12),)))) is ReceiveOutcome.OUT_OF_ORDER
-        )  # rows we lack
-        assert decide(chain, manifest(at(5, 4, 2, (WalRange(P, 2, 3, 7),)))) is ReceiveOutcome.OUT_OF_ORDER  # same term
-        assert decide(chain, manifest(at(5, 4, 1, ()))) is ReceiveOutcome.OUT_OF_ORDER  # nothing to judge by
-        old_major = at(4, None, 1, (WalRange(P, 2, 0, 3),), major=True)
-        assert decide(chain, manifest(old_major)) is ReceiveOutcome.FAST_FORWARD_ADD  # majors as before
-        assert decide(SegmentChain(), manifest(old_minor)) is ReceiveOutcome.OUT_OF_ORDER  # no major here
 
     def test_overloaded_only_when_something_is_in_flight(self) -> None:
         m = manifest(entry(4, 3), size=10 * MB)
