@@ -43,11 +43,10 @@ import pyarrow.parquet as pq
 
 from shoal.segments.errors import (
     CorruptSegmentError,
-    MajorContentError,
     ReplacedSegmentUnreadableError,
     SegmentFileError,
 )
-from shoal.segments.merge import MajorDiff, check_major_schema, diff_major
+from shoal.segments.merge import MajorDiff, check_major_schema, decoded, diff_major
 from shoal.segments.parquet_io import open_segment
 from shoal.segments.versioned import SYSTEM_COLUMNS
 
@@ -112,8 +111,11 @@ class _File:
             meta.row_group(g).column(i).total_uncompressed_size for g in range(meta.num_row_groups) for i in wanted
         )
 
+    def schema(self, columns: Sequence[str]) -> pa.Schema:
+        return pa.schema([self.parquet.schema_arrow.field(c) for c in columns])
+
     def read(self, columns: Sequence[str]) -> pa.Table:
-        schema = pa.schema([self.parquet.schema_arrow.field(c) for c in columns])
+        schema = self.schema(columns)
         return pa.concat_tables([schema.empty_table(), *(t.cast(schema) for t in self.batches(columns))])
 
 
@@ -154,16 +156,16 @@ def check_major_files(
         diff = diff_major([f.read(columns) for f in files], major.read(columns), key_columns, value_columns=others)
         _raise(major_id, diff)
         return MajorCheck(passes=1, bucket=None, rows=total)
-    found = _Found()
+    found: list[MajorDiff | None] = []
     taken = [0] * len(everything)
     for low, high in zip([None, *bounds], [*bounds, None], strict=True):
         parts = [_range(f, columns, bucket, low, high) for f in everything]
         for i, part in enumerate(parts):
             taken[i] += part.num_rows
-        found.add(diff_major(parts[:-1], parts[-1], key_columns, value_columns=others))
+        found.append(diff_major(parts[:-1], parts[-1], key_columns, value_columns=others))
     lost = {f.segment_id: f.num_rows - n for f, n in zip(everything, taken, strict=True) if n != f.num_rows}
     if lost:
-        found.add(
+        found.append(
             MajorDiff(
                 missing=0,
                 extra=lost.get(major_id, 0),
@@ -172,7 +174,7 @@ def check_major_files(
                 example=f"rows in no key range of {bucket} (a null key?): {lost}",
             )
         )
-    _raise(major_id, found.total())
+    _raise(major_id, _added(found))
     log.debug("major %s checked in %d passes on %s (%d rows)", major_id, len(bounds) + 1, bucket, total)
     return MajorCheck(passes=len(bounds) + 1, bucket=bucket, rows=total)
 
@@ -188,49 +190,28 @@ def _open(directory: Path, segment_id: str, *, replaced: bool) -> _File:
 
 def _raise(segment_id: str, diff: MajorDiff | None) -> None:
     if diff is not None:
-        raise MajorContentError(
-            segment_id, missing=diff.missing, extra=diff.extra, changed=diff.changed, example=diff.example
-        )
+        raise diff.error(segment_id)
 
 
-class _Found:
-    """The differences of every pass, added up."""
-
-    def __init__(self) -> None:
-        self.missing = self.extra_rows = self.got = self.expected = self.changed = 0
-        self.example: str | None = None
-
-    def add(self, diff: MajorDiff | None) -> None:
-        if diff is None:
-            return
-        self.missing += diff.missing
-        self.extra_rows += diff.extra
-        self.got += diff.got_rows
-        self.expected += diff.expected_rows
-        self.changed += diff.changed
-        self.example = self.example or diff.example
-
-    def total(self) -> MajorDiff | None:
-        if self.example is None:
-            return None
-        return MajorDiff(
-            missing=self.missing,
-            extra=self.extra_rows,
-            got_rows=self.got,
-            expected_rows=self.expected,
-            example=self.example,
-            changed=self.changed,
-        )
+def _added(diffs: Sequence[MajorDiff | None]) -> MajorDiff | None:
+    """The differences of every pass, added up (the first pass's example)."""
+    found = [d for d in diffs if d is not None]
+    if not found:
+        return None
+    return MajorDiff(
+        missing=sum(d.missing for d in found),
+        extra=sum(d.extra for d in found),
+        got_rows=sum(d.got_rows for d in found),
+        expected_rows=sum(d.expected_rows for d in found),
+        example=found[0].example,
+        changed=sum(d.changed for d in found),
+    )
 
 
 def _orderable(t: pa.DataType) -> bool:
     if pa.types.is_dictionary(t):
         return _orderable(t.value_type)
     return _prunable(t) or pa.types.is_fixed_size_binary(t) or pa.types.is_temporal(t) or pa.types.is_decimal(t)
-
-
-def _plain(values: pa.ChunkedArray | pa.Array) -> pa.ChunkedArray | pa.Array:
-    return pc.cast(values, values.type.value_type) if pa.types.is_dictionary(values.type) else values
 
 
 def _plan(files: Sequence[_File], key_columns: Sequence[str], passes: int) -> tuple[str | None, list[pa.Scalar]]:
@@ -252,7 +233,7 @@ def _plan(files: Sequence[_File], key_columns: Sequence[str], passes: int) -> tu
     if not samples:
         return None, []
     sample = pa.concat_tables(samples)
-    distinct = {c: pc.unique(_plain(sample.column(c)).drop_null()) for c in candidates}
+    distinct = {c: pc.unique(decoded(sample.column(c)).drop_null()) for c in candidates}
     types = {c: files[0].parquet.schema_arrow.field(c).type for c in candidates}
     # enough distinct values to fill the passes, then row groups skipped by statistics, then the most
     # distinct (the first of equals): a range of an unprunable column decodes every file in every pass
@@ -265,12 +246,12 @@ def _plan(files: Sequence[_File], key_columns: Sequence[str], passes: int) -> tu
 def _range(f: _File, columns: Sequence[str], bucket: str, low: pa.Scalar | None, high: pa.Scalar | None) -> pa.Table:
     """The rows of ``f`` whose ``bucket`` value is in ``[low, high)`` (None: open), read one row
     group at a time (groups outside the range skipped by their statistics: :func:`_prunable`)."""
-    schema = pa.schema([f.parquet.schema_arrow.field(c) for c in columns])
+    schema = f.schema(columns)
     prune = _prunable(schema.field(bucket).type)
     bounds = (None if low is None else low.as_py(), None if high is None else high.as_py())
     kept: list[pa.Table] = [schema.empty_table()]
     for group in f.batches(columns, bucket=bucket if prune else None, low=bounds[0], high=bounds[1]):
-        values = _plain(group.column(bucket))
+        values = decoded(group.column(bucket))
         mask = None
         if low is not None:
             mask = pc.greater_equal(values, low)

@@ -166,6 +166,12 @@ class MajorDiff:
     changed: int = 0
     """Rows at the merge's version whose values differ (compared only when asked: ``value_columns``)."""
 
+    def error(self, segment_id: str) -> MajorContentError:
+        """The refusal of the major ``segment_id`` that these differences make."""
+        return MajorContentError(
+            segment_id, missing=self.missing, extra=self.extra, changed=self.changed, example=self.example
+        )
+
 
 def check_major(
     sources: Sequence[pa.Table],
@@ -188,9 +194,7 @@ def check_major(
     """
     diff = diff_major(sources, major, key_columns, value_columns=value_columns)
     if diff is not None:
-        raise MajorContentError(
-            segment_id, missing=diff.missing, extra=diff.extra, changed=diff.changed, example=diff.example
-        )
+        raise diff.error(segment_id)
 
 
 def diff_major(
@@ -246,7 +250,7 @@ def _diff_values(
     differs: pa.ChunkedArray | pa.Array | None = None
     first: tuple[int, str] | None = None
     for name in value_columns:
-        a, b = (_plain(t.column(name)) for t in (expected, got))
+        a, b = (decoded(t.column(name)) for t in (expected, got))
         if a.type != b.type:
             return MajorDiff(
                 0, 0, got.num_rows, expected.num_rows, f"column {name} is {b.type}, {a.type} in the segments"
@@ -274,7 +278,8 @@ def _diff_values(
     )
 
 
-def _plain(values: pa.ChunkedArray) -> pa.ChunkedArray:
+def decoded(values: pa.ChunkedArray | pa.Array) -> pa.ChunkedArray | pa.Array:
+    """``values`` with a dictionary decoded to its value type (anything else as it is)."""
     return pc.cast(values, values.type.value_type) if pa.types.is_dictionary(values.type) else values
 
 
@@ -299,9 +304,7 @@ def _comparable(table: pa.Table, columns: Sequence[str]) -> pa.Table:
     """``columns`` as a hash join can take them: dictionaries decoded, the delete flag as int8."""
     arrays = {}
     for name in columns:
-        col = table.column(name)
-        if pa.types.is_dictionary(col.type):
-            col = pc.cast(col, col.type.value_type)
+        col = decoded(table.column(name))
         if pa.types.is_boolean(col.type):
             col = pc.cast(col, pa.int8())
         arrays[name] = col
