@@ -1,7 +1,7 @@
 """Table definitions: name, columns (Arrow and Avro views), primary key, partition key, keyspace.
 
 A definition is validated when it is built: a bad name, an unknown column type, a missing or
-nullable primary key column or a partition key outside the primary key is a clear
+nullable or floating point primary key column or a partition key outside the primary key is a clear
 :class:`~shoal.errors.SchemaError` (or :class:`~shoal.errors.InvalidIdError` for names).
 """
 
@@ -90,6 +90,9 @@ _AVRO: dict[ColumnType, Any] = {
     ColumnType.TIMESTAMP_MS: {"type": "long", "logicalType": "timestamp-millis"},
 }
 
+_FLOAT_TYPES = frozenset({ColumnType.FLOAT32, ColumnType.FLOAT64})
+"""Types a primary key column may not have (DESIGN.md section 5: a key picks one version per row)."""
+
 _KEYSPACE_OF: dict[ColumnType, Keyspace] = {ColumnType.UINT64: Keyspace.UINT64, ColumnType.STRING: Keyspace.STRING}
 
 
@@ -168,6 +171,12 @@ class TableDefinition:
                 raise SchemaError(f"table {self.name}: primary key column {name!r:.80} is not a column")
             if by_name[name].nullable:
                 raise SchemaError(f"table {self.name}: primary key column {name!r} must be not null")
+            if by_name[name].type in _FLOAT_TYPES:
+                raise SchemaError(
+                    f"table {self.name}: primary key column {name!r} is {by_name[name].type.value}; floating point "
+                    "keys are not allowed (NaN is not equal to itself, so a merge could never pick one version "
+                    "of such a row); use an integer, string or binary column"
+                )
         if self.partition_key not in by_name:
             raise SchemaError(f"table {self.name}: partition key {self.partition_key!r:.80} is not a column")
         if self.partition_key not in self.primary_key:
