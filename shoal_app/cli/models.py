@@ -397,13 +397,35 @@ class PartitionVerification(Shape):
     segments could not be read, else None."""
 
 
+class RetiredVerification(Shape):
+    """A partition an earlier METADATA version listed and the current one does not (a split parent):
+    the channels it left until its replicas' UNLOAD_FINAL deletes them, and whether the listed
+    partitions hold every write on them (:mod:`shoal_app.cli.verify_retired`)."""
+
+    partition_id: str
+    key_range: str
+    wal_channels: list[WalChannelCheck]
+    segments_channels: list[WalChannelCheck]
+    """A channel already deleted shows ``tail`` None and ``ok`` true: nothing left to check."""
+    channels_ok: bool
+    """Every channel still there reads whole, with its hash chain intact and its GTIDs in order."""
+    gtid_error: str | None
+    covered: bool | None
+    """Every write on the channels is on every replica of the listed partition that now holds its
+    key, at its GTID or newer; None when not checked."""
+    coverage_error: str | None
+
+
 class Verification(Shape):
     """``shoal verify``: ``ok`` when every partition's replicas agree and hold only keys of its range,
-    every WAL chain is intact and every channel's GTIDs are in order."""
+    every WAL chain is intact, every channel's GTIDs are in order, and every write on the channels
+    (the listed partitions' and the ``retired`` ones') is held by the replicas that should hold it."""
 
     table: str
     ok: bool
     partitions: list[PartitionVerification]
+    retired: list[RetiredVerification] = []
+    """Split parents whose channels verify read (each one's, until they are deleted)."""
 
 
 # -- shoal spark -------------------------------------------------------------------------------

@@ -22,9 +22,14 @@ compared with the channels, not only with each other. Channels are streamed, nev
 partition key lie inside the partition's key range:
 replicas that agree on rows another partition owns (a wrong split, a misrouted write) are a mismatch.
 
+A split parent's channels, which stay after SPLIT_FINALIZE until its replicas' UNLOAD_FINAL deletes
+them, are read the same way, and every write on them must be on every replica of the partition
+that holds its key now (:mod:`shoal_app.cli.verify_retired`).
+
 Not checked: rows that no channel holds any more (a major that lost rows, once the Tail truncated
-the minors it replaced from its channel), an epoch that went back from one leader to the next once
-the Tail truncated the predecessor's WAL records, and a split parent's channels after SPLIT_FINALIZE.
+the minors it replaced from its channel), and an epoch that went back from one leader to the next
+once the Tail truncated the predecessor's WAL records. A retired partition's channel deleted while
+verify reads it shows as a read error: verify again.
 
 Exit code 0 when everything agrees and every chain is intact, 1 otherwise (2 for errors such as an
 unknown table). Meant for a quiet table: rows still in a leader's memtable and not yet in a
@@ -36,7 +41,7 @@ from __future__ import annotations
 import logging
 import sys
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, TypeVar
 
@@ -47,6 +52,7 @@ from metadata.client import MetadataClient
 from metadata.errors import InvalidKeyError
 from metadata.keyspace import KeyRange, Keyspace
 from metadata.metadata_file import PartitionEntry, Placement
+from metadata.table import TableDefinition
 from shoal.errors import KafkaOperationError, ShoalError
 from shoal.kafka.errors import TRANSIENT_CODES, ChannelTruncatedError
 from shoal.kafka.readers import ChannelRecord
@@ -59,10 +65,11 @@ from shoal_app.cli.models import (
     PartitionVerification,
     ReplicaDescription,
     ReplicaError,
+    RetiredVerification,
     Verification,
     WalChannelCheck,
 )
-from shoal_app.cli.verify_coverage import ChannelSegment, WalFloors, missing_writes
+from shoal_app.cli.verify_coverage import ChannelSegment, Rows, WalFloors, floor_problems, replicas_missing
 from shoal_app.cli.verify_gtids import (
     SegmentsOrder,
     WalOrder,
@@ -71,6 +78,7 @@ from shoal_app.cli.verify_gtids import (
     check_wal_records,
     shared_epochs,
 )
+from shoal_app.cli.verify_retired import retired_coverage, retired_partitions
 
 log = logging.getLogger(__name__)
 
@@ -318,15 +326,19 @@ def _tail_before(channels: ChannelSource, topic: str) -> int | None:
     return None if bounds is None else bounds[0]
 
 
-def check_wal_coverage(check: WalChannelCheck, tail: int | None, orders: Iterable[SegmentsOrder]) -> None:
+def check_wal_coverage(
+    check: WalChannelCheck, tail: int | None, orders: Iterable[SegmentsOrder], *, retired: bool = False
+) -> None:
     """Fail ``check`` when the WAL channel lost records no segment holds (DESIGN.md section 6): its
     Tail above the highest offset of it any manifest of the partition covers (records deleted before
-    a flush: by retention, by hand, by a wrong Tail), or the channel gone while manifests cover it."""
+    a flush: by retention, by hand, by a wrong Tail), or the channel gone while manifests cover it
+    (unless the partition is ``retired``: its replicas delete their channels one by one at
+    UNLOAD_FINAL, :mod:`~shoal_app.cli.verify_retired`)."""
     if not check.ok:
         return
     covered = max((o.covered_end(check.topic) for o in orders), default=0)
     if check.tail is None:  # the channel does not exist
-        if covered > 0:
+        if covered > 0 and not retired:
             check.ok = False
             check.error = f"the channel is gone, but segments cover its offsets up to {covered}"
         return
@@ -357,7 +369,12 @@ class ChannelsRead:
 
 
 def read_channels(
-    source: ChannelSource, topics: TopicNames, entry: PartitionEntry, floors: WalFloors | None
+    source: ChannelSource,
+    topics: TopicNames,
+    entry: PartitionEntry,
+    floors: WalFloors | None,
+    *,
+    retired: bool = False,
 ) -> ChannelsRead:
     """Read a partition's channels: segments channels first, then WAL channels, each from its Tail.
 
@@ -368,14 +385,14 @@ def read_channels(
     for attempt in range(CHANNEL_READS):
         fresh = floors if attempt == 0 or floors is None else WalFloors(floors.table)
         try:
-            return _read_channels_once(source, topics, entry, fresh)
+            return _read_channels_once(source, topics, entry, fresh, retired=retired)
         except ChannelTruncatedError as exc:
             last = exc
     return ChannelsRead(error=f"{last} (in each of {CHANNEL_READS} reads in a row)")
 
 
 def _read_channels_once(
-    source: ChannelSource, topics: TopicNames, entry: PartitionEntry, floors: WalFloors | None
+    source: ChannelSource, topics: TopicNames, entry: PartitionEntry, floors: WalFloors | None, *, retired: bool
 ) -> ChannelsRead:
     out = ChannelsRead(floors=floors)
     placements = channel_placements(entry)
@@ -393,7 +410,7 @@ def _read_channels_once(
         wal_check, wal_order = check_wal_channel(
             source, wal_topic, order, floors, owner, topics.ingest(entry.partition_id)
         )
-        check_wal_coverage(wal_check, tails[wal_topic], orders)
+        check_wal_coverage(wal_check, tails[wal_topic], orders, retired=retired)
         out.wal_checks.append(wal_check)
         if wal_order is not None:
             out.epochs[wal_topic] = wal_order.epochs
@@ -420,30 +437,13 @@ def outside_range(replicas: list[ReplicaDescription], key_range: KeyRange, keysp
     return f"keys outside {key_range.describe(keyspace)}: " + "; ".join(wrong)
 
 
-def coverage(floors: WalFloors, replicas: list[ReplicaDescription], rows: Callable[[str, str], pa.Table]) -> str | None:
+def coverage(floors: WalFloors, replicas: list[ReplicaDescription], rows: Rows) -> str | None:
     """Which replicas miss a write still on the partition's WAL channels (:mod:`~shoal_app.cli.verify_coverage`),
     or None when every replica reaches every floor. ``rows(server_id, partition_id)``: that replica's scan
     with its GTID columns."""
-    problems = [f"undecodable {u}" for u in floors.undecodable[:3]]
-    newest = floors.floors()
-    if floors.conflicts:
-        shown = "; ".join(floors.conflicts[:3])
-        problems.append(
-            f"{len(floors.conflicts)} key(s) held at the same GTID with different rows on the channels ({shown})"
-        )
+    newest, problems = floor_problems(floors)
     if newest is not None:
-        keys = list(floors.table.primary_key)
-        for r in replicas:
-            who = f"{r.server_id}#{r.placement_id}"
-            try:
-                count, examples = missing_writes(newest, rows(r.server_id, r.partition_id), keys)
-            except ShoalError as exc:
-                problems.append(f"{who}: cannot scan: {type(exc).__name__}: {exc}")
-                continue
-            if count:
-                problems.append(
-                    f"{who} misses {count} of {newest.num_rows} writes on the channels ({'; '.join(examples)})"
-                )
+        problems += replicas_missing(newest, replicas, rows, list(floors.table.primary_key))
     return "; ".join(problems) if problems else None
 
 
@@ -483,6 +483,7 @@ def verify(
     rows_of = rows if rows is not None else (remote_rows if describe is None else None)
     described: dict[str, list[dict[str, Any]] | str] = {}
     partitions = []
+    listed: list[tuple[KeyRange, list[ReplicaDescription]]] = []
     for entry, key_range in file.ranges():
         replicas: list[ReplicaError | ReplicaDescription] = []
         for placement in entry.servers:
@@ -518,6 +519,7 @@ def verify(
         wal_checks, segment_checks, floors = read.wal_checks, read.segment_checks, read.floors
         shared = read.error or shared_epochs(read.epochs) or accept_order(read.wal_orders)
         missing = None if floors is None or rows_of is None else coverage(floors, described_ok, rows_of)
+        listed.append((key_range, described_ok))
         partitions.append(
             PartitionVerification(
                 partition_id=entry.partition_id,
@@ -535,13 +537,49 @@ def verify(
                 coverage_error=missing,
             )
         )
+    retired = [
+        verify_retired(source, topics, file.table, entry, key_range, listed, rows_of)
+        for entry, key_range in retired_partitions(client.coordinator.history(table), file)
+    ]
     ok = all(p.agree and p.wal_chains_ok and p.gtids_ok and p.in_range and p.covered is not False for p in partitions)
-    return Verification(table=table, ok=ok, partitions=partitions)
+    ok = ok and all(r.channels_ok and r.covered is not False for r in retired)
+    return Verification(table=table, ok=ok, partitions=partitions, retired=retired)
+
+
+def verify_retired(
+    source: ChannelSource,
+    topics: TopicNames,
+    table: TableDefinition,
+    entry: PartitionEntry,
+    key_range: KeyRange,
+    listed: Sequence[tuple[KeyRange, Sequence[ReplicaDescription]]],
+    rows: Rows | None,
+) -> RetiredVerification:
+    """A retired partition's channels, and every write on them checked on the listed partitions'
+    replicas that hold its key now (:mod:`~shoal_app.cli.verify_retired`)."""
+    read = read_channels(source, topics, entry, WalFloors(table) if rows is not None else None, retired=True)
+    shared = read.error or shared_epochs(read.epochs) or accept_order(read.wal_orders)
+    floors = read.floors
+    missing = None if floors is None or rows is None else retired_coverage(floors, listed, rows, table.keyspace)
+    return RetiredVerification(
+        partition_id=entry.partition_id,
+        key_range=key_range.describe(table.keyspace),
+        wal_channels=read.wal_checks,
+        segments_channels=read.segment_checks,
+        channels_ok=shared is None and all(c.ok for c in (*read.wal_checks, *read.segment_checks)),
+        gtid_error=shared,
+        covered=None if floors is None or rows is None else missing is None,
+        coverage_error=missing,
+    )
 
 
 def verify_table(client: MetadataClient, table: str) -> dict[str, Any]:
     """:func:`verify` as the JSON ``shoal verify -o json`` prints."""
     return verify(client, table).to_json()
+
+
+def _first_error(r: RetiredVerification) -> str:
+    return next((f"{c.topic}: {c.error}" for c in (*r.wal_channels, *r.segments_channels) if not c.ok), "")
 
 
 @click.command("verify")
@@ -590,5 +628,12 @@ def verify_command(table_name: str, output: str, **conn: Any) -> None:
                     c.topic, str(c.records), f"[{c.tail}, {c.append})", state + (f" ({c.error})" if c.error else "")
                 )
             show(replicas, channels)
+        for retired in report.retired:
+            left = [c for c in (*retired.wal_channels, *retired.segments_channels) if c.tail is not None]
+            show(
+                f"  retired partition {retired.partition_id} {retired.key_range}: {len(left)} channel(s) left, "
+                + ("intact" if retired.channels_ok else f"BROKEN ({retired.gtid_error or _first_error(retired)})")
+                + (f", WRITES MISSING ({retired.coverage_error})" if retired.covered is False else "")
+            )
     if not report.ok:
         sys.exit(1)

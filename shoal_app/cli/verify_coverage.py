@@ -42,7 +42,7 @@ one row per key, never a channel.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -56,6 +56,7 @@ from shoal.segments import lww_merge
 from shoal.segments.versioned import DELETED_COLUMN, EPOCH_COLUMN, SEQ_COLUMN, SYSTEM_COLUMNS, SYSTEM_TYPES
 from shoal.wire.ingest import ingest_schema
 from shoal.wire.records import ManifestRecord as WireManifest
+from shoal_app.cli.models import ReplicaDescription
 from storage_node.replica import versioned_rows
 
 
@@ -276,3 +277,38 @@ def missing_writes(floors: pa.Table, replica_rows: pa.Table, key_columns: Iterab
             has = f"gtid {theirs_at}"
         examples.append(f"{key} {what} at gtid {at}, replica has {has}")
     return bad.num_rows, examples
+
+
+Rows = Callable[[str, str], pa.Table]
+"""``rows(server_id, partition_id)``: a replica's scan with its GTID columns and tombstones."""
+
+
+def floor_problems(floors: WalFloors) -> tuple[pa.Table | None, list[str]]:
+    """The floors (:meth:`WalFloors.floors`, None when no channel held a row), and what makes them a
+    mismatch by themselves: records or segments that could not be read, and keys two channels hold
+    at one GTID with different rows (found while the floors are merged, so they are merged first)."""
+    newest = floors.floors()
+    problems = [f"undecodable {u}" for u in floors.undecodable[:3]]
+    if floors.conflicts:
+        shown = "; ".join(floors.conflicts[:3])
+        problems.append(
+            f"{len(floors.conflicts)} key(s) held at the same GTID with different rows on the channels ({shown})"
+        )
+    return newest, problems
+
+
+def replicas_missing(
+    newest: pa.Table, replicas: Sequence[ReplicaDescription], rows: Rows, key_columns: Sequence[str]
+) -> list[str]:
+    """One problem per replica that does not reach every floor of ``newest``."""
+    problems = []
+    for r in replicas:
+        who = f"{r.server_id}#{r.placement_id}"
+        try:
+            count, examples = missing_writes(newest, rows(r.server_id, r.partition_id), key_columns)
+        except ShoalError as exc:
+            problems.append(f"{who}: cannot scan: {type(exc).__name__}: {exc}")
+            continue
+        if count:
+            problems.append(f"{who} misses {count} of {newest.num_rows} writes on the channels ({'; '.join(examples)})")
+    return problems

@@ -4,7 +4,7 @@ Three in-process nodes, replication factor 2. A writer thread keeps writing batc
 through the producer (which re-routes on the new METADATA), a scanner thread keeps reading every
 partition from its leader; ``shoal table split --at KEY --wait --output json`` splits the one
 partition. Then: every acknowledged row is present exactly once, in the right child, on every
-replica; ``shoal verify`` agrees; no scan ever returned fewer rows than an earlier one; bad split
+replica; ``shoal verify`` agrees, the parent's channels included; no scan ever returned fewer rows than an earlier one; bad split
 input is refused naming the input, with METADATA unchanged.
 """
 
@@ -149,6 +149,13 @@ def test_split_under_writes_and_scans(cluster: Any, zk_hosts: str, topic_prefix:
         assert counts and all(b >= a for a, b in itertools.pairwise(counts)), counts
 
         assert wait_until(lambda: verify(client, "events").ok, 60), verify(client, "events")
+        # the parent's channels are read too (until UNLOAD_FINAL deletes them): every write on them
+        # is on the child replica that holds its key now
+        (retired,) = verify(client, "events").retired
+        assert retired.partition_id == parent and retired.covered is True, retired
+        print(
+            f"parent's channels: {[(c.topic, c.records) for c in (*retired.wal_channels, *retired.segments_channels)]}"
+        )
 
         # bad input: a clear error naming the input, METADATA unchanged
         before = client.coordinator.head("events").metadata_sequence

@@ -109,7 +109,7 @@ class FakeChannels:
 
 def _client(file: MetadataFile) -> Any:
     return SimpleNamespace(
-        coordinator=SimpleNamespace(current=lambda _table: file),
+        coordinator=SimpleNamespace(current=lambda _table: file, history=lambda _table: [file]),
         config=SimpleNamespace(topic_prefix="shoal", kafka=None),
     )
 
@@ -120,7 +120,7 @@ def fake_metadata_client(file: MetadataFile) -> Any:
     class FakeMetadataClient:
         def __init__(self, _config: object) -> None:
             self.config = SimpleNamespace(topic_prefix="shoal", kafka=None)
-            self.coordinator = SimpleNamespace(current=lambda _table: file)
+            self.coordinator = SimpleNamespace(current=lambda _table: file, history=lambda _table: [file])
             self.zk, self.layout = None, None
 
         def __enter__(self) -> FakeMetadataClient:

@@ -1,0 +1,70 @@
+"""``shoal verify`` of a table's retired partitions: a split parent's channels after SPLIT_FINALIZE.
+
+SPLIT_FINALIZE replaces a partition by its two children once every child placement acknowledged
+the parent's data up to the parent's last accepted GTID (EventQL seed 000 section 3.8, table
+partitioning seed 002 section 4.1; DESIGN.md section 8). From then on the table's METADATA no
+longer lists the parent, but its channels stay until each of its replicas reaches UNLOAD_FINAL and
+deletes its own. Every write still on them is a write the table must hold: a row the copy or the
+freeze missed would be gone without any replica of a listed partition disagreeing.
+
+So each partition an earlier METADATA version listed and the current one does not is read like a
+listed one (:func:`shoal_app.cli.verify.read_channels`: hash chains, GTID order, every write kept as
+a *floor*, :mod:`~shoal_app.cli.verify_coverage`), and each floor is checked on every replica of the
+listed partition whose key range holds its partition key, with the same rule: the key at the floor's
+GTID with the values written, or a newer version (pieces keep the parent's GTIDs, and each child's
+first leader stamps GTIDs above them). A floor whose key no listed partition holds is a mismatch
+too. A channel that is gone is nothing left to check (UNLOAD_FINAL ran; the replicas of a parent
+delete theirs one after another, so a gone WAL channel that another placement's segments cover is
+expected here, unlike on a listed partition).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from metadata.keyspace import KeyRange, Keyspace
+from metadata.metadata_file import MetadataFile, PartitionEntry
+from shoal_app.cli.models import ReplicaDescription
+from shoal_app.cli.verify_coverage import Rows, WalFloors, floor_problems, replicas_missing
+from storage_node.replication.split import key_range_mask
+
+
+def retired_partitions(history: Sequence[MetadataFile], current: MetadataFile) -> list[tuple[PartitionEntry, KeyRange]]:
+    """Every partition an earlier version of the table's METADATA listed and ``current`` does not,
+    with its entry and key range as the last version that listed it had them, oldest first."""
+    listed = {e.partition_id for e in current.partitions}
+    last: dict[str, tuple[PartitionEntry, KeyRange]] = {}
+    for file in history:
+        for entry, key_range in file.ranges():
+            if entry.partition_id not in listed:
+                last[entry.partition_id] = (entry, key_range)
+    return list(last.values())
+
+
+def retired_coverage(
+    floors: WalFloors,
+    listed: Sequence[tuple[KeyRange, Sequence[ReplicaDescription]]],
+    rows: Rows,
+    keyspace: Keyspace,
+) -> str | None:
+    """Which replicas of the listed partitions miss a write still on a retired partition's channels
+    (each write checked where its partition key lies now), or None when every one reaches them."""
+    newest, problems = floor_problems(floors)
+    if newest is not None:
+        keys = list(floors.table.primary_key)
+        column = newest.column(floors.table.partition_key)
+        placed = pa.chunked_array([pa.array([False] * newest.num_rows, pa.bool_())])
+        for key_range, replicas in listed:
+            mask = key_range_mask(column, key_range, keyspace)
+            if not pc.any(mask).as_py():
+                continue
+            placed = pc.or_(placed, mask)
+            found = replicas_missing(newest.filter(mask), replicas, rows, keys)
+            problems += [f"{p} (now in {key_range.describe(keyspace)})" for p in found]
+        unplaced = newest.num_rows - int(pc.sum(placed.cast(pa.int64())).as_py() or 0)
+        if unplaced:
+            problems.append(f"{unplaced} write(s) on the channels lie in no listed partition's key range")
+    return "; ".join(problems) if problems else None

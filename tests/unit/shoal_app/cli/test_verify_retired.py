@@ -1,0 +1,174 @@
+"""``shoal verify`` reads a split parent's channels after SPLIT_FINALIZE (:mod:`shoal_app.cli.verify_retired`).
+
+Pure: the METADATA versions of a real split (create, SPLIT_PARTITION, SPLIT_FINALIZE), the parent's
+WAL channel with real Arrow payloads, the children's replicas as their scans return them.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from test_verify_coverage import _batch, _records, _replica
+from test_verify_gtids import TABLE, TOPICS, FakeChannels
+
+from metadata.keyspace import Keyspace
+from metadata.metadata_file import MetadataFile, Placement
+from metadata.operations import FinalizeSplit, SplitPartition, apply_change, create_file
+from shoal.wire.records import Gtid
+from shoal_app.cli import verify as verify_module
+from shoal_app.cli.verify import verify
+from shoal_app.cli.verify_retired import retired_partitions
+
+POINT = 100
+
+
+def _empty() -> pa.Table:
+    """An empty replica's scan, typed as a node returns it."""
+    return _replica([(0, "", 0, 0)]).slice(0, 0)
+
+
+def _split() -> list[MetadataFile]:
+    """The three versions of a table whose one partition (node-1 #1) split at 100: low on node-1 #2,
+    high on node-2 #3."""
+    created = create_file(TABLE, [(Placement("node-1", 1),)])
+    parent = created.partitions[0].partition_id
+    splitting = apply_change(
+        created,
+        SplitPartition(parent, Keyspace.UINT64.encode(POINT), (Placement("node-1", 2),), (Placement("node-2", 3),)),
+    )
+    final = apply_change(splitting, FinalizeSplit(parent, through=(1, 2), acked={2: (1, 2), 3: (1, 2)}))
+    return [created, splitting, final]
+
+
+def _client(history: list[MetadataFile]) -> Any:
+    return SimpleNamespace(
+        coordinator=SimpleNamespace(current=lambda _table: history[-1], history=lambda _table: history),
+        config=SimpleNamespace(topic_prefix="shoal", kafka=None),
+    )
+
+
+def _described(file: MetadataFile) -> dict[str, list[dict[str, Any]]]:
+    out: dict[str, list[dict[str, Any]]] = {}
+    for entry in file.partitions:
+        for p in entry.servers:
+            out.setdefault(p.server_id, []).append(
+                {
+                    "partition_id": entry.partition_id,
+                    "placement_id": p.placement_id,
+                    "row_count": 1,
+                    "content_hash": "h",
+                    "chain": [],
+                    "root": None,
+                }
+            )
+    return out
+
+
+def _run(history: list[MetadataFile], channels: FakeChannels, rows: dict[str, pa.Table]) -> Any:
+    described = _described(history[-1])
+    return verify(
+        _client(history),
+        "events",
+        channels=channels,
+        describe=lambda server: described[server],
+        rows=lambda _server, pid: rows[pid],
+    )
+
+
+def test_retired_partitions_are_those_an_earlier_version_listed() -> None:
+    history = _split()
+    parent = history[0].partitions[0].partition_id
+    (found,) = retired_partitions(history, history[-1])
+    assert found[0].partition_id == parent and found[0].splitting  # its last entry: the split recorded
+    assert found[1].begin == b"" and found[1].end == b""  # the whole keyspace
+    assert retired_partitions(history[:2], history[1]) == []  # splitting: still listed
+
+
+def test_a_write_on_a_split_parents_channel_that_a_child_lacks_is_a_mismatch() -> None:
+    history = _split()
+    parent = history[0].partitions[0].partition_id
+    low, high = (e.partition_id for e in history[-1].partitions)
+    wal = _records(parent, 1, [(Gtid(1, 0), _batch([5, POINT], ["a", "b"], [False, False]))])
+    channels = FakeChannels({TOPICS.wal(parent, 1): (0, wal)}, {})
+
+    held = {low: _replica([(5, "a", 1, 0)]), high: _replica([(POINT, "b", 1, 1)])}
+    report = _run(history, channels, held)
+    assert report.ok, report
+    (retired,) = report.retired
+    assert retired.partition_id == parent and retired.covered is True and retired.channels_ok
+    assert [c.records for c in retired.wal_channels] == [1]
+
+    # the high child (node-2 #3) lost the row at the split point: every listed partition agrees
+    # with itself, only the parent's channel shows it
+    lost = {low: held[low], high: _empty()}
+    report = _run(history, channels, lost)
+    assert not report.ok and all(p.agree and p.covered for p in report.partitions)
+    assert report.retired[0].covered is False
+    assert "node-2#3 misses 1 of 1 writes" in (report.retired[0].coverage_error or ""), report.retired[0]
+    assert "now in [100, +inf)" in (report.retired[0].coverage_error or ""), report.retired[0]
+
+    # a newer version in the child reaches the parent's floor; an older one does not
+    newer = {low: _replica([(5, "z", 2, 0)]), high: held[high]}
+    assert _run(history, channels, newer).ok
+    wal_newer = _records(parent, 1, [(Gtid(3, 0), _batch([5, POINT], ["a", "b"], [False, False]))])
+    stale = _run(history, FakeChannels({TOPICS.wal(parent, 1): (0, wal_newer)}, {}), newer)
+    assert not stale.ok and stale.retired[0].covered is False
+
+
+def test_a_retired_partition_whose_channels_are_gone_has_nothing_left_to_check() -> None:
+    history = _split()
+    low, high = (e.partition_id for e in history[-1].partitions)
+    report = _run(history, FakeChannels({}, {}), {low: _empty(), high: _empty()})
+    assert report.ok and report.retired[0].covered is True
+    assert all(c.tail is None and c.ok for c in (*report.retired[0].wal_channels, *report.retired[0].segments_channels))
+
+
+def test_a_broken_chain_on_a_retired_channel_is_a_mismatch() -> None:
+    history = _split()
+    parent = history[0].partitions[0].partition_id
+    low, high = (e.partition_id for e in history[-1].partitions)
+    first = _records(parent, 1, [(Gtid(1, 0), _batch([5], ["a"], [False]))])
+    second = _records(parent, 1, [(Gtid(1, 1), _batch([6], ["b"], [False]))], first_offset=1)  # from genesis again
+    report = _run(
+        history,
+        FakeChannels({TOPICS.wal(parent, 1): (0, first + second)}, {}),
+        {low: _replica([(5, "a", 1, 0), (6, "b", 1, 1)]), high: _empty()},
+    )
+    assert not report.ok and not report.retired[0].channels_ok
+
+
+def test_the_text_output_names_a_retired_partition(monkeypatch: pytest.MonkeyPatch) -> None:
+    from click.testing import CliRunner
+
+    history = _split()
+    parent = history[0].partitions[0].partition_id
+    low, high = (e.partition_id for e in history[-1].partitions)
+    wal = _records(parent, 1, [(Gtid(1, 0), _batch([5, POINT], ["a", "b"], [False, False]))])
+    described = _described(history[-1])
+    rows = {low: _replica([(5, "a", 1, 0)]), high: _empty()}
+
+    class FakeMetadataClient:
+        def __init__(self, _config: object) -> None:
+            self.config = SimpleNamespace(topic_prefix="shoal", kafka=None)
+            self.coordinator = _client(history).coordinator
+            self.zk, self.layout = None, None
+
+        def __enter__(self) -> FakeMetadataClient:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            pass
+
+    monkeypatch.setattr(verify_module, "MetadataClient", FakeMetadataClient)
+    monkeypatch.setattr(
+        verify_module, "KafkaChannels", lambda _kafka: FakeChannels({TOPICS.wal(parent, 1): (0, wal)}, {})
+    )
+    monkeypatch.setattr("metadata.node_registry.lookup_node", lambda _zk, _layout, server: server)
+    monkeypatch.setattr("shoal.scan.describe_remote", lambda server, _t: described[server])
+    monkeypatch.setattr("shoal.scan.scan_remote", lambda _location, request, **_k: rows[request.partition_id])
+    res = CliRunner().invoke(verify_module.verify_command, ["events", "--zk", "z:1", "--bootstrap-servers", "b:1"])
+    assert res.exit_code == 1, res.output
+    assert f"retired partition {parent}" in res.output and "WRITES MISSING" in res.output, res.output
