@@ -26,6 +26,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -35,8 +36,9 @@ from metadata.table import TableDefinition
 from shoal.errors import ShoalError
 from shoal.segments import SegmentEntry, SegmentRecord, read_segment, write_segment
 from shoal.segments.versioned import EPOCH_COLUMN, SEQ_COLUMN
-from shoal.wire.arrow_ipc import decode_batch, encode_batch
+from shoal.wire.arrow_ipc import encode_batch
 from storage_node.replica import PartitionReplica
+from storage_node.replica.validate import IngestValidator, Rejected
 
 log = logging.getLogger(__name__)
 
@@ -178,21 +180,28 @@ def chain_max_gtid(replica: PartitionReplica) -> Gtid | None:
 
 
 def route_ingest_message(
-    data: bytes | None, table: TableDefinition, split_point: bytes, low: str, high: str
+    data: bytes | None,
+    validator: IngestValidator,
+    split_point: bytes,
+    low: str,
+    high: str,
+    headers: Sequence[tuple[str, str | bytes | None]] | Any = None,
 ) -> list[tuple[str, bytes]]:
     """Split one parent ingest message between the children: ``[(child partition id, payload)]``.
 
-    Rows with a partition key below ``split_point`` go to ``low``, the others to ``high``, each as
-    one Arrow IPC batch with the rows in their order. A message that does not decode is forwarded
-    unchanged to ``low``, whose leader refuses it to deadletter with the reason (nothing is lost,
-    and nothing invalid is accepted).
+    The message is validated as the parent's leader would (``validator``, the leader's own). Rows
+    of a valid message with a partition key below ``split_point`` go to ``low``, the others to
+    ``high``, each as one Arrow IPC batch with the rows in their order. A message the parent would
+    refuse (undecodable, another schema, a null or out-of-range key, another table, oversized) is
+    forwarded unchanged to ``low``, whose leader refuses it to deadletter with the reason: nothing
+    is lost, nothing invalid is accepted, and nothing a message holds can stop the forwarding.
     """
-    try:
-        rows = decode_batch(data)
-        column = rows.column(table.partition_key)
-    except (ShoalError, KeyError, pa.ArrowException):
+    rows = validator.validate(data, headers)
+    if isinstance(rows, Rejected):
         return [(low, bytes(data or b""))]
-    below = key_range_mask(column, KeyRange(UNBOUNDED, split_point), table.keyspace)
+    below = key_range_mask(
+        rows.column(validator.table.partition_key), KeyRange(UNBOUNDED, split_point), validator.table.keyspace
+    )
     out = []
     for child, mask in ((low, below), (high, pc.invert(below))):
         part = rows.filter(mask)

@@ -24,11 +24,17 @@ next to the leader role (thread ``split-<pid8>``). Step by step:
 5. **SPLIT_FINALIZE** is committed, fenced by the parent's leader epoch, with its evidence
    (``through`` and each child placement's acked GTID), which :class:`metadata.operations.FinalizeSplit`
    checks. From here scans read the children and producers route to them (their partition maps
-   follow METADATA).
+   follow METADATA). The parent stays frozen from here on: when the commit call raises, METADATA
+   is asked until it says whether the change committed (ZooKeeper may have gone away between the
+   write and its answer), and only a change that did not commit un-pauses the parent. A parent
+   un-paused after its finalize would accept writes (acknowledged to their producers) that no
+   child holds, and its channels are deleted at UNLOAD_FINAL.
 6. **Forward stragglers**: rows still in, or still reaching, the parent's ingest topic are
-   consumed from the parent leader group's committed offset, split by the split point and
-   produced to the children's ingest topics in ONE transaction with the parent group's offsets
-   (``send_offsets_to_transaction``): exactly once, so no loss and no duplicate.
+   consumed from the parent leader group's committed offset, validated as the parent's leader
+   would, split by the split point and produced to the children's ingest topics in ONE transaction
+   with the parent group's offsets (``send_offsets_to_transaction``): exactly once, so no loss and
+   no duplicate. A message the parent would refuse goes whole to the low child, whose leader
+   refuses it to deadletter; any error starts the forwarding again, from the committed offset.
 
 Choices where the seeds are silent:
 
@@ -192,13 +198,17 @@ class PartitionSplitter(Worker):
             while not self.stopping.is_set():
                 try:
                     self._forward()
-                except (KafkaOperationError, KafkaException) as exc:  # a broker hiccup: forward again
-                    log.warning("%s: forwarding stopped (%s); starting again", self.parent.name, exc)
+                except Exception as exc:
+                    log.warning(
+                        "%s: forwarding stopped (%s: %s); starting again", self.parent.name, type(exc).__name__, exc
+                    )
                     self.stopping.wait(1.0)
         except BaseException:
             if self.phase is not SplitPhase.FORWARDING:
+                unknown = self.phase is SplitPhase.FINALIZING and self._finalized() is not False
                 self.phase = SplitPhase.FAILED
-                self.leader.ingest_paused.clear()
+                if not unknown:  # never un-pause a parent that METADATA may no longer list
+                    self.leader.ingest_paused.clear()
             log.exception("%s: split failed", self.parent.name)
             raise
 
@@ -281,26 +291,55 @@ class PartitionSplitter(Worker):
             behind = self._behind()
             acked = {p.placement_id: behind.get(p.placement_id, through) for c in self.children for p in c.placements}
             self.stats.through, self.stats.acked = through, dict(acked)
-            self.phase = SplitPhase.FINALIZING
             self._seed_child_epochs()
-            self.client.coordinator.finalize_split(
-                self.table.name, self.partition_id, through=through, acked=acked, fence=self.fence()
-            )
+            self.phase = SplitPhase.FINALIZING
+            try:
+                self.client.coordinator.finalize_split(
+                    self.table.name, self.partition_id, through=through, acked=acked, fence=self.fence()
+                )
+            except ShoalError as exc:
+                # the commit may have happened all the same (CommitOutcomeUnknownError: ZooKeeper went
+                # away while the outcome was read): the parent may accept again only once METADATA
+                # says it did not
+                if not self._finalized_after(exc):
+                    return False
             self.phase = SplitPhase.FORWARDING
             log.info("%s: split finalized (children acked through GTID %s)", self.parent.name, through)
             return True
         finally:
             self.stats.freeze_s += time.monotonic() - began
-            if self.phase is not SplitPhase.FORWARDING and not self._finalized():
+            if self.phase in (SplitPhase.COPYING, SplitPhase.FROZEN):  # SPLIT_FINALIZE not committed
                 self.phase = SplitPhase.COPYING
                 self.leader.ingest_paused.clear()
 
-    def _finalized(self) -> bool:
+    def _finalized(self) -> bool | None:
+        """Whether METADATA no longer lists the parent (SPLIT_FINALIZE committed); None when it cannot
+        be read now."""
         try:
             current = self.client.coordinator.current(self.table.name)
         except ShoalError:
-            return False
+            return None
         return all(e.partition_id != self.partition_id for e in current.partitions)
+
+    def _finalized_after(self, exc: ShoalError) -> bool:
+        """After ``finalize_split`` raised: True if SPLIT_FINALIZE committed all the same. Asks
+        METADATA until it answers; while it cannot tell (or the splitter stops first) the phase
+        stays FINALIZING, so the parent's ingest stays paused: un-pausing a parent that METADATA no
+        longer lists would let its leader accept writes that no child will ever hold."""
+        while True:
+            done = self._finalized()
+            if done is not None:
+                if not done:
+                    log.warning("%s: SPLIT_FINALIZE not committed (%s); retrying", self.parent.name, exc)
+                    self.phase = SplitPhase.FROZEN  # the ``finally`` of the round un-pauses
+                else:
+                    log.warning("%s: SPLIT_FINALIZE committed although the call said %s", self.parent.name, exc)
+                return done
+            if self.stopping.wait(self.poll_s * 10):
+                log.warning(
+                    "%s: stopping with the outcome of SPLIT_FINALIZE unknown; ingest stays paused", self.parent.name
+                )
+                return False
 
     def _seed_child_epochs(self) -> None:
         """Raise each child's epoch znode to the parent's epoch (never lowers one)."""
@@ -353,7 +392,12 @@ class PartitionSplitter(Worker):
                     with channel.transaction() as txn:
                         for m in data:
                             routed = route_ingest_message(
-                                m.value(), self.table, self.entry.split_point, low.partition_id, high.partition_id
+                                m.value(),
+                                self.leader.validator,
+                                self.entry.split_point,
+                                low.partition_id,
+                                high.partition_id,
+                                m.headers(),
                             )
                             for child, payload in routed:
                                 txn.produce(

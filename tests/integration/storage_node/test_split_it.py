@@ -4,8 +4,8 @@ Three in-process nodes, replication factor 2. A writer thread keeps writing batc
 through the producer (which re-routes on the new METADATA), a scanner thread keeps reading every
 partition from its leader; ``shoal table split --at KEY --wait --output json`` splits the one
 partition. Then: every acknowledged row is present exactly once, in the right child, on every
-replica; ``shoal verify`` agrees, the parent's channels included; no scan ever returned fewer rows than an earlier one; bad split
-input is refused naming the input, with METADATA unchanged.
+replica; ``shoal verify`` agrees, the parent's channels included; no scan ever returned fewer rows
+than an earlier one; bad split input is refused naming the input, with METADATA unchanged.
 """
 
 from __future__ import annotations

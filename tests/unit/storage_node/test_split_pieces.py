@@ -5,14 +5,16 @@ from __future__ import annotations
 from pathlib import Path
 
 import pyarrow as pa
+import pytest
 
 from metadata.keyspace import UNBOUNDED, KeyRange, Keyspace
 from metadata.table import Column, ColumnType, TableDefinition
 from shoal.ids import new_partition_id
 from shoal.wire.arrow_ipc import decode_batch, encode_batch
-from shoal.wire.ingest import ingest_schema
+from shoal.wire.ingest import TABLE_HEADER, ingest_schema
 from shoal.wire.records import Gtid
 from storage_node.replica import PartitionReplica, versioned_rows
+from storage_node.replica.validate import IngestValidator, Rejected
 from storage_node.replication.split import (
     chain_max_gtid,
     key_range_mask,
@@ -71,8 +73,31 @@ def test_pieces_keep_ids_bases_and_gtids(tmp_path: Path) -> None:
 
 def test_route_ingest_message_splits_by_the_point() -> None:
     low, high = new_partition_id(), new_partition_id()
-    routed = route_ingest_message(encode_batch(ingest([5, 150, 99, 100])), TABLE, U(100), low, high)
+    parent = IngestValidator(TABLE, KeyRange(UNBOUNDED, UNBOUNDED))
+    routed = route_ingest_message(encode_batch(ingest([5, 150, 99, 100])), parent, U(100), low, high)
     assert [(pid, decode_batch(b).column("k").to_pylist()) for pid, b in routed] == [(low, [5, 99]), (high, [150, 100])]
-    only_high = route_ingest_message(encode_batch(ingest([100])), TABLE, U(100), low, high)
+    only_high = route_ingest_message(encode_batch(ingest([100])), parent, U(100), low, high)
     assert [pid for pid, _ in only_high] == [high]
-    assert route_ingest_message(b"not arrow", TABLE, U(100), low, high) == [(low, b"not arrow")]
+    assert route_ingest_message(b"not arrow", parent, U(100), low, high) == [(low, b"not arrow")]
+
+
+@pytest.mark.parametrize(
+    "keys",
+    [
+        pa.array([-1, 5], pa.int64()),  # another key type: once made the forwarder raise and stop for good
+        pa.array(["abc"], pa.string()),
+        pa.array([1, None, 200], pa.uint64()),  # a null key: the parent refuses the whole message
+    ],
+)
+def test_a_message_the_parent_would_refuse_goes_whole_to_the_low_child(keys: pa.Array) -> None:
+    low, high = new_partition_id(), new_partition_id()
+    parent = IngestValidator(TABLE, KeyRange(UNBOUNDED, UNBOUNDED))
+    bad = encode_batch(pa.table({"k": keys, "v": ["x"] * len(keys), "_shoal_deleted": [False] * len(keys)}))
+    assert isinstance(parent.validate(bad), Rejected)
+    assert route_ingest_message(bad, parent, U(100), low, high) == [(low, bad)]
+    # so is a message naming another table, and keys outside the parent's own range
+    other = [(TABLE_HEADER, b"other")]
+    good = encode_batch(ingest([5]))
+    assert route_ingest_message(good, parent, U(100), low, high, other) == [(low, good)]
+    upper = IngestValidator(TABLE, KeyRange(U(50), UNBOUNDED))
+    assert route_ingest_message(good, upper, U(100), low, high) == [(low, good)]
