@@ -71,6 +71,9 @@ class ProducerConfig(ConnectionFields):
     topic_timeout_s: float = 30.0
     watch_metadata: bool = True
     sync_policy: SyncPolicy = field(default_factory=SyncPolicy)
+    split_drain_timeout_s: float = 90.0
+    """How long a write waits for this producer's earlier writes to a partition that split to be
+    accepted (forwarded to the children) before it goes to a child (:meth:`Producer.write`)."""
     kafka_config: Mapping[str, Any] = field(default_factory=dict, hash=False)
 
     def __post_init__(self) -> None:
@@ -90,6 +93,8 @@ class ProducerConfig(ConnectionFields):
             )
         if self.max_value_bytes > self.max_row_bytes:
             raise ConfigError(f"max_value_bytes ({self.max_value_bytes}) must not exceed max_row_bytes")
+        if isinstance(self.split_drain_timeout_s, bool) or not self.split_drain_timeout_s > 0:
+            raise ConfigError(f"split_drain_timeout_s must be > 0, got {self.split_drain_timeout_s!r:.40}")
         if self.linger_ms < 0:
             raise ConfigError(f"linger_ms must be >= 0, got {self.linger_ms}")
         for fixed in ("enable.idempotence", "acks"):

@@ -163,6 +163,9 @@ class Producer:
         self._watchers: dict[str, TableWatcher] = {}
         self._topics_ready: set[str] = set()
         self._last_offset: dict[str, tuple[str, int]] = {}  # ingest topic -> (partition_id, last offset)
+        self._routed: dict[str, tuple[str, str]] = {}
+        """ingest topic -> (table, partition_id) of every partition written to and not known to have
+        split since (:meth:`_order_across_splits`)."""
         self._failed: list[DeliveryReport] = []
         self._in_flight = 0
         self._pending: set[Future[DeliveryReport]] = set()
@@ -314,8 +317,12 @@ class Producer:
                 max_rows=self.config.max_rows_per_message,
             ):
                 batches.append((piece.partition_id, message))
+        self._order_across_splits(table, pmap)
         for partition_id in {pid for pid, _ in batches}:
             self._ensure_topic(self.topics.ingest(partition_id))
+        with self._lock:
+            for partition_id in {pid for pid, _ in batches}:
+                self._routed[self.topics.ingest(partition_id)] = (table, partition_id)
         futures: list[Future[DeliveryReport]] = []
         kafka = self.kafka
         headers = [(TABLE_HEADER, table.encode("utf-8"))]
@@ -330,6 +337,30 @@ class Producer:
             self._produce(kafka, topic, message.payload, headers, callback)
             futures.append(future)
         return WriteResult(table, rows.num_rows, tuple(futures))
+
+    def _order_across_splits(self, table: str, pmap: PartitionMap) -> None:
+        """Before routing by a map in which a partition this producer wrote to is gone (it split), wait
+        until every write made so far to such a partition is accepted (:meth:`sync` for its topic).
+
+        A write to a splitting partition can wait in its ingest topic until SPLIT_FINALIZE, and is
+        then forwarded to a child (DESIGN.md section 8). The next write of the same key goes to the
+        child directly: without this wait it could be accepted first, and the forwarded older write
+        would then be accepted after it, with a higher GTID, and win (a deleted row would come
+        back). Once the old writes are accepted (forwarded in the same transaction that commits the
+        parent's leader group), they are in the child's ingest topic ahead of anything written now.
+        Raises :class:`SyncTimeoutError` (nothing of this write sent) when they are not accepted within
+        ``split_drain_timeout_s``.
+        """
+        listed = set(pmap.partition_ids())
+        with self._lock:
+            gone = [t for t, (tbl, pid) in self._routed.items() if tbl == table and pid not in listed]
+        if not gone:
+            return
+        log.info("%s: partition(s) written to have split; waiting until those writes are accepted", table)
+        self._sync(self.config.split_drain_timeout_s, only=set(gone))
+        with self._lock:
+            for topic in gone:
+                self._routed.pop(topic, None)
 
     def _produce(self, kafka: Any, topic: str, payload: bytes, headers: list[Any], callback: Any) -> None:
         while True:
@@ -428,9 +459,15 @@ class Producer:
         next :class:`~producer.config.SyncPolicy` interval. Raises SyncTimeoutError naming the
         lagging partitions after ``timeout`` seconds.
         """
+        self._sync(timeout)
+
+    def _sync(self, timeout: float, only: set[str] | None = None) -> None:
+        """:meth:`sync`, for the ingest topics ``only`` when given."""
         policy = self.config.sync_policy
         deadline = policy.clock() + timeout
         remaining = self._delivered_before(timeout)
+        if only is not None:
+            remaining = {t: v for t, v in remaining.items() if t in only}
         committed: dict[str, int | None] = {}
         last_error: KafkaOperationError | None = None
         intervals = policy.intervals()

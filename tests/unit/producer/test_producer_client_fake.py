@@ -215,3 +215,52 @@ def test_sync_needs_no_request_for_a_partition_already_seen_past_its_offset() ->
     producer.sync(timeout=1)  # offset 0 was seen accepted (committed 5): no second read
     assert len(calls) == 1
     producer.close()
+
+
+def test_a_write_after_a_split_waits_until_the_earlier_writes_to_the_parent_are_accepted() -> None:
+    """Per-producer order across a split: the child must receive the forwarded old write before the
+    new one, or the older write is accepted after it with a higher GTID and wins."""
+    from metadata.metadata_file import Placement
+    from metadata.operations import FinalizeSplit, SplitPartition, apply_change
+
+    kafka, clock = FakeKafka(), FakeClock()
+    topics = TopicNames("p")
+    committed: dict[str, int] = {}
+    before = make_file(Keyspace.UINT64, (U(100), U(200)))
+    parent = before.partitions[0].partition_id
+    splitting = apply_change(
+        before, SplitPartition(parent, U(50), (Placement("node-1", 7),), (Placement("node-1", 8),))
+    )
+    after = apply_change(splitting, FinalizeSplit(parent, through=(1, 0), acked={7: (1, 0), 8: (1, 0)}))
+    current = [before]
+    policy = SyncPolicy(0.1, 1.0, 2.0, clock=clock.clock, sleep=clock.sleep)
+    config = ProducerConfig(
+        ConnectionSettings.plain("kafka:9092", "zk:2181", topic_prefix="p"),
+        create_topics=False,
+        sync_policy=policy,
+        split_drain_timeout_s=5,
+    )
+    producer = Producer(
+        config,
+        map_loader=lambda _t: current[0],
+        kafka_producer=kafka,
+        offsets_reader=lambda _group, topic: committed.get(topic),
+    )
+    with producer:
+        producer.write("events", [{"k": 7, "ts": 1, "v": "old"}, {"k": 250, "ts": 1, "v": "x"}])
+        current[0] = after
+        producer.refresh("events")
+        sent = len(kafka.messages)
+        # the parent's write is not accepted (nor is the other partition's, which does not matter):
+        # nothing of the new write is sent
+        with pytest.raises(SyncTimeoutError) as info:
+            producer.write("events", [{"k": 7, "ts": 1, "v": "new"}])
+        assert set(info.value.lagging) == {topics.ingest(parent)}
+        assert len(kafka.messages) == sent
+        committed[topics.ingest(parent)] = 1  # the forwarder committed the parent's leader group
+        producer.write("events", [{"k": 7, "ts": 1, "v": "new"}])
+        low = after.partitions[0].partition_id
+        assert kafka.messages[-1]["topic"] == topics.ingest(low)
+        waited = len(clock.sleeps)
+        producer.write("events", [{"k": 8, "ts": 1}])  # once accepted, later writes do not wait
+        assert len(clock.sleeps) == waited
