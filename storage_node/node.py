@@ -31,6 +31,11 @@ thread the node starts (``<pid8>`` = the first 8 characters of the partition id)
   this node holds but does not lead: applies the leader's segments channel and tails its WAL;
 - ``lifecycle-<pid8>`` (:class:`~storage_node.roles.lifecycle.LifecycleWorker`), while there is
   lifecycle work: JOIN_FINALIZE on a leader with joining placements; UNLOAD -> UNLOAD_FINAL -> removal;
+- ``split-<pid8>`` (:class:`~storage_node.roles.split.PartitionSplitter`), next to a leader whose
+  partition is SPLITTING: copies its chain into the children's pieces, freezes, SPLIT_FINALIZE;
+- ``forward-<parent pid8>`` (:class:`~storage_node.roles.forward.StragglerForwarder`), next to a
+  leader of the partition holding a retired split parent's lowest key: forwards the rows that
+  reach the parent's ingest topic to its children;
 - ``handover-<pid8>`` (:class:`_Handover`), short-lived, after a lost leadership: waits for the
   leader role to end, follows, campaigns again;
 - ``txn-<topic>`` (:class:`shoal.kafka.transaction.BoundedCaller`), one per transactional channel:
@@ -105,6 +110,7 @@ from storage_node.replication.receive import InFlightBudget
 from storage_node.replication.tail import InSyncKeeper
 from storage_node.roles.compaction_intake import CompactionIntake
 from storage_node.roles.follower import FollowerConfig, PartitionFollower
+from storage_node.roles.forward import RetiredParent, StragglerForwarder, forwarding_owner, retired_parents
 from storage_node.roles.leader import PartitionLeader
 from storage_node.roles.lifecycle import (
     LifecycleConfig,
@@ -116,7 +122,7 @@ from storage_node.roles.lifecycle import (
     write_marker,
 )
 from storage_node.roles.rebalance import LeaderRebalancer
-from storage_node.roles.split import PartitionSplitter
+from storage_node.roles.split import PartitionSplitter, SplitPhase
 from storage_node.serve import FlightServing, ScanServer
 from storage_node.serve.flight import server_options
 
@@ -243,6 +249,10 @@ class StorageNode:
         """Bytes being received by all followers of this node (OVERLOADED backpressure)."""
         self._splitters: dict[str, PartitionSplitter] = {}
         """parent partition id -> the splitter this node runs for it (storage_node.roles.split)."""
+        self._forwarders: dict[str, StragglerForwarder] = {}
+        """retired split parent id -> the forwarder of its stragglers this node runs (storage_node.roles.forward)."""
+        self._retired: dict[str, tuple[int, list[RetiredParent]]] = {}
+        """table -> (the METADATA sequence it was read at, its retired split parents)."""
 
     # -- public --------------------------------------------------------------------------------
 
@@ -257,6 +267,11 @@ class StorageNode:
         """Parent partition id -> the splitter this node runs (or ran) for it."""
         with self._lock:
             return dict(self._splitters)
+
+    def forwarders(self) -> dict[str, StragglerForwarder]:
+        """Retired split parent id -> the forwarder of its stragglers this node runs."""
+        with self._lock:
+            return dict(self._forwarders)
 
     def replicas(self, table: str, partition_id: str | None) -> list[PartitionReplica]:
         """The replicas a scan reads. A replica whose leader role is still starting (replaying its WAL,
@@ -378,6 +393,7 @@ class StorageNode:
             except IllegalTransitionError as exc:
                 log.error("node %s refuses a lifecycle change: %s", self.config.server_id, exc)
         self._start_splitters()
+        self._start_forwarders()
 
     # -- splits (storage_node.roles.split) -------------------------------------------------------
 
@@ -431,8 +447,8 @@ class StorageNode:
                 continue
             with self._lock:
                 running = self._splitters.get(held.partition_id)
-                if running is not None and not running.stopped.is_set():
-                    continue
+                if running is not None and (not running.stopped.is_set() or running.phase is SplitPhase.FINALIZED):
+                    continue  # running, or done (this node's METADATA may not show the finalize yet)
                 self._splitters[held.partition_id] = PartitionSplitter(
                     leader=leader,
                     file=file,
@@ -444,6 +460,53 @@ class StorageNode:
                     fence=_fence_of(election),
                 ).start()
             log.info("node %s: splitting %s", self.config.server_id, held.replica.name)
+
+    def _start_forwarders(self) -> None:
+        """Forward the stragglers of every retired split parent whose lowest key a partition this
+        node leads holds (:func:`~storage_node.roles.forward.forwarding_owner`); stop the forwarders
+        of the parents it no longer owns (their next owner's forwarder fences them anyway)."""
+        if self._stop.is_set() or self._client is None:
+            return
+        wanted: dict[str, tuple[TableDefinition, RetiredParent]] = {}
+        for held in self.partitions().values():
+            leader, file = held.leader, self._files.get(held.table.name)
+            if leader is None or file is None or not leader.ready.is_set() or leader.stopped.is_set():
+                continue
+            for parent in self._retired_of(file):
+                if forwarding_owner(file, parent) == held.partition_id:
+                    wanted[parent.partition_id] = (file.table, parent)
+        with self._lock:
+            gone = [f for pid, f in self._forwarders.items() if pid not in wanted or f.stopped.is_set()]
+            for f in gone:
+                del self._forwarders[f.parent.partition_id]
+            for pid, (table, parent) in wanted.items():
+                if pid not in self._forwarders:
+                    self._forwarders[pid] = StragglerForwarder(
+                        kafka=self.config.kafka,
+                        topics=self.config.topics,
+                        table=table,
+                        parent=parent,
+                        max_ingest_bytes=self.config.leader_config().max_ingest_bytes,
+                    ).start()
+                    log.info("node %s: forwarding the stragglers of split parent %s", self.config.server_id, pid)
+        for f in gone:
+            f.stop(timeout=5.0)
+
+    def _retired_of(self, file: MetadataFile) -> list[RetiredParent]:
+        """The table's retired split parents, read from its METADATA history once per version."""
+        name = file.table.name
+        cached = self._retired.get(name)
+        if cached is not None and cached[0] >= file.sequence:
+            return cached[1]
+        if self._client is None:
+            return []
+        try:
+            parents = retired_parents(self._client.coordinator.history(name))
+        except ShoalError as exc:
+            log.warning("node %s: cannot read the METADATA history of %s: %s", self.config.server_id, name, exc)
+            return [] if cached is None else cached[1]
+        self._retired[name] = (file.sequence, parents)
+        return parents
 
     def _held_replicas(self, file: MetadataFile) -> list[HeldReplica]:
         with self._lock:
@@ -842,6 +905,7 @@ class StorageNode:
         except Exception as exc:
             log.warning("cannot re-register node %s: %s", self.config.server_id, exc)
         self._start_splitters()
+        self._start_forwarders()
         for held in self.partitions().values():
             if self._stop.is_set():  # stopping: _release_all ends every role, a pass would only delay it
                 return
@@ -969,7 +1033,7 @@ class StorageNode:
         held = list(self.partitions().values())
         for w in list(self._watchers.values()):
             w.stop()
-        first: list[Worker | None] = [*self._splitters.values()]
+        first: list[Worker | None] = [*self._splitters.values(), *self._forwarders.values()]
         first += [role for h in held for role in (h.lifecycle, h.follower, h.intake)]
         left = stop_all(first, deadline)
         roles_s = time.monotonic() - started

@@ -29,12 +29,10 @@ next to the leader role (thread ``split-<pid8>``). Step by step:
    write and its answer), and only a change that did not commit un-pauses the parent. A parent
    un-paused after its finalize would accept writes (acknowledged to their producers) that no
    child holds, and its channels are deleted at UNLOAD_FINAL.
-6. **Forward stragglers**: rows still in, or still reaching, the parent's ingest topic are
-   consumed from the parent leader group's committed offset, validated as the parent's leader
-   would, split by the split point and produced to the children's ingest topics in ONE transaction
-   with the parent group's offsets (``send_offsets_to_transaction``): exactly once, so no loss and
-   no duplicate. A message the parent would refuse goes whole to the low child, whose leader
-   refuses it to deadletter; any error starts the forwarding again, from the committed offset.
+6. **Forward stragglers** (:mod:`storage_node.roles.forward`, not this worker, which ends at the
+   finalize): rows still in, or still reaching, the parent's ingest topic are forwarded to the
+   children exactly once by the node leading the low child, for as long as it leads it, so the
+   forwarding survives the node that committed the finalize.
 
 Choices where the seeds are silent:
 
@@ -43,9 +41,9 @@ Choices where the seeds are silent:
   held in LOAD by its node and follows the parent leader's staging channel (``storage_node.node``).
 - A leader failover during the split restarts the copy on the new leader's own staging channels;
   pieces keep segment ids, so children answer SEGMENT_EXISTS for what they already hold.
-- Forwarding runs on the node that committed SPLIT_FINALIZE, for as long as that node runs. A row
-  forwarded after a producer already wrote the same key to a child is applied after it (like two
-  concurrent writers); writes of distinct keys are unaffected.
+- A producer keeps its own order across the split: it waits for its writes to the parent to be
+  accepted (forwarded) before it writes by the new map (``Producer._order_across_splits``).
+  Writes of one key by two producers are concurrent writes, as they are without a split.
 - The staging replicas stay on disk after the split (under ``split-staging``); removing them, and
   the parent's replicas, is the UNLOAD_FINAL clean-up.
 """
@@ -60,7 +58,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, TopicPartition
 from kazoo.exceptions import BadVersionError, NodeExistsError
 
 from metadata.client import MetadataClient
@@ -69,26 +66,22 @@ from metadata.keyspace import KeyRange
 from metadata.metadata_file import MetadataFile, PartitionEntry, Placement
 from metadata.zk_client import ensure_path
 from metadata.zk_layout import EpochRecord
-from shoal.errors import KafkaOperationError, ShoalError
+from shoal.errors import ShoalError
 from shoal.kafka import clients
 from shoal.kafka.admin import create_topic
 from shoal.kafka.indexes import channel_indexes
 from shoal.kafka.settings import KafkaSettings
-from shoal.kafka.transaction import TransactionalChannel
 from shoal.topics import TopicNames
 from shoal.worker import Deadline, Worker
-from storage_node.config import consumer_overrides
 from storage_node.replica import PartitionReplica
 from storage_node.replication.publish import SegmentPublisher
 from storage_node.replication.split import (
     Gtid,
     chain_max_gtid,
-    route_ingest_message,
     stage_pieces,
     staging_replica,
 )
 from storage_node.roles.leader import PartitionLeader
-from storage_node.roles.leader.recovery import committed_offset
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +90,7 @@ class SplitPhase(enum.Enum):
     COPYING = "COPYING"
     FROZEN = "FROZEN"
     FINALIZING = "FINALIZING"
-    FORWARDING = "FORWARDING"
+    FINALIZED = "FINALIZED"
     FAILED = "FAILED"
 
 
@@ -124,13 +117,12 @@ class SplitStats:
     piece_bytes: int = 0
     rounds: int = 0
     freeze_s: float = 0.0
-    forwarded_messages: int = 0
     through: Gtid | None = None
     acked: dict[int, Gtid | None] = field(default_factory=dict)
 
 
 class PartitionSplitter(Worker):
-    """Splits one partition this node leads, then forwards its stragglers (see the module doc)."""
+    """Splits one partition this node leads, up to SPLIT_FINALIZE (see the module doc)."""
 
     def __init__(
         self,
@@ -191,20 +183,9 @@ class PartitionSplitter(Worker):
                     log.info("%s: the leader role ended; the next leader continues the split", self.parent.name)
                     return
                 if self._round():
-                    break
-            else:
-                return
-            self.phase = SplitPhase.FORWARDING
-            while not self.stopping.is_set():
-                try:
-                    self._forward()
-                except Exception as exc:
-                    log.warning(
-                        "%s: forwarding stopped (%s: %s); starting again", self.parent.name, type(exc).__name__, exc
-                    )
-                    self.stopping.wait(1.0)
+                    return  # FINALIZED: the low end's leader forwards the stragglers (StragglerForwarder)
         except BaseException:
-            if self.phase is not SplitPhase.FORWARDING:
+            if self.phase is not SplitPhase.FINALIZED:
                 unknown = self.phase is SplitPhase.FINALIZING and self._finalized() is not False
                 self.phase = SplitPhase.FAILED
                 if not unknown:  # never un-pause a parent that METADATA may no longer list
@@ -303,7 +284,7 @@ class PartitionSplitter(Worker):
                 # says it did not
                 if not self._finalized_after(exc):
                     return False
-            self.phase = SplitPhase.FORWARDING
+            self.phase = SplitPhase.FINALIZED
             log.info("%s: split finalized (children acked through GTID %s)", self.parent.name, through)
             return True
         finally:
@@ -363,66 +344,6 @@ class PartitionSplitter(Worker):
                 except (NodeExistsError, BadVersionError):
                     continue
 
-    # -- forwarding ------------------------------------------------------------------------------
-
-    def _forward(self) -> None:
-        """Forward what reaches the parent's ingest topic to the children, exactly once."""
-        parent_topic = self.topics.ingest(self.partition_id)
-        low, high = self.children
-        channel = TransactionalChannel(self.kafka, f"{parent_topic}.forward", call_timeout_s=60)
-        channel.open()
-        consumer = clients.consumer(
-            self.kafka, group_id=self.topics.leader_group(self.partition_id), **consumer_overrides(64 * 1024 * 1024)
-        )
-        try:
-            tp = TopicPartition(parent_topic, 0)
-            committed = committed_offset(consumer, tp)
-            consumer.assign([TopicPartition(parent_topic, 0, committed if committed >= 0 else OFFSET_BEGINNING)])
-            log.info("%s: forwarding stragglers from ingest offset %s", self.parent.name, committed)
-            while not self.stopping.is_set():
-                msgs = consumer.consume(200, self.poll_s)
-                data = [m for m in msgs if m.error() is None]
-                for m in msgs:
-                    err = m.error()
-                    if err is not None and err.code() != KafkaError._PARTITION_EOF:
-                        log.warning("%s: forwarder consumer: %s", self.parent.name, err)
-                if not data:
-                    continue
-                try:
-                    with channel.transaction() as txn:
-                        for m in data:
-                            routed = route_ingest_message(
-                                m.value(),
-                                self.leader.validator,
-                                self.entry.split_point,
-                                low.partition_id,
-                                high.partition_id,
-                                m.headers(),
-                            )
-                            for child, payload in routed:
-                                txn.produce(
-                                    self.topics.ingest(child), payload, partition=0, headers=_headers(m.headers())
-                                )
-                        if txn.flush(30):
-                            raise KafkaOperationError("forwarded records not delivered")
-                        last = int(data[-1].offset() or 0)
-                        txn.send_offsets(
-                            [TopicPartition(parent_topic, 0, last + 1)], consumer.consumer_group_metadata()
-                        )
-                except KafkaOperationError as exc:
-                    if exc.fatal:
-                        raise
-                    log.warning("%s: forwarding failed, retrying: %s", self.parent.name, exc)
-                    consumer.seek(TopicPartition(parent_topic, 0, int(data[0].offset() or 0)))
-                    self.stopping.wait(1.0)
-                    continue
-                self.stats.forwarded_messages += len(data)
-                log.info("%s: forwarded %d straggler message(s) to the children", self.parent.name, len(data))
-        finally:
-            with contextlib.suppress(KafkaException, RuntimeError):
-                consumer.close()
-            channel.close()
-
 
 def _max(a: Gtid | None, b: Gtid | None) -> Gtid | None:
     if a is None:
@@ -430,11 +351,3 @@ def _max(a: Gtid | None, b: Gtid | None) -> Gtid | None:
     if b is None:
         return a
     return max(a, b)
-
-
-def _headers(
-    raw: dict[str, str | bytes | None] | list[tuple[str, str | bytes | None]] | None,
-) -> list[tuple[str, str | bytes | None]] | None:
-    if raw is None:
-        return None
-    return list(raw.items()) if isinstance(raw, dict) else list(raw)

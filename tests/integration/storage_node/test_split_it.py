@@ -5,7 +5,9 @@ through the producer (which re-routes on the new METADATA), a scanner thread kee
 partition from its leader; ``shoal table split --at KEY --wait --output json`` splits the one
 partition. Then: every acknowledged row is present exactly once, in the right child, on every
 replica; ``shoal verify`` agrees, the parent's channels included; no scan ever returned fewer rows
-than an earlier one; bad split input is refused naming the input, with METADATA unchanged.
+than an earlier one; bad split input is refused naming the input, with METADATA unchanged; rows a
+stale producer writes to the parent afterwards are forwarded by the low child's leader, also after
+that leader's node stopped.
 """
 
 from __future__ import annotations
@@ -143,7 +145,12 @@ def test_split_under_writes_and_scans(cluster: Any, zk_hosts: str, topic_prefix:
         (splitter,) = [s for n in nodes.values() for s in n.splitters().values()]
         stats = splitter.stats
         assert stats.pieces >= 2 and stats.through is not None and set(stats.acked.values()) == {stats.through}
-        print(f"split: {stats}")  # pieces, rows, bytes, freeze seconds, straggler messages forwarded
+        print(f"split: {stats}")  # pieces, rows, bytes, freeze seconds, acks
+        # the stragglers are forwarded by the node leading the low child (and only there)
+        low_leader = read_epoch(client.zk, client.layout, low).server_id
+        forwarding = {name: list(n.forwarders()) for name, n in nodes.items() if n.forwarders()}
+        assert forwarding == {low_leader: [parent]}, (forwarding, low_leader)
+        print(f"forwarded: {nodes[str(low_leader)].forwarders()[parent].stats}")
 
         # scans never short: the count only grows
         assert counts and all(b >= a for a, b in itertools.pairwise(counts)), counts
@@ -165,3 +172,27 @@ def test_split_under_writes_and_scans(cluster: Any, zk_hosts: str, topic_prefix:
         bad = CliRunner().invoke(cli, ["table", "split", "events", "--at", "5", "--partition", high], env=env)
         assert bad.exit_code != 0 and "outside partition" in bad.output, bad.output
         assert client.coordinator.head("events").metadata_sequence == before
+
+        # forwarding follows the low child's leadership: with its leader's node gone, a producer that
+        # still routes by the map before the split writes to the parent, and its rows reach the child
+        before_split = client.coordinator.history("events")[0]
+        config = ProducerConfig(ConnectionSettings.plain(bs, zk_hosts, topic_prefix=topic_prefix), watch_metadata=False)
+
+        def straggler(key: int) -> None:
+            with Producer(config, map_loader=lambda _t: before_split) as stale:
+                stale.write("events", [{"k": key, "v": f"late{key}"}])
+                stale.sync(90)  # accepted = forwarded, in the transaction that commits the parent's group
+
+        def child_holds(key: int) -> bool:
+            return all(key in r.scan().column("k").to_pylist() for r in replicas_of(low))
+
+        straggler(7)
+        assert wait_until(lambda: child_holds(7), 60)
+        gone = nodes.pop(str(low_leader))
+        gone.stop()
+        gone._test_thread.join(60)  # type: ignore[attr-defined]
+        assert wait_until(lambda: read_epoch(client.zk, client.layout, low).server_id not in (None, low_leader), 60)
+        straggler(8)
+        assert wait_until(lambda: child_holds(8), 60)
+        (owner,) = [n for n in nodes.values() if n.forwarders()]
+        assert list(owner.forwarders()) == [parent]

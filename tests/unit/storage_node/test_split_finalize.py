@@ -40,7 +40,7 @@ class Metadata:
         return types.SimpleNamespace(partitions=listed)
 
 
-def _splitter(meta: Metadata, monkeypatch: pytest.MonkeyPatch) -> tuple[PartitionSplitter, Any, list[int]]:
+def _splitter(meta: Metadata, monkeypatch: pytest.MonkeyPatch) -> tuple[PartitionSplitter, Any]:
     s = object.__new__(PartitionSplitter)
     Worker.__init__(s, "split-test")
     leader = types.SimpleNamespace(
@@ -61,38 +61,30 @@ def _splitter(meta: Metadata, monkeypatch: pytest.MonkeyPatch) -> tuple[Partitio
     monkeypatch.setattr(split, "chain_max_gtid", lambda _replica: (3, 10))
     s.client = types.SimpleNamespace(coordinator=meta)
     s.fence = lambda: None
-    forwarded: list[int] = []
-
-    def forward() -> None:
-        forwarded.append(1)
-        s.stopping.wait(0.05)
-
-    s._forward = forward  # type: ignore[method-assign]
-    return s, leader, forwarded
+    return s, leader
 
 
-def test_a_finalize_that_committed_although_the_call_raised_forwards_and_keeps_the_parent_paused(
+def test_a_finalize_that_committed_although_the_call_raised_ends_the_split_with_the_parent_paused(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     meta = Metadata(commits=True, error=CommitOutcomeUnknownError("connection lost while reading the outcome"))
-    s, leader, forwarded = _splitter(meta, monkeypatch)
+    s, leader = _splitter(meta, monkeypatch)
     s.start()
     try:
-        assert not s.stopping.wait(0.5)
+        assert not s.stopped.wait(0.5)
         # ZooKeeper cannot say: the parent stays paused (it used to be un-paused here)
-        assert s.phase is SplitPhase.FINALIZING and leader.ingest_paused.is_set() and not forwarded
-        meta.reachable.set()  # it committed after all: forward the stragglers, parent still paused
-        assert s.stopping.wait(2.0) is False and forwarded
-        assert s.phase is SplitPhase.FORWARDING and leader.ingest_paused.is_set()
+        assert s.phase is SplitPhase.FINALIZING and leader.ingest_paused.is_set()
+        meta.reachable.set()  # it committed after all: the split is done, the parent still paused
+        assert s.stopped.wait(2.0)
+        assert s.phase is SplitPhase.FINALIZED and s.error is None and leader.ingest_paused.is_set()
     finally:
         s.stop()
-        s.join(5)
 
 
 def test_a_finalize_that_did_not_commit_unpauses_and_tries_again(monkeypatch: pytest.MonkeyPatch) -> None:
     meta = Metadata(commits=False, error=SplitNotAckedError("p" * 32, (3, 10), {2: None}))
     meta.reachable.set()
-    s, leader, forwarded = _splitter(meta, monkeypatch)
+    s, leader = _splitter(meta, monkeypatch)
     rounds: list[bool] = []
     real_round = s._round
 
@@ -104,7 +96,7 @@ def test_a_finalize_that_did_not_commit_unpauses_and_tries_again(monkeypatch: py
     s.start()
     try:
         assert not s.stopping.wait(0.3)
-        assert len(rounds) > 1 and not any(rounds) and not forwarded  # each round began un-paused
+        assert len(rounds) > 1 and not any(rounds) and s.phase is not SplitPhase.FINALIZED  # each began un-paused
     finally:
         s.stop()
         s.join(5)

@@ -1,0 +1,208 @@
+"""Forwarding a split parent's stragglers to its children, after SPLIT_FINALIZE (DESIGN.md section 8).
+
+Rows that reach a split parent's ingest topic after its leader froze (producers whose map still
+routes to the parent, writes made during the freeze) were never accepted by the parent. A
+:class:`StragglerForwarder` (thread ``forward-<parent pid8>``) consumes that topic from the parent
+leader group's committed offset (the accepted index), validates each message as the parent's
+leader would, splits it by the split point (:func:`~storage_node.replication.split.route_ingest_message`)
+and produces the pieces to the children's ingest topics in ONE Kafka transaction with the parent
+group's offsets (``send_offsets_to_transaction``): exactly once, so no loss and no duplicate. A
+producer's ``sync()`` of those rows returns once that transaction committed (it reads the parent
+group's commit); the children's leaders accept them from their own ingest topics.
+
+Who forwards: the node leading the listed partition that holds the parent's lowest key (its low
+child, or that child's own low child after further splits), for as long as it leads it
+(:func:`retired_parents`, :func:`forwarding_owner`). Forwarding so follows leadership: a node that
+stops or loses the leadership stops its forwarders, the next leader starts them, and the shared
+transactional id (``<parent ingest topic>.forward``) fences a forwarder that has not noticed yet. A
+parent whose low end splits again forwards into a retired partition, whose own forwarder (on the
+same owner) forwards on. Any error starts the forwarding again from the committed offset; a fenced
+forwarder (another owner took over) stops.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, TopicPartition
+
+from metadata.keyspace import KeyRange
+from metadata.metadata_file import MetadataFile
+from metadata.table import TableDefinition
+from shoal.errors import KafkaOperationError
+from shoal.kafka import clients
+from shoal.kafka.settings import KafkaSettings
+from shoal.kafka.transaction import TransactionalChannel
+from shoal.topics import TopicNames
+from shoal.worker import Worker
+from storage_node.config import consumer_overrides
+from storage_node.replica.validate import IngestValidator
+from storage_node.replication.split import route_ingest_message
+from storage_node.roles.leader.recovery import committed_offset
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RetiredParent:
+    """A split parent the current METADATA no longer lists: where its stragglers go."""
+
+    partition_id: str
+    key_range: KeyRange
+    split_point: bytes
+    low: str
+    high: str
+
+
+def retired_parents(history: Sequence[MetadataFile]) -> list[RetiredParent]:
+    """Every partition of ``history`` (a table's METADATA versions, oldest first) that a later
+    version replaced by its split children, as the last version that listed it had it."""
+    if not history:
+        return []
+    listed = {e.partition_id for e in history[-1].partitions}
+    found: dict[str, RetiredParent] = {}
+    for file in history:
+        for entry, key_range in file.ranges():
+            if entry.partition_id in listed or not entry.splitting:
+                continue
+            if entry.split_point is None or entry.split_partition_id_low is None:
+                continue
+            if entry.split_partition_id_high is None:
+                continue
+            found[entry.partition_id] = RetiredParent(
+                entry.partition_id,
+                key_range,
+                entry.split_point,
+                entry.split_partition_id_low,
+                entry.split_partition_id_high,
+            )
+    return list(found.values())
+
+
+def forwarding_owner(file: MetadataFile, parent: RetiredParent) -> str | None:
+    """The listed partition whose leader forwards ``parent``'s stragglers: the one holding its lowest
+    key (the ranges of a METADATA version tile the keyspace, so there is one)."""
+    for entry, key_range in file.ranges():
+        if key_range.contains(parent.key_range.begin):
+            return entry.partition_id
+    return None
+
+
+@dataclass
+class ForwardStats:
+    forwarded_messages: int = 0
+    transactions: int = 0
+    restarts: int = 0
+
+
+class StragglerForwarder(Worker):
+    """Forwards one retired split parent's ingest topic to its children (see the module doc)."""
+
+    def __init__(
+        self,
+        *,
+        kafka: KafkaSettings,
+        topics: TopicNames,
+        table: TableDefinition,
+        parent: RetiredParent,
+        max_ingest_bytes: int,
+        poll_s: float = 0.3,
+        restart_pause_s: float = 1.0,
+    ) -> None:
+        super().__init__(f"forward-{parent.partition_id[:8]}")
+        self.kafka, self.topics, self.table, self.parent = kafka, topics, table, parent
+        self.max_ingest_bytes = max_ingest_bytes
+        self.poll_s, self.restart_pause_s = poll_s, restart_pause_s
+        self.stats = ForwardStats()
+        # the parent leader's own validation: a message it would refuse goes whole to the low child
+        self.validator = IngestValidator(table, parent.key_range, max_ingest_bytes)
+
+    def start(self) -> StragglerForwarder:
+        super().start()
+        return self
+
+    def run(self) -> None:
+        while not self.stopping.is_set():
+            try:
+                self._forward()
+            except KafkaOperationError as exc:
+                if exc.fatal:  # fenced: a forwarder of a newer owner took over
+                    log.warning("%s: forwarding fenced (%s); another node forwards now", self.name, exc)
+                    return
+                self._pause(exc)
+            except Exception as exc:
+                self._pause(exc)
+
+    def _pause(self, exc: Exception) -> None:
+        self.stats.restarts += 1
+        log.warning("%s: forwarding stopped (%s: %s); starting again", self.name, type(exc).__name__, exc)
+        self.stopping.wait(self.restart_pause_s)
+
+    def _forward(self) -> None:
+        parent_topic = self.topics.ingest(self.parent.partition_id)
+        channel = TransactionalChannel(self.kafka, f"{parent_topic}.forward", call_timeout_s=60)
+        channel.open()
+        consumer = clients.consumer(
+            self.kafka,
+            group_id=self.topics.leader_group(self.parent.partition_id),
+            **consumer_overrides(self.max_ingest_bytes + 1024 * 1024),
+        )
+        try:
+            tp = TopicPartition(parent_topic, 0)
+            committed = committed_offset(consumer, tp)
+            consumer.assign([TopicPartition(parent_topic, 0, committed if committed >= 0 else OFFSET_BEGINNING)])
+            log.info("%s: forwarding stragglers of %s from offset %s", self.name, parent_topic, committed)
+            while not self.stopping.is_set():
+                msgs = consumer.consume(200, self.poll_s)
+                data = [m for m in msgs if m.error() is None]
+                for m in msgs:
+                    err = m.error()
+                    if err is not None and err.code() != KafkaError._PARTITION_EOF:
+                        log.warning("%s: consumer: %s", self.name, err)
+                if not data:
+                    continue
+                try:
+                    with channel.transaction() as txn:
+                        for m in data:
+                            headers = m.headers()
+                            routed = route_ingest_message(
+                                m.value(),
+                                self.validator,
+                                self.parent.split_point,
+                                self.parent.low,
+                                self.parent.high,
+                                headers,
+                            )
+                            for child, payload in routed:
+                                txn.produce(self.topics.ingest(child), payload, partition=0, headers=_headers(headers))
+                        if txn.flush(30):
+                            raise KafkaOperationError("forwarded records not delivered")
+                        last = int(data[-1].offset() or 0)
+                        txn.send_offsets(
+                            [TopicPartition(parent_topic, 0, last + 1)], consumer.consumer_group_metadata()
+                        )
+                except KafkaOperationError as exc:
+                    if exc.fatal:
+                        raise
+                    log.warning("%s: forwarding failed, retrying: %s", self.name, exc)
+                    consumer.seek(TopicPartition(parent_topic, 0, int(data[0].offset() or 0)))
+                    self.stopping.wait(self.restart_pause_s)
+                    continue
+                self.stats.forwarded_messages += len(data)
+                self.stats.transactions += 1
+                log.info("%s: forwarded %d straggler message(s) to the children", self.name, len(data))
+        finally:
+            with contextlib.suppress(KafkaException, RuntimeError):
+                consumer.close()
+            channel.close()
+
+
+def _headers(
+    raw: dict[str, str | bytes | None] | list[tuple[str, str | bytes | None]] | None,
+) -> list[tuple[str, str | bytes | None]] | None:
+    if raw is None:
+        return None
+    return list(raw.items()) if isinstance(raw, dict) else list(raw)
