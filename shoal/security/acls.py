@@ -154,7 +154,7 @@ def table_plan(
         ingest = topics.ingest(partition_id)
         channels = [topics.wal(partition_id, pl) for pl in placements]
         channels += [topics.segments(partition_id, pl) for pl in placements]
-        node_topics = [ingest, topics.compaction(partition_id), *channels, *(f"{c}.forward" for c in channels)]
+        node_topics = [ingest, topics.compaction(partition_id), *channels]
         groups = [topics.leader_group(partition_id)]
         groups += [topics.replica_group(partition_id, pl) for pl in placements]
         groups += [topics.consume_group(partition_id, pl) for pl in placements]
@@ -162,7 +162,8 @@ def table_plan(
         out += _rules("writer", who["writer"], "GROUP", [topics.leader_group(partition_id)], "LITERAL", ("DESCRIBE",))
         out += _rules("node", who["node"], "TOPIC", node_topics, "LITERAL", _NODE_TOPIC_OPS)
         out += _rules("node", who["node"], "GROUP", groups, "LITERAL", _NODE_GROUP_OPS)
-        txn_ids = [*channels, *(f"{c}.forward" for c in channels), topics.compaction(partition_id)]
+        # a split's straggler forwarder (storage_node.roles.forward) commits as "<ingest>.forward"
+        txn_ids = [*channels, f"{ingest}.forward", topics.compaction(partition_id)]
         out += _rules("node", who["node"], "TRANSACTIONAL_ID", txn_ids, "LITERAL", _TXN_OPS)
         out += _rules("monitor", who["monitor"], "TOPIC", [ingest, *channels], "LITERAL", ("DESCRIBE",))
         out += _rules("monitor", who["monitor"], "GROUP", groups, "LITERAL", ("DESCRIBE",))

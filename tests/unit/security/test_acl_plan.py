@@ -70,6 +70,9 @@ def test_spark_source_topic_and_principals() -> None:
 def test_table_plan_is_literal_and_sorted() -> None:
     rules = table_plan(T, [(P1, [3])])
     assert rules == sorted(set(rules))
+    # the transactional ids a node commits with: its channels and a split's straggler forwarder
+    for txn_id in (T.wal(P1, 3), T.segments(P1, 3), f"{T.ingest(P1)}.forward"):
+        assert _allowed(rules, "node", "TRANSACTIONAL_ID", txn_id, "WRITE"), txn_id
     assert {r.pattern for r in rules} == {"LITERAL"}
     assert rules[0].to_json()["permission"] == "ALLOW"
     with pytest.raises(ConfigError):
