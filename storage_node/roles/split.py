@@ -258,6 +258,10 @@ class PartitionSplitter(Worker):
                 return False  # a child is not following yet (down, starting): do not stall ingest for it
         self.phase = SplitPhase.FROZEN
         self.leader.ingest_paused.set()
+        # a quiesced signal left from an earlier freeze must not stand for this one: the leader may
+        # have read the pause as clear and be consuming a batch right now; it signals again only
+        # from a step that saw the pause, with its memtable flushed
+        self.leader.ingest_quiesced.clear()
         began, frozen = time.monotonic(), Deadline(self.freeze_timeout_s)
         try:
             while not self.leader.ingest_quiesced.wait(self.poll_s):
@@ -273,6 +277,8 @@ class PartitionSplitter(Worker):
             acked = {p.placement_id: behind.get(p.placement_id, through) for c in self.children for p in c.placements}
             self.stats.through, self.stats.acked = through, dict(acked)
             self._seed_child_epochs()
+            if self.leader.stopped.is_set():  # a new role of this partition would not be paused
+                return False
             self.phase = SplitPhase.FINALIZING
             try:
                 self.client.coordinator.finalize_split(

@@ -49,7 +49,14 @@ def _splitter(meta: Metadata, monkeypatch: pytest.MonkeyPatch) -> tuple[Partitio
         stopped=threading.Event(),
         accepted_through=None,
     )
-    leader.ingest_quiesced.set()
+
+    def quiesce() -> None:  # the leader's step: quiesced only once it saw the pause
+        while not leader.stopped.is_set():
+            if leader.ingest_paused.is_set():
+                leader.ingest_quiesced.set()
+            leader.stopped.wait(0.01)
+
+    threading.Thread(target=quiesce, daemon=True).start()
     s.leader, s.parent = leader, types.SimpleNamespace(name="t/parent", partition_id="p" * 32)
     s.table, s.precopy_s, s.freeze_timeout_s, s.poll_s = types.SimpleNamespace(name="t"), 1.0, 1.0, 0.01
     s.children, s.phase, s.stats = (), SplitPhase.COPYING, SplitStats()
@@ -79,6 +86,7 @@ def test_a_finalize_that_committed_although_the_call_raised_ends_the_split_with_
         assert s.phase is SplitPhase.FINALIZED and s.error is None and leader.ingest_paused.is_set()
     finally:
         s.stop()
+        leader.stopped.set()
 
 
 def test_a_finalize_that_did_not_commit_unpauses_and_tries_again(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -100,4 +108,5 @@ def test_a_finalize_that_did_not_commit_unpauses_and_tries_again(monkeypatch: py
     finally:
         s.stop()
         s.join(5)
+        leader.stopped.set()
     assert not leader.ingest_paused.is_set()
