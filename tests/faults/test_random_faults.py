@@ -32,8 +32,10 @@ SHORT_KINDS = (
     FaultKind.PAUSE_FOLLOWER,
     FaultKind.ZK_BLIP,
     FaultKind.KILL_FOLLOWER,
+    FaultKind.SPLIT,
 )
-"""Fault kinds of the short schedule; ``make chaos`` runs every kind.
+"""Fault kinds of the short schedule; ``make chaos`` runs every kind. ``split`` splits the
+partition under writes between the other faults (the faults after it hit the low child).
 
 Two of them found acknowledged writes lost while ``shoal verify`` said the replicas agree, and stay
 here as the regression runs of their fixes (DESIGN.md section 7):

@@ -34,6 +34,10 @@ class FaultKind(StrEnum):
     WIPE_THEN_FAILOVER = "wipe_then_failover"
     """A follower's data dir wiped (kill -9, delete, restart), then at once the leader killed for
     ``duration_s``: may the empty replica lead?"""
+    SPLIT = "split"
+    """Split the partition under writes at the middle of the keys written to it so far (its leader
+    copies, freezes, SPLIT_FINALIZE; producers re-route; stragglers are forwarded), waiting up to
+    ``SPLIT_TIMEOUT_S`` for the finalize; later faults target the child holding the lowest keys."""
 
 
 class Fault(Shape):

@@ -18,14 +18,18 @@ from pathlib import Path
 
 from chaos.models import Fault, FaultEvent, FaultKind
 from chaos.schedule import ZK_BLIP_S
+from chaos.workload import TABLE
 from metadata.client import MetadataClient
 from metadata.election import read_epoch
+from metadata.keyspace import UNBOUNDED
 from shoal.cluster_file import ClusterInfo
 from shoal.worker import poll_until
 from shoal_app.runtime.process import is_running, kill
 from shoal_app.runtime.restart import restart_process, start_missing
 
 NODES = ("node-1", "node-2", "node-3")
+SPLIT_TIMEOUT_S = 120.0
+"""How long a split fault waits for SPLIT_FINALIZE (its copy runs under the writers' load)."""
 RELEASE_BEFORE_END_S = (0.3, 1.8)
 """quiet_zk_blip: the writers resume this long before ZooKeeper does (by the fault's pick, in this range)."""
 
@@ -42,8 +46,11 @@ class Nemesis:
         clock: Callable[[], float],
         halt: threading.Event,
         quiet: threading.Event,
+        highest_key: Callable[[], int] = lambda: 0,
     ) -> None:
         self.info, self.client, self.pid = info, client, partition_id
+        self.highest_key = highest_key
+        """The highest key written so far (a split's point is the middle of the target's keys)."""
         self.cache_dir, self.kafka_heap_mb = cache_dir, kafka_heap_mb
         self.clock, self.halt = clock, halt
         self.quiet = quiet
@@ -74,6 +81,8 @@ class Nemesis:
         kind = fault.kind
         if kind in (FaultKind.ZK_BLIP, FaultKind.ZK_RESTART, FaultKind.QUIET_ZK_BLIP):
             return "zookeeper", ""
+        if kind is FaultKind.SPLIT:
+            return "metadata", ""
         if kind is FaultKind.BROKER_RESTART:
             return f"kafka-{fault.pick % self.info.brokers + 1}", ""
         leader = self.leader()
@@ -91,7 +100,9 @@ class Nemesis:
         name, note = self._target(fault)
         started = self.clock()
         kind = fault.kind
-        if kind in (FaultKind.PAUSE_LEADER, FaultKind.PAUSE_FOLLOWER, FaultKind.ZK_BLIP):
+        if kind is FaultKind.SPLIT:
+            note = self._split()
+        elif kind in (FaultKind.PAUSE_LEADER, FaultKind.PAUSE_FOLLOWER, FaultKind.ZK_BLIP):
             self._pause(name, fault.duration_s)
         elif kind is FaultKind.QUIET_ZK_BLIP:
             self.quiet.set()
@@ -139,6 +150,35 @@ class Nemesis:
             healed_s=round(self.clock(), 2),
             note=note,
         )
+
+    def _split(self) -> str:
+        """Split the target partition at the middle of its written keys; wait for SPLIT_FINALIZE; the
+        low child becomes the target. A note of what was done (or why nothing was)."""
+        coordinator = self.client.coordinator
+        file = coordinator.current(TABLE)
+        ks = file.table.keyspace
+        key_range = file.range_of(file.index_of(self.pid))
+        begin = 0 if key_range.begin == UNBOUNDED else int(ks.decode(key_range.begin))
+        end = self.highest_key() + 1 if key_range.end == UNBOUNDED else int(ks.decode(key_range.end))
+        point = (begin + end) // 2
+        if not begin < point < end:
+            return f"no split: too few keys in [{begin}, {end})"
+        servers = [p.server_id for p in file.partition(self.pid).servers]
+        split = coordinator.split(TABLE, self.pid, ks.encode(point), servers, servers[1:] + servers[:1])
+        low = split.partition(self.pid).split_partition_id_low
+
+        def finalized() -> bool:
+            try:
+                return all(e.partition_id != self.pid for e in coordinator.current(TABLE).partitions)
+            except Exception:
+                return False
+
+        if not poll_until(finalized, SPLIT_TIMEOUT_S, interval_s=0.5):
+            raise RuntimeError(f"split of {self.pid} at {point} not finalized within {SPLIT_TIMEOUT_S:.0f} s")
+        assert low is not None
+        note = f"split {self.pid[:8]} at {point}: faults now target {low[:8]}"
+        self.pid = low
+        return note
 
     def _pause(self, name: str, seconds: float) -> None:
         record = self.info.process(name)

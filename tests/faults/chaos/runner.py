@@ -2,7 +2,10 @@
 
 The cluster is our own (``shoal_app.runtime.launcher.up`` in a directory of its own: ZooKeeper, three
 KRaft brokers, three storage nodes), so restarting ZooKeeper or a broker never touches anybody else's
-servers. The table has one partition with replication factor 3 on the three nodes.
+servers. The table has one partition with replication factor 3 on the three nodes, until a
+``split`` fault splits it: replicas are then checked across every partition the table lists (each
+node holds them all), and ``shoal verify`` reads the retired parent's channels too. The WAL
+observer reads the first partition's channels only.
 """
 
 from __future__ import annotations
@@ -40,13 +43,18 @@ def stderr_log(line: str) -> None:
     print(f"[chaos {time.strftime('%H:%M:%S')}] {line}", file=sys.stderr, flush=True)
 
 
-def _rows(client: MetadataClient, server: str, partition_id: str) -> list[tuple[int, str | None]] | None:
+def _rows(client: MetadataClient, server: str) -> list[tuple[int, str | None]] | None:
+    """The server's rows of every partition the table lists now (all three nodes hold every
+    partition: replication factor 3), or None if one cannot be scanned."""
     try:
         location = lookup_node(client.zk, client.layout, server)
-        table = scan_remote(location, ScanRequest(TABLE, partition_id), timeout_s=30)
+        rows: list[tuple[int, str | None]] = []
+        for entry in client.coordinator.current(TABLE).partitions:
+            table = scan_remote(location, ScanRequest(TABLE, entry.partition_id), timeout_s=30)
+            rows += zip(table.column("k").to_pylist(), table.column("v").to_pylist(), strict=True)
     except Exception:
         return None
-    return list(zip(table.column("k").to_pylist(), table.column("v").to_pylist(), strict=True))
+    return rows
 
 
 def _verify_ok(client: MetadataClient) -> bool | None:
@@ -119,6 +127,7 @@ def run_once(
                 clock=clock,
                 halt=halt,
                 quiet=quiet,
+                highest_key=lambda: max(history.snapshot(), default=0),
             )
             try:
                 for fault in schedule:
@@ -156,7 +165,7 @@ def run_once(
 
             def converged() -> bool:
                 """Every replica holds what the history allows, they are identical, and verify agrees."""
-                replicas = {s: _rows(client, s, pid) for s in NODES}
+                replicas = {s: _rows(client, s) for s in NODES}
                 if not check(final, replicas).ok:
                     return False
                 return _verify_ok(client) is True
@@ -166,7 +175,7 @@ def run_once(
                 for name, stacks in nemesis.dump_stacks().items():
                     log(f"{name}: election threads and lines after no convergence:\n{stacks}")
             observer.stop()
-            replicas = {s: _rows(client, s, pid) for s in NODES}
+            replicas = {s: _rows(client, s) for s in NODES}
             verify_ok = _verify_ok(client)
             if verify_ok is None:
                 errors.append("shoal verify raised instead of answering after convergence")

@@ -30,6 +30,7 @@ DURATIONS: dict[FaultKind, tuple[tuple[float, float], ...]] = {
     FaultKind.QUIET_ZK_BLIP: ((14.0, 24.0),),
     FaultKind.QUIET_PAUSE_LEADER: ((14.0, 24.0),),
     FaultKind.WIPE_THEN_FAILOVER: ((2.0, 6.0),),
+    FaultKind.SPLIT: ((1.0, 1.0),),  # not held: the split takes what it takes (SPLIT_TIMEOUT_S at most)
 }
 ZK_BLIP_S = ZK_SESSION_TIMEOUT_S * 0.78
 """How long the blip of a quiet_zk_blip fault holds ZooKeeper, and quiet_pause_leader its leader."""
