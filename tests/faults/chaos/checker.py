@@ -190,7 +190,7 @@ def check(
     gtid_violations = check_channels(observations)
     problems = Counter(v.problem for v in key_violations)
     states = {tuple(sorted(rows, key=lambda r: r[0])) if rows is not None else None for rows in replicas.values()}
-    identical = len(states) <= 1 and None not in states
+    identical = len(states) == 1 and None not in states  # no replica at all is no evidence
     counts = ChaosCounts(
         runs=1,
         writes=sum(w.sent for w in history.values()),

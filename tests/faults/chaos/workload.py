@@ -66,19 +66,25 @@ class ChaosWriter(threading.Thread):
     def run(self) -> None:
         try:
             while not self.halt.is_set():
-                with Producer(self._config()) as producer:
-                    self._write_with(producer)
+                pending: list[tuple[WriteResult, list[tuple[int, int]]]] = []
+                try:
+                    with Producer(self._config()) as producer:
+                        self._write_with(producer, pending)
+                finally:
+                    # after close(), which flushes: a delivery reported late (after flush(10) gave
+                    # up) is a delivered write too, so it must be acknowledged, not left uncertain
+                    self._acknowledge_delivered(pending)
         except BaseException as exc:
             self.error = exc
             log.exception("chaos writer %d failed", self.index)
 
-    def _write_with(self, producer: Producer) -> None:
+    def _write_with(self, producer: Producer, pending: list[tuple[WriteResult, list[tuple[int, int]]]]) -> None:
         """Write until halted, or until six calls in a row failed (then the caller makes a new producer).
 
         A write is acknowledged as soon as its delivery succeeded (README: the producer's delivery
         report, acks=all), whether or not a ``sync()`` after it returned: shoal must accept it; one
-        whose delivery failed or is unknown stays uncertain."""
-        pending: list[tuple[WriteResult, list[tuple[int, int]]]] = []
+        whose delivery failed or is unknown stays uncertain. ``pending`` keeps the writes whose
+        delivery is not reported yet, for the caller to look at once the producer is closed."""
         try:
             self._write_loop(producer, pending)
         finally:

@@ -6,6 +6,8 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).parents[2] / "faults"))
 
 from chaos.checker import WalObservation, check, check_channels, check_replica
@@ -198,9 +200,58 @@ def test_a_chaos_write_is_acknowledged_once_delivered_even_when_every_sync_fails
     history = History()
     writer = ChaosWriter(None, history, index=0, count=1, seed=1, new_keys=2, overwrites=0)  # type: ignore[arg-type]
     writer.halt = NoWait()
-    writer._write_with(Producer())  # type: ignore[arg-type]
+    writer._write_with(Producer(), [])  # type: ignore[arg-type]
     assert len(written) == 6 and writer.failures == 6
     snap = history.snapshot()
     acked = sorted(k for k, w in snap.items() if w.acked)
     assert acked == sorted(written[0] + written[3] + written[4] + written[5])
     assert all(snap[k].uncertain and not snap[k].acked for k in written[1] + written[2])
+
+
+def test_a_delivery_reported_after_the_writers_flush_gave_up_is_acknowledged(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The writer's flush(10) gives up while a message is in flight; closing the producer delivers it.
+    That write was delivered (acks=all): it must count as acknowledged, or the checker would let every
+    replica lose it."""
+    from concurrent.futures import Future
+
+    from chaos import workload
+    from chaos.history import History
+
+    from producer import DeliveryError, WriteResult
+
+    history = History()
+    writer = workload.ChaosWriter(None, history, index=0, count=1, seed=1, new_keys=3, overwrites=0, pause_s=0)  # type: ignore[arg-type]
+
+    class LateProducer:
+        def __init__(self, _config: object) -> None:
+            self.futures: list[Future[str]] = []
+
+        def __enter__(self) -> LateProducer:
+            return self
+
+        def __exit__(self, *exc: object) -> None:  # close(): flush() waits, the message is delivered
+            for f in self.futures:
+                f.set_result("delivered")
+
+        def write(self, table: str, rows: list[dict[str, object]]) -> WriteResult:
+            if self.futures:
+                writer.halt.set()
+                raise RuntimeError("one batch is enough")
+            f: Future[str] = Future()
+            f.set_running_or_notify_cancel()
+            self.futures.append(f)
+            return WriteResult(table, len(rows), (f,))  # type: ignore[arg-type]
+
+        def sync(self, timeout: float) -> None:
+            raise TimeoutError("an outage")
+
+        def flush(self, timeout: float | None = None) -> None:
+            raise DeliveryError(f"1 messages still in flight after {timeout}s")
+
+    monkeypatch.setattr(workload, "Producer", LateProducer)
+    monkeypatch.setattr(writer, "_config", lambda: None)
+    writer.halt.wait = lambda _t=None: False  # type: ignore[method-assign,assignment]
+    writer.run()
+    assert writer.error is None
+    acked = {k: sorted(w.acked) for k, w in history.snapshot().items() if w.acked}
+    assert acked == {0: [0], 1: [0], 2: [0]}  # the first batch; the second raised before sending
