@@ -17,7 +17,7 @@ import hashlib
 import os
 import re
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -341,6 +341,53 @@ class MetadataFile:
         except (KeyError, TypeError, ValueError, InvalidIdError, SchemaError) as exc:
             raise MetadataDecodeError(f"METADATA file is inconsistent: {exc}") from exc
         return file.validate()
+
+
+@dataclass(frozen=True)
+class RetiredPartition:
+    """A partition that SPLIT_FINALIZE replaced by its two children (seed 002 section 4.1), as the
+    last METADATA version that listed it had it: its entry (servers, split point, children) and
+    key range. Its channels and ingest topic outlive it (verify reads them; its stragglers are
+    forwarded to the children)."""
+
+    entry: PartitionEntry
+    key_range: KeyRange
+
+    @property
+    def partition_id(self) -> str:
+        return self.entry.partition_id
+
+    @property
+    def split_point(self) -> bytes:
+        assert self.entry.split_point is not None  # retired_partitions keeps split entries only
+        return self.entry.split_point
+
+    @property
+    def low(self) -> str:
+        assert self.entry.split_partition_id_low is not None
+        return self.entry.split_partition_id_low
+
+    @property
+    def high(self) -> str:
+        assert self.entry.split_partition_id_high is not None
+        return self.entry.split_partition_id_high
+
+
+def retired_partitions(history: Sequence[MetadataFile]) -> list[RetiredPartition]:
+    """Every partition of ``history`` (a table's METADATA versions, oldest first, as
+    ``MetadataCoordinator.history`` gives them) that its last version no longer lists, oldest first.
+    A partition leaves METADATA only by SPLIT_FINALIZE, so its last entry records the split."""
+    if not history:
+        return []
+    listed = {e.partition_id for e in history[-1].partitions}
+    last: dict[str, RetiredPartition] = {}
+    for file in history:
+        for entry, key_range in file.ranges():
+            split = entry.splitting and entry.split_point is not None
+            split = split and entry.split_partition_id_low is not None and entry.split_partition_id_high is not None
+            if entry.partition_id not in listed and split:
+                last[entry.partition_id] = RetiredPartition(entry, key_range)
+    return list(last.values())
 
 
 def store_key(table: str, txnid: str) -> bytes:

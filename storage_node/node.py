@@ -92,7 +92,7 @@ from metadata.discovery import (
 from metadata.election import Candidate, EpochFence, Leadership, LeaderState, PartitionElection, read_epoch
 from metadata.in_sync import PartitionInSync, prefer_in_sync, read_in_sync
 from metadata.keyspace import KeyRange
-from metadata.metadata_file import MetadataFile
+from metadata.metadata_file import MetadataFile, RetiredPartition, retired_partitions
 from metadata.node_registry import node_path, register_node
 from metadata.notify import TableWatcher
 from metadata.placements import preferred_leader
@@ -110,7 +110,7 @@ from storage_node.replication.receive import InFlightBudget
 from storage_node.replication.tail import InSyncKeeper
 from storage_node.roles.compaction_intake import CompactionIntake
 from storage_node.roles.follower import FollowerConfig, PartitionFollower
-from storage_node.roles.forward import RetiredParent, StragglerForwarder, forwarding_owner, retired_parents
+from storage_node.roles.forward import StragglerForwarder, forwarding_owner
 from storage_node.roles.leader import PartitionLeader
 from storage_node.roles.lifecycle import (
     LifecycleConfig,
@@ -251,8 +251,9 @@ class StorageNode:
         """parent partition id -> the splitter this node runs for it (storage_node.roles.split)."""
         self._forwarders: dict[str, StragglerForwarder] = {}
         """retired split parent id -> the forwarder of its stragglers this node runs (storage_node.roles.forward)."""
-        self._retired: dict[str, tuple[int, list[RetiredParent]]] = {}
-        """table -> (the METADATA sequence it was read at, its retired split parents)."""
+        self._retired: dict[str, tuple[int, list[tuple[RetiredPartition, str]]]] = {}
+        """table -> (the METADATA sequence it was read at, its retired split parents, each with the
+        listed partition whose leader forwards its stragglers)."""
 
     # -- public --------------------------------------------------------------------------------
 
@@ -467,13 +468,13 @@ class StorageNode:
         of the parents it no longer owns (their next owner's forwarder fences them anyway)."""
         if self._stop.is_set() or self._client is None:
             return
-        wanted: dict[str, tuple[TableDefinition, RetiredParent]] = {}
+        wanted: dict[str, tuple[TableDefinition, RetiredPartition]] = {}
         for held in self.partitions().values():
             leader, file = held.leader, self._files.get(held.table.name)
             if leader is None or file is None or not leader.ready.is_set() or leader.stopped.is_set():
                 continue
-            for parent in self._retired_of(file):
-                if forwarding_owner(file, parent) == held.partition_id:
+            for parent, owner in self._retired_of(file):
+                if owner == held.partition_id:
                     wanted[parent.partition_id] = (file.table, parent)
         with self._lock:
             gone = [f for pid, f in self._forwarders.items() if pid not in wanted or f.stopped.is_set()]
@@ -492,8 +493,9 @@ class StorageNode:
         for f in gone:
             f.stop(timeout=5.0)
 
-    def _retired_of(self, file: MetadataFile) -> list[RetiredParent]:
-        """The table's retired split parents, read from its METADATA history once per version."""
+    def _retired_of(self, file: MetadataFile) -> list[tuple[RetiredPartition, str]]:
+        """The table's retired split parents, each with its forwarding owner in ``file``, read from
+        its METADATA history once per version."""
         name = file.table.name
         cached = self._retired.get(name)
         if cached is not None and cached[0] >= file.sequence:
@@ -501,7 +503,8 @@ class StorageNode:
         if self._client is None:
             return []
         try:
-            parents = retired_parents(self._client.coordinator.history(name))
+            retired = retired_partitions(self._client.coordinator.history(name))
+            parents = [(r, forwarding_owner(file, r)) for r in retired]
         except ShoalError as exc:
             log.warning("node %s: cannot read the METADATA history of %s: %s", self.config.server_id, name, exc)
             return [] if cached is None else cached[1]

@@ -51,7 +51,7 @@ import pyarrow as pa
 from metadata.client import MetadataClient
 from metadata.errors import InvalidKeyError
 from metadata.keyspace import KeyRange, Keyspace
-from metadata.metadata_file import PartitionEntry, Placement
+from metadata.metadata_file import PartitionEntry, Placement, retired_partitions
 from metadata.table import TableDefinition
 from shoal.errors import KafkaOperationError, ShoalError
 from shoal.kafka.errors import TRANSIENT_CODES, ChannelTruncatedError
@@ -78,7 +78,7 @@ from shoal_app.cli.verify_gtids import (
     check_wal_records,
     shared_epochs,
 )
-from shoal_app.cli.verify_retired import retired_coverage, retired_partitions
+from shoal_app.cli.verify_retired import retired_coverage
 
 log = logging.getLogger(__name__)
 
@@ -538,8 +538,8 @@ def verify(
             )
         )
     retired = [
-        verify_retired(source, topics, file.table, entry, key_range, listed, rows_of)
-        for entry, key_range in retired_partitions(client.coordinator.history(table), file)
+        verify_retired(source, topics, file.table, r.entry, r.key_range, listed, rows_of)
+        for r in retired_partitions(client.coordinator.history(table))
     ]
     ok = all(p.agree and p.wal_chains_ok and p.gtids_ok and p.in_range and p.covered is not False for p in partitions)
     ok = ok and all(r.channels_ok and r.covered is not False for r in retired)

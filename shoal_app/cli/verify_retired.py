@@ -26,22 +26,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from metadata.keyspace import KeyRange, Keyspace
-from metadata.metadata_file import MetadataFile, PartitionEntry
 from shoal_app.cli.models import ReplicaDescription
 from shoal_app.cli.verify_coverage import Rows, WalFloors, floor_problems, replicas_missing
 from storage_node.replication.split import key_range_mask
-
-
-def retired_partitions(history: Sequence[MetadataFile], current: MetadataFile) -> list[tuple[PartitionEntry, KeyRange]]:
-    """Every partition an earlier version of the table's METADATA listed and ``current`` does not,
-    with its entry and key range as the last version that listed it had them, oldest first."""
-    listed = {e.partition_id for e in current.partitions}
-    last: dict[str, tuple[PartitionEntry, KeyRange]] = {}
-    for file in history:
-        for entry, key_range in file.ranges():
-            if entry.partition_id not in listed:
-                last[entry.partition_id] = (entry, key_range)
-    return list(last.values())
 
 
 def retired_coverage(

@@ -12,8 +12,9 @@ group's commit); the children's leaders accept them from their own ingest topics
 
 Who forwards: the node leading the listed partition that holds the parent's lowest key (its low
 child, or that child's own low child after further splits), for as long as it leads it
-(:func:`retired_parents`, :func:`forwarding_owner`). Forwarding so follows leadership: a node that
-stops or loses the leadership stops its forwarders, the next leader starts them, and the shared
+(:func:`metadata.metadata_file.retired_partitions`, :func:`forwarding_owner`). Forwarding so
+follows leadership: a node that stops or loses the leadership stops its forwarders, the next
+leader starts them, and the shared
 transactional id (``<parent ingest topic>.forward``) fences a forwarder that has not noticed yet. A
 parent whose low end splits again forwards into a retired partition, whose own forwarder (on the
 same owner) forwards on. Any error starts the forwarding again from the committed offset; a fenced
@@ -24,13 +25,12 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, TopicPartition
 
-from metadata.keyspace import KeyRange
-from metadata.metadata_file import MetadataFile
+from metadata.metadata_file import MetadataFile, RetiredPartition
+from metadata.partition_map import PartitionMap
 from metadata.table import TableDefinition
 from shoal.errors import KafkaOperationError
 from shoal.kafka import clients
@@ -46,49 +46,9 @@ from storage_node.roles.leader.recovery import committed_offset
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class RetiredParent:
-    """A split parent the current METADATA no longer lists: where its stragglers go."""
-
-    partition_id: str
-    key_range: KeyRange
-    split_point: bytes
-    low: str
-    high: str
-
-
-def retired_parents(history: Sequence[MetadataFile]) -> list[RetiredParent]:
-    """Every partition of ``history`` (a table's METADATA versions, oldest first) that a later
-    version replaced by its split children, as the last version that listed it had it."""
-    if not history:
-        return []
-    listed = {e.partition_id for e in history[-1].partitions}
-    found: dict[str, RetiredParent] = {}
-    for file in history:
-        for entry, key_range in file.ranges():
-            if entry.partition_id in listed or not entry.splitting:
-                continue
-            if entry.split_point is None or entry.split_partition_id_low is None:
-                continue
-            if entry.split_partition_id_high is None:
-                continue
-            found[entry.partition_id] = RetiredParent(
-                entry.partition_id,
-                key_range,
-                entry.split_point,
-                entry.split_partition_id_low,
-                entry.split_partition_id_high,
-            )
-    return list(found.values())
-
-
-def forwarding_owner(file: MetadataFile, parent: RetiredParent) -> str | None:
-    """The listed partition whose leader forwards ``parent``'s stragglers: the one holding its lowest
-    key (the ranges of a METADATA version tile the keyspace, so there is one)."""
-    for entry, key_range in file.ranges():
-        if key_range.contains(parent.key_range.begin):
-            return entry.partition_id
-    return None
+def forwarding_owner(file: MetadataFile, parent: RetiredPartition) -> str:
+    """The listed partition whose leader forwards ``parent``'s stragglers: the one holding its lowest key."""
+    return PartitionMap(file).lookup_encoded(parent.key_range.begin).partition_id
 
 
 @dataclass
@@ -107,7 +67,7 @@ class StragglerForwarder(Worker):
         kafka: KafkaSettings,
         topics: TopicNames,
         table: TableDefinition,
-        parent: RetiredParent,
+        parent: RetiredPartition,
         max_ingest_bytes: int,
         poll_s: float = 0.3,
         restart_pause_s: float = 1.0,

@@ -15,12 +15,11 @@ from test_verify_coverage import _batch, _records, _replica
 from test_verify_gtids import TABLE, TOPICS, FakeChannels
 
 from metadata.keyspace import Keyspace
-from metadata.metadata_file import MetadataFile, Placement
+from metadata.metadata_file import MetadataFile, Placement, retired_partitions
 from metadata.operations import FinalizeSplit, SplitPartition, apply_change, create_file
 from shoal.wire.records import Gtid
 from shoal_app.cli import verify as verify_module
 from shoal_app.cli.verify import verify
-from shoal_app.cli.verify_retired import retired_partitions
 
 POINT = 100
 
@@ -81,10 +80,10 @@ def _run(history: list[MetadataFile], channels: FakeChannels, rows: dict[str, pa
 def test_retired_partitions_are_those_an_earlier_version_listed() -> None:
     history = _split()
     parent = history[0].partitions[0].partition_id
-    (found,) = retired_partitions(history, history[-1])
-    assert found[0].partition_id == parent and found[0].splitting  # its last entry: the split recorded
-    assert found[1].begin == b"" and found[1].end == b""  # the whole keyspace
-    assert retired_partitions(history[:2], history[1]) == []  # splitting: still listed
+    (found,) = retired_partitions(history)
+    assert found.entry.partition_id == parent and found.entry.splitting  # its last entry: the split recorded
+    assert found.key_range.begin == b"" and found.key_range.end == b""  # the whole keyspace
+    assert retired_partitions(history[:2]) == []  # splitting: still listed
 
 
 def test_a_write_on_a_split_parents_channel_that_a_child_lacks_is_a_mismatch() -> None:
