@@ -8,6 +8,7 @@ from producer.errors import (
     ProducerError,
     RoutingError,
     RowValidationError,
+    SendError,
     SyncTimeoutError,
 )
 from producer.producer import DeliveryReport, Producer, WriteResult
@@ -21,6 +22,7 @@ __all__ = [
     "ProducerError",
     "RoutingError",
     "RowValidationError",
+    "SendError",
     "SyncPolicy",
     "SyncTimeoutError",
     "WriteResult",

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from shoal.errors import KafkaOperationError, SchemaError, ShoalError
+
+if TYPE_CHECKING:
+    from confluent_kafka import KafkaError
 
 
 class ProducerError(ShoalError):
@@ -39,6 +44,32 @@ class DeliveryError(ProducerError, KafkaOperationError):
     def __init__(self, message: str, reports: list[object] | None = None) -> None:
         super().__init__(message)
         self.reports = list(reports or [])
+
+
+class SendError(ProducerError, KafkaOperationError):
+    """Kafka refused to take a message of a ``write``/``delete`` call (the producer's ``produce``
+    raised, e.g. a fatal producer error); the call stopped there.
+
+    The messages produced before it (``futures``, ``rows_sent`` rows) are on their way and may be
+    delivered and accepted: ``sync()``/``flush()`` still wait for them. ``rows_unsent`` rows were
+    not sent. ``kafka_error`` is librdkafka's error when there is one.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        table: str,
+        futures: tuple[object, ...],
+        rows_sent: int,
+        rows_unsent: int,
+        kafka_error: KafkaError | None = None,
+    ) -> None:
+        super().__init__(message, kafka_error)
+        self.table = table
+        self.futures = futures
+        self.rows_sent = rows_sent
+        self.rows_unsent = rows_unsent
 
 
 class SyncTimeoutError(ProducerError, TimeoutError):

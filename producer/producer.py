@@ -38,11 +38,12 @@ from metadata.notify import TableWatcher
 from metadata.partition_map import CachedPartitionMap, PartitionMap
 from producer.batching import split_messages
 from producer.config import ProducerConfig
-from producer.errors import DeliveryError, ProducerClosedError, RoutingError, SyncTimeoutError
+from producer.errors import DeliveryError, ProducerClosedError, RoutingError, SendError, SyncTimeoutError
 from producer.routing import route
 from producer.validation import Limits, to_ingest, validate_keys, validate_rows
 from shoal.errors import KafkaOperationError
 from shoal.kafka import clients
+from shoal.kafka.errors import kafka_error_of
 from shoal.wire.ingest import TABLE_HEADER
 from shoal.worker import Worker
 
@@ -326,6 +327,7 @@ class Producer:
         futures: list[Future[DeliveryReport]] = []
         kafka = self.kafka
         headers = [(TABLE_HEADER, table.encode("utf-8"))]
+        sent = 0
         for partition_id, message in batches:
             topic = self.topics.ingest(partition_id)
             future: Future[DeliveryReport] = Future()
@@ -334,9 +336,31 @@ class Producer:
             with self._lock:
                 self._in_flight += 1
                 self._pending.add(future)
-            self._produce(kafka, topic, message.payload, headers, callback)
+            try:
+                self._produce(kafka, topic, message.payload, headers, callback)
+            except Exception as exc:
+                with self._lock:  # never produced: nothing will report it, so sync() must not wait for it
+                    self._in_flight -= 1
+                    self._pending.discard(future)
+                raise self._send_error(table, exc, tuple(futures), sent, rows.num_rows - sent) from exc
             futures.append(future)
+            sent += message.num_rows
         return WriteResult(table, rows.num_rows, tuple(futures))
+
+    @staticmethod
+    def _send_error(
+        table: str, exc: Exception, futures: tuple[Future[DeliveryReport], ...], sent: int, unsent: int
+    ) -> SendError:
+        kafka_error = kafka_error_of(exc)
+        return SendError(
+            f"table {table}: Kafka refused a message ({kafka_error or exc}); {sent} rows were sent before it "
+            f"(they may still be accepted), {unsent} were not",
+            table=table,
+            futures=futures,
+            rows_sent=sent,
+            rows_unsent=unsent,
+            kafka_error=kafka_error,
+        )
 
     def _order_across_splits(self, table: str, pmap: PartitionMap) -> None:
         """Before routing by a map in which a partition this producer wrote to is gone (it split), wait

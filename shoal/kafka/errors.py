@@ -84,10 +84,16 @@ loading, broker unreachable) but that librdkafka's plain (non-``rd_kafka_error_t
 ``get_watermark_offsets`` report without the ``retriable`` flag: :func:`classify` sets it."""
 
 
+def kafka_error_of(exc: BaseException) -> KafkaError | None:
+    """The ``KafkaError`` a ``KafkaException`` carries (None for anything else)."""
+    err = exc.args[0] if isinstance(exc, KafkaException) and exc.args else None
+    return err if isinstance(err, KafkaError) else None
+
+
 def error_code(exc: BaseException) -> int | None:
     """The librdkafka error code of a ``KafkaException`` (None for anything else)."""
-    err = exc.args[0] if isinstance(exc, KafkaException) and exc.args else None
-    return int(err.code()) if isinstance(err, KafkaError) else None
+    err = kafka_error_of(exc)
+    return int(err.code()) if err is not None else None
 
 
 def classify(exc: KafkaException, what: str) -> KafkaOperationError:

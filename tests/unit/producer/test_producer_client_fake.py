@@ -264,3 +264,35 @@ def test_a_write_after_a_split_waits_until_the_earlier_writes_to_the_parent_are_
         waited = len(clock.sleeps)
         producer.write("events", [{"k": 8, "ts": 1}])  # once accepted, later writes do not wait
         assert len(clock.sleeps) == waited
+
+
+def test_a_message_kafka_refuses_mid_write_is_not_waited_for_and_the_error_names_what_was_sent() -> None:
+    """produce() raising on the second message of a write: the first is on its way (sync waits for
+    it and the error carries its future), the refused one is forgotten, so the producer still syncs."""
+    from confluent_kafka import KafkaError, KafkaException
+
+    from producer import SendError
+
+    class Refusing(FakeKafka):
+        def __init__(self) -> None:
+            super().__init__()
+            self.refuse_at = 2
+
+        def produce(self, topic: str, value: bytes, headers: Any = None, on_delivery: Any = None) -> None:
+            self.refuse_at -= 1
+            if self.refuse_at == 0:
+                raise KafkaException(KafkaError(KafkaError._FATAL, "fenced by a fatal error", fatal=True))
+            super().produce(topic, value, headers, on_delivery)
+
+    kafka = Refusing()
+    producer, _ = _producer(kafka, clock=FakeClock(), offsets_reader=lambda group, topic: 1)
+    with producer:
+        with pytest.raises(SendError) as info:
+            producer.write("events", [{"k": k, "ts": 1} for k in (5, 150, 250)])
+        err = info.value
+        assert (err.rows_sent, err.rows_unsent, len(err.futures)) == (1, 2, 1)
+        assert err.fatal and err.kafka_error is not None and err.table == "events"
+        assert "1 rows were sent" in str(err)
+        producer.sync(5)  # waits for the sent message only; before, it waited for the refused one forever
+        assert err.futures[0].result().ok  # type: ignore[attr-defined]
+        assert len(kafka.messages) == 1
