@@ -79,6 +79,12 @@ OPEN_SCAN = ScanSettings()
 """A scan server without TLS or authentication."""
 
 
+_ALIGNED = pa.ipc.IpcReadOptions(ensure_alignment=pa.ipc.Alignment.DataTypeSpecific)
+"""Flight hands over gRPC's buffers as they land, often not aligned to their type; pyarrow's Acero
+(``Table.join``, ``group_by``) then warns on stderr about every one. Scans copy those few into aligned
+memory instead."""
+
+
 def connect(
     location: str, scan: ScanSettings, timeout_s: float
 ) -> tuple[flight.FlightClient, flight.FlightCallOptions]:
@@ -102,7 +108,7 @@ def connect(
             client.close()
             raise ShoalError(f"scan server {location} refused {scan.username}: {_first_line(exc)}") from None
         headers.append(token)
-    return client, flight.FlightCallOptions(timeout=timeout_s, headers=headers)
+    return client, flight.FlightCallOptions(timeout=timeout_s, headers=headers, read_options=_ALIGNED)
 
 
 def _first_line(exc: Exception) -> str:
