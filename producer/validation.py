@@ -150,13 +150,33 @@ def _python_type_error(kind: str, values: list[Any]) -> tuple[int, str] | None:
     return None
 
 
+def _sub_millisecond_row(values: list[Any]) -> int | None:
+    """The first datetime in ``values`` with a part finer than a millisecond (None if there is none)."""
+    for i, v in enumerate(values):
+        if isinstance(v, _dt.datetime) and (v.microsecond % 1000 or getattr(v, "nanosecond", 0)):
+            return i
+    return None
+
+
 def _cast_column(table: TableDefinition, name: str, values: Any, dtype: pa.DataType) -> pa.Array | pa.ChunkedArray:
-    """Cast one input column to ``dtype`` or raise naming the first row that does not cast."""
+    """Cast one input column to ``dtype`` or raise naming the first row that does not cast.
+
+    A timestamp finer than the column's unit is truncated, except in a primary key column: two
+    writes a microsecond apart would become one row (the second replacing the first), so there it
+    is refused."""
     kind = _kind(dtype)
+    in_key = name in table.primary_key
     if isinstance(values, list):
         problem = _python_type_error(kind, values)
         if problem is not None:
             raise RowValidationError(table.name, f"expected type {dtype}: {problem[1]}", row=problem[0], column=name)
+        if kind == "timestamp" and in_key and (row := _sub_millisecond_row(values)) is not None:
+            raise RowValidationError(
+                table.name,
+                f"a primary key timestamp must be whole milliseconds ({dtype}), got {values[row]!r:.60}",
+                row=row,
+                column=name,
+            )
         if kind == "binary":
             values = [v.encode("utf-8") if isinstance(v, str) else v for v in values]
         try:
@@ -178,7 +198,8 @@ def _cast_column(table: TableDefinition, name: str, values: Any, dtype: pa.DataT
         raise RowValidationError(
             table.name, f"has type {arr.type}, which cannot be cast to {dtype}", row=row, column=name
         )
-    safe = not (source == "timestamp" and kind == "timestamp")  # sub-millisecond parts are truncated
+    # sub-millisecond parts are truncated, but not in a key: the cast refuses them there
+    safe = in_key or not (source == "timestamp" and kind == "timestamp")
     try:
         return pc.cast(arr, dtype, safe=safe)
     except _ERRORS as exc:

@@ -99,7 +99,7 @@ def test_arrow_input_casts_and_errors() -> None:
 
 def test_dataframe_input() -> None:
     df = pd.DataFrame(
-        {"k": [1, 2], "ts": pd.to_datetime(["2024-01-01 00:00:00.123456", "2024-01-02 00:00:00.000"]), "v": ["x", None]}
+        {"k": [1, 2], "ts": pd.to_datetime(["2024-01-01 00:00:00.123", "2024-01-02 00:00:00.000"]), "v": ["x", None]}
     )
     out = validate_rows(T, df)
     assert out.column("v").to_pylist() == ["x", None]
@@ -135,3 +135,40 @@ def test_writes_are_flagged_not_deleted() -> None:
     out = to_ingest(validate_rows(T, [good(1)]), deleted=False)
     assert out.schema.equals(ingest_schema(T.arrow_schema()))
     assert out.column(DELETED_COLUMN).to_pylist() == [False]
+
+
+def test_a_primary_key_timestamp_finer_than_milliseconds_is_refused_not_truncated() -> None:
+    """Two writes 800 microseconds apart were truncated to one key: the second replaced the first and
+    a delete of one removed the other. Outside the key the parts finer than the unit are dropped."""
+    first, second = dt.datetime(2024, 1, 1, 0, 0, 0, 100), dt.datetime(2024, 1, 1, 0, 0, 0, 900)
+    with pytest.raises(RowValidationError) as info:
+        validate_rows(T, [good(1), {"k": 1, "ts": first}, {"k": 1, "ts": second}])
+    assert (info.value.row, info.value.column) == (1, "ts") and "whole milliseconds" in str(info.value)
+    micro = pa.table(
+        {"k": pa.array([1, 1], pa.uint64()), "ts": pa.array([1_000_000_100, 1_000_000_900], pa.timestamp("us"))}
+    )
+    with pytest.raises(RowValidationError) as info:
+        validate_rows(T, micro)
+    assert (info.value.row, info.value.column) == (0, "ts")
+    with pytest.raises(RowValidationError) as info:
+        validate_keys(T, [(1, first)])
+    assert info.value.column == "ts"
+    frame = pd.DataFrame({"k": [1], "ts": pd.to_datetime(["2024-01-01 00:00:00.123456"])})
+    with pytest.raises(RowValidationError):
+        validate_rows(T, frame)
+    whole = validate_rows(T, [{"k": 1, "ts": dt.datetime(2024, 1, 1, 0, 0, 0, 123000)}])
+    assert whole.column("ts").to_pylist() == [dt.datetime(2024, 1, 1, 0, 0, 0, 123000, tzinfo=dt.UTC)]
+
+    from metadata.table import Column, ColumnType, TableDefinition
+
+    events = TableDefinition(
+        "events",
+        (Column("k", ColumnType.UINT64, False), Column("at", ColumnType.TIMESTAMP_MS)),
+        ("k",),
+        "k",
+        1,
+    )
+    out = validate_rows(events, [{"k": 1, "at": second}])
+    assert out.column("at").to_pylist() == [dt.datetime(2024, 1, 1, tzinfo=dt.UTC)]
+    out = validate_rows(events, pa.table({"k": pa.array([1], pa.uint64()), "at": pa.array([900], pa.timestamp("us"))}))
+    assert out.column("at").to_pylist() == [dt.datetime(1970, 1, 1, tzinfo=dt.UTC)]
