@@ -46,6 +46,7 @@ def read_to_end(
     what: str,
     group_id: str,
     timeout_s: float = 30.0,
+    exact_start: bool = False,
     **overrides: Any,
 ) -> Iterator[Message]:
     """Every committed message of ``topic`` partition 0 from ``start_offset`` (or the log start, if
@@ -54,7 +55,9 @@ def read_to_end(
     ``what`` names the channel in errors ("WAL channel", "segments channel"); ``group_id`` is only a
     label (``assign()``, never commits). KafkaOperationError when the offsets cannot be read, on a
     consumer error, or when no message arrives for ``timeout_s``; ChannelTruncatedError when the Tail
-    moves past the read's position while it reads (:data:`READ_CONFIG`).
+    moves past the read's position while it reads (:data:`READ_CONFIG`), and, with ``exact_start``,
+    when the log starts above ``start_offset`` already (the Tail moved after the caller read it: a
+    caller that judges the channel by that Tail must read it again, not take the rest as whole).
     """
     consumer = clients.consumer(settings, group_id=group_id, **{**READ_CONFIG, **overrides})
     try:
@@ -62,6 +65,8 @@ def read_to_end(
             low, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=timeout_s)
         except KafkaException as exc:
             raise classify(exc, f"cannot read the offsets of {what} {topic}") from exc
+        if exact_start and start_offset < low:
+            raise ChannelTruncatedError(what, topic, start_offset)
         start = max(start_offset, low)
         if start >= high:
             return
@@ -97,9 +102,16 @@ class ChannelRecord:
 
 
 def read_wal_channel(
-    settings: KafkaSettings, topic: str, start_offset: int, *, timeout_s: float = 30.0, **overrides: Any
+    settings: KafkaSettings,
+    topic: str,
+    start_offset: int,
+    *,
+    timeout_s: float = 30.0,
+    exact_start: bool = False,
+    **overrides: Any,
 ) -> Iterator[ChannelRecord]:
-    """Every committed record of a WAL channel from ``start_offset`` up to its current end.
+    """Every committed record of a WAL channel from ``start_offset`` up to its current end
+    (``exact_start``: see :func:`read_to_end`).
 
     The end is the last stable offset when the read starts: callers fence the writer first
     (``init_transactions``), so nothing is in flight. A record that does not decode raises
@@ -107,7 +119,14 @@ def read_wal_channel(
     """
     config = {"fetch.message.max.bytes": WAL_FETCH_MAX_BYTES, **overrides}
     for msg in read_to_end(
-        settings, topic, start_offset, what="WAL channel", group_id="shoal-wal-reader", timeout_s=timeout_s, **config
+        settings,
+        topic,
+        start_offset,
+        what="WAL channel",
+        group_id="shoal-wal-reader",
+        timeout_s=timeout_s,
+        exact_start=exact_start,
+        **config,
     ):
         yield ChannelRecord(int(msg.offset() or 0), WalRecord.from_bytes(msg.value()))
 

@@ -147,7 +147,9 @@ class KafkaChannels:
     def wal_records(self, topic: str, start: int) -> Iterator[ChannelRecord]:
         from shoal.kafka.readers import read_wal_channel
 
-        return read_wal_channel(self.kafka, topic, start)
+        # from ``start`` exactly: a Tail that moved since verify read it is a read to do again (its
+        # coverage check would otherwise judge the channel by the old Tail)
+        return read_wal_channel(self.kafka, topic, start, exact_start=True)
 
     def _read_segments(self, topic: str, incomplete: Callable[[], bool]) -> Iterator[Any]:
         """A segments channel's committed messages from its start to the end read when the read

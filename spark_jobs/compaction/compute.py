@@ -215,14 +215,8 @@ def compute_major_local(
     missing = sum(s.chunk_count for s in sources)
     # one consumer reads the range (its own watermarks; a range truncated by Tail shows as missing
     # chunks below), with fetches large enough for every chunk of a small major in a few requests
-    reading = read_to_end(
-        kafka,
-        topic,
-        start,
-        what="segments channel",
-        group_id="shoal-compaction-local",
-        **{"fetch.message.max.bytes": LOCAL_FETCH_BYTES},
-    )
+    fetch: dict[str, Any] = {"fetch.message.max.bytes": LOCAL_FETCH_BYTES}
+    reading = read_to_end(kafka, topic, start, what="segments channel", group_id="shoal-compaction-local", **fetch)
     try:
         for msg in reading:
             if int(msg.offset() or 0) >= end:

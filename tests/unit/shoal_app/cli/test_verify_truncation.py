@@ -63,7 +63,8 @@ def _verify(channels: Any, keys: list[int] = KEYS) -> Any:
 
 class MovingTail(FakeChannels):
     """The WAL Tail moves to ``new_tail`` right after verify read the channel's bounds for the
-    ``after``-th time; records are read as read_to_end reads them: from max(start, the log start now)."""
+    ``after``-th time; records are read as read_wal_channel(exact_start=True) reads them: from
+    ``start``, or ChannelTruncatedError when the log starts above it now."""
 
     def __init__(self, *args: Any, new_tail: int, after: int, **kw: Any) -> None:
         super().__init__(*args, **kw)
@@ -80,7 +81,9 @@ class MovingTail(FakeChannels):
 
     def wal_records(self, topic: str, start: int) -> Iterator[ChannelRecord]:
         low = self.wal[topic][0]
-        return (r for r in self.wal[topic][1] if r.offset >= max(start, low))
+        if start < low:
+            raise ChannelTruncatedError("WAL channel", topic, start)
+        return (r for r in self.wal[topic][1] if r.offset >= start)
 
 
 def test_the_first_truncation_between_the_bounds_and_the_read_is_no_broken_chain() -> None:
@@ -96,8 +99,21 @@ def test_the_first_truncation_between_the_bounds_and_the_read_is_no_broken_chain
 
     assert run(0, after=99).ok  # never truncated
     assert run(3, after=1).ok  # truncated before verify's first look
-    report = run(3, after=2)  # between check_wal_channel's bounds (Tail 0) and its read
+    report = run(3, after=2)  # between check_wal_channel's bounds (Tail 0) and its read: read again
     assert report.ok, report.partitions[0].wal_channels
+
+
+def test_a_tail_that_moved_past_uncovered_records_between_the_bounds_and_the_read_is_seen() -> None:
+    """Segments cover the WAL channel up to offset 2; records 2 and 3 were deleted (Tail 4) between
+    verify reading the Tail (0) and reading the records. The read used to start at the new log start
+    and the coverage check judged the channel by Tail 0: verify agreed. It reads again and sees the
+    Tail above what segments cover."""
+    seg, data = segment("01" * 16, (0, 2))
+    channels = MovingTail({WAL: (0, wal_records())}, {SEG: [seg]}, {seg.segment_id: data}, new_tail=4, after=2)
+    report = _verify(channels)
+    assert not report.ok
+    errors = [c.error for c in report.partitions[0].wal_channels]
+    assert any("Tail 4 is above what segments cover of this channel (2)" in (e or "") for e in errors), errors
 
 
 # one segments channel as a read-committed consumer sees it: manifest, chunk, commit marker per transaction
