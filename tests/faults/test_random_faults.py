@@ -1,10 +1,11 @@
 """A short randomized fault schedule (the chaos runner, ``tests/faults/chaos``) under writes.
 
 Its own cluster (ZooKeeper, three brokers, three nodes), two writers acknowledging writes with
-``sync()`` (new keys and overwrites with increasing versions), a seeded nemesis schedule, healing,
-then the checker: every acknowledged write present exactly once with its newest value on every
-replica, uncertain ones at most once, no GTID reused or out of order on any WAL channel, ``shoal
-verify`` agrees. The seed is fixed (``SHOAL_CHAOS_SEED`` overrides it); ``make chaos`` runs long
+``sync()`` (new keys, overwrites with increasing versions, one key twice in each batch, deletes),
+a seeded nemesis schedule, healing, then the checker: every acknowledged write present exactly
+once with its newest value on every replica (a key whose newest acknowledged write is a delete
+absent), uncertain ones at most once, no GTID reused or out of order on any partition's WAL
+channels, ``shoal verify`` agrees. The seed is fixed (``SHOAL_CHAOS_SEED`` overrides it); ``make chaos`` runs long
 schedules with every fault kind.
 """
 

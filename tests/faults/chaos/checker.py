@@ -23,8 +23,9 @@ Gtid = tuple[int, int]
 
 @dataclass(frozen=True)
 class WalObservation:
-    """One WAL record as the observer read it: where, its first GTID, the (key, value) of each row, and
-    the offset of the partition's ingest topic it accepted (None when it names none)."""
+    """One WAL record as the observer read it: where, its first GTID, the (key, value) of each row (value
+    None for a delete), the offset of its partition's ingest topic it accepted (None when it names
+    none), and the partition whose channel it is on."""
 
     channel: str
     offset: int
@@ -32,6 +33,7 @@ class WalObservation:
     seq: int
     rows: tuple[tuple[int, str | None], ...]
     ingest_offset: int | None = None
+    partition_id: str = ""
 
     @property
     def first(self) -> Gtid:
@@ -45,7 +47,9 @@ class WalObservation:
 def check_replica(
     server_id: str, rows: Sequence[tuple[int, str | None]], history: Mapping[int, KeyWrites]
 ) -> list[KeyViolation]:
-    """Every violation on one replica: lost, duplicated, stale or unexpected keys."""
+    """Every violation on one replica: lost, duplicated, stale or unexpected keys. A key whose newest
+    acknowledged version is a delete must be absent (or hold a newer uncertain version): holding an
+    older value is stale, a deleted row that came back."""
     out: list[KeyViolation] = []
     values: dict[int, list[str | None]] = defaultdict(list)
     for key, value in rows:
@@ -56,38 +60,53 @@ def check_replica(
         if writes is None:
             out.append(KeyViolation(server_id=server_id, key=key, problem="unexpected", found=shown, expected=[]))
             continue
-        allowed = writes.allowed()
-        expected = [f"{key}:{v}" for v in sorted(allowed)]
+        expected = writes.describe(writes.allowed(), key)
         if len(found) > 1:
             out.append(KeyViolation(server_id=server_id, key=key, problem="duplicated", found=shown, expected=expected))
             continue
         version = decode_value(key, found[0])
-        if version in allowed:
+        if version in writes.may_hold():
             continue
         written = version is not None and (version in writes.acked or version in writes.uncertain)
         problem = "stale" if written else "unexpected"
         out.append(KeyViolation(server_id=server_id, key=key, problem=problem, found=shown, expected=expected))
     for key, writes in history.items():
         if key not in values and not writes.may_be_absent():
-            expected = [f"{key}:{v}" for v in sorted(writes.allowed())]
+            expected = writes.describe(writes.allowed(), key)
             out.append(KeyViolation(server_id=server_id, key=key, problem="lost", found=[], expected=expected))
     return out
 
 
 def check_channels(observations: Sequence[WalObservation]) -> list[GtidViolation]:
-    """GTID rules over every WAL record observed on a partition's channels.
+    """GTID rules over every WAL record observed on the table's channels.
+
+    Per partition (epochs and ingest offsets belong to one partition):
 
     - on each channel, each record's first GTID is above the previous record's last one: the same
       epoch going back is ``gtid_reused``, an older epoch is ``out_of_order``;
     - an epoch belongs to one leader role, so to one channel: ``epoch_shared`` otherwise;
-    - the versions of a key are written in order, so their GTIDs must increase with the version:
-      ``version_inverted`` otherwise (the newer write would lose to the older one), ``restamped``
-      when one version got two GTIDs;
-    - across channels, the leaders accept the ingest topic in offset order, each from its
-      predecessor's committed offset (DESIGN.md section 4): ordered by the ingest offset each record
-      accepted, GTIDs increase (``accept_inverted`` otherwise: a leader wrote with an epoch older
-      than its predecessor's) and no ingest offset is accepted twice (``accepted_twice``).
+    - the leaders accept the ingest topic in offset order, each from its predecessor's committed
+      offset (DESIGN.md section 4): ordered by the ingest offset each record accepted, GTIDs
+      increase (``accept_inverted`` otherwise: a leader wrote with an epoch older than its
+      predecessor's) and no ingest offset is accepted twice (``accepted_twice``).
+
+    Across partitions (a split moves keys to children whose epochs start above the parent's): the
+    versions of a key are written in order, so their GTIDs must increase with the version:
+    ``version_inverted`` otherwise (the newer write would lose to the older one), ``restamped`` when
+    one version got two GTIDs. Deletes carry no version and are left to the replicas' check.
     """
+    out: list[GtidViolation] = []
+    by_partition: dict[str, list[WalObservation]] = defaultdict(list)
+    for obs in observations:
+        by_partition[obs.partition_id].append(obs)
+    for records in by_partition.values():
+        out += _channel_order(records)
+        out += _accept_order(records)
+    out += _version_order(observations)
+    return out
+
+
+def _channel_order(observations: Sequence[WalObservation]) -> list[GtidViolation]:
     out: list[GtidViolation] = []
     by_channel: dict[str, list[WalObservation]] = defaultdict(list)
     for obs in observations:
@@ -111,8 +130,6 @@ def check_channels(observations: Sequence[WalObservation]) -> list[GtidViolation
     for epoch, channels in sorted(epochs.items()):
         if len(channels) > 1:
             out.append(GtidViolation(problem="epoch_shared", detail=f"epoch {epoch} on {sorted(channels)}"))
-    out += _version_order(observations)
-    out += _accept_order(observations)
     return out
 
 
@@ -194,6 +211,7 @@ def check(
     counts = ChaosCounts(
         runs=1,
         writes=sum(w.sent for w in history.values()),
+        deletes=sum(len(w.deletes) for w in history.values()),
         acked=sum(len(w.acked) for w in history.values()),
         uncertain=sum(len(w.uncertain) for w in history.values()),
         keys=len(history),

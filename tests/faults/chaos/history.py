@@ -1,11 +1,12 @@
-"""What the writers did: every row write (key, version) and whether it was acknowledged.
+"""What the writers did: every row write or delete (key, version) and whether it was acknowledged.
 
-A value is ``"<key>:<version>"``: version 0 creates the key, each overwrite takes the next version.
-A writer overwrites a key only after the outcome of its previous write of that key is known, and one
-producer writes each key, so the versions of a key reach the ingest topic in version order (an
-idempotent producer keeps order per partition). Hence the newest version that landed must win:
-after convergence a replica holds the newest acknowledged version of every key written with an
-acknowledgement, or a newer uncertain one.
+A value is ``"<key>:<version>"``: version 0 creates the key, each overwrite or delete takes the next
+version (a delete is a version without a value: the key is absent while it is the newest). One
+producer writes each key, in version order: the two versions of a key in one write are its rows in
+that order, and a delete sent after a write follows it. An idempotent producer keeps order per
+partition, so the versions of a key reach the ingest topic in version order. Hence the newest
+version that landed must win: after convergence a replica holds the newest acknowledged version of
+every key written with an acknowledgement, or a newer uncertain one (absent when that is a delete).
 """
 
 from __future__ import annotations
@@ -37,16 +38,27 @@ class KeyWrites:
     uncertain: set[int] = field(default_factory=set)
     sent: int = 0
     """How many versions were sent (the next version to write)."""
+    deletes: set[int] = field(default_factory=set)
+    """The versions that are deletes (acknowledged or uncertain)."""
 
     def allowed(self) -> set[int]:
-        """Versions a converged replica may hold (and it may lack the key when :meth:`may_be_absent`)."""
+        """Versions a converged replica may end at: the newest acknowledged one and newer uncertain
+        ones, or any uncertain one when none was acknowledged."""
         if not self.acked:
             return set(self.uncertain)
         newest = max(self.acked)
         return {newest} | {v for v in self.uncertain if v > newest}
 
+    def may_hold(self) -> set[int]:
+        """The versions whose value a converged replica may hold (the allowed ones that are not deletes)."""
+        return self.allowed() - self.deletes
+
     def may_be_absent(self) -> bool:
-        return not self.acked
+        """No version acknowledged, or an allowed version is a delete."""
+        return not self.acked or bool(self.allowed() & self.deletes)
+
+    def describe(self, versions: set[int], key: int) -> list[str]:
+        return [f"{key}:{v}" + (" (deleted)" if v in self.deletes else "") for v in sorted(versions)]
 
 
 class History:
@@ -56,13 +68,16 @@ class History:
         self._lock = threading.Lock()
         self.keys: dict[int, KeyWrites] = {}
 
-    def sent(self, key: int) -> int:
-        """Record that the next version of ``key`` is being sent as uncertain; returns that version."""
+    def sent(self, key: int, *, delete: bool = False) -> int:
+        """Record that the next version of ``key`` (a delete if ``delete``) is being sent as uncertain;
+        returns that version."""
         with self._lock:
             writes = self.keys.setdefault(key, KeyWrites())
             version = writes.sent
             writes.sent += 1
             writes.uncertain.add(version)
+            if delete:
+                writes.deletes.add(version)
             return version
 
     def acknowledge(self, writes: Iterable[tuple[int, int]]) -> None:
@@ -75,4 +90,4 @@ class History:
 
     def snapshot(self) -> dict[int, KeyWrites]:
         with self._lock:
-            return {k: KeyWrites(set(w.acked), set(w.uncertain), w.sent) for k, w in self.keys.items()}
+            return {k: KeyWrites(set(w.acked), set(w.uncertain), w.sent, set(w.deletes)) for k, w in self.keys.items()}

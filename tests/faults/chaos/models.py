@@ -98,7 +98,9 @@ class ChaosCounts(Shape):
     runs: int = 0
     faults: dict[str, int] = {}
     writes: int = 0
-    """Row writes sent (a new key or an overwrite of one)."""
+    """Row writes sent (a new key, an overwrite of one, or a delete)."""
+    deletes: int = 0
+    """Of ``writes``, the deletes."""
     acked: int = 0
     """Row writes acknowledged: ``Producer.sync()`` returned after their delivery succeeded."""
     uncertain: int = 0

@@ -5,7 +5,7 @@ KRaft brokers, three storage nodes), so restarting ZooKeeper or a broker never t
 servers. The table has one partition with replication factor 3 on the three nodes, until a
 ``split`` fault splits it: replicas are then checked across every partition the table lists (each
 node holds them all), and ``shoal verify`` reads the retired parent's channels too. The WAL
-observer reads the first partition's channels only.
+observer reads every partition's channels.
 """
 
 from __future__ import annotations
@@ -102,7 +102,7 @@ def run_once(
             if not poll_until(lambda: leader() is not None, 120, interval_s=0.5):
                 errors.append("no leader elected within 120 s of creating the table")
             history = History()
-            observer = WalObserver(KafkaSettings(info.bootstrap_servers), prefix, pid)
+            observer = WalObserver(KafkaSettings(info.bootstrap_servers), prefix)
             observer.start()
             quiet = threading.Event()
             team = [

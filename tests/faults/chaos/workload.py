@@ -20,6 +20,7 @@ from shoal.kafka.admin import log_start_and_end
 from shoal.kafka.readers import read_wal_channel
 from shoal.kafka.settings import ConnectionSettings, KafkaSettings
 from shoal.topics import TopicNames
+from shoal.wire.ingest import DELETED_COLUMN
 from shoal.wire.records import WalRecord
 
 log = logging.getLogger(__name__)
@@ -28,8 +29,10 @@ TABLE = "events"
 
 
 class ChaosWriter(threading.Thread):
-    """Writer ``index`` of ``count``: owns the keys ``index + count * j``; each batch creates
-    ``new_keys`` keys and overwrites up to ``overwrites`` of its earlier keys with their next version."""
+    """Writer ``index`` of ``count``: owns the keys ``index + count * j``. Each round writes one batch that
+    creates ``new_keys`` keys, overwrites up to ``overwrites`` of its earlier keys with their next
+    version and holds one of those keys twice (two versions; the later row is the newer one), then
+    deletes up to ``deletes`` of its keys (possibly ones the batch just wrote) in a call of its own."""
 
     def __init__(
         self,
@@ -41,6 +44,7 @@ class ChaosWriter(threading.Thread):
         seed: int,
         new_keys: int = 10,
         overwrites: int = 5,
+        deletes: int = 2,
         pause_s: float = 0.05,
         sync_timeout_s: float = 20.0,
         quiet: threading.Event | None = None,
@@ -49,7 +53,7 @@ class ChaosWriter(threading.Thread):
         self.connection, self.history = connection, history
         self.index, self.count = index, count
         self.rng = random.Random(seed * 1_000 + index)
-        self.new_keys, self.overwrites = new_keys, overwrites
+        self.new_keys, self.overwrites, self.deletes = new_keys, overwrites, deletes
         self.pause_s, self.sync_timeout_s = pause_s, sync_timeout_s
         self.halt = threading.Event()
         self.quiet = quiet or threading.Event()
@@ -114,7 +118,9 @@ class ChaosWriter(threading.Thread):
             self._next += self.new_keys
             old = self.rng.sample(self._mine, min(self.overwrites, len(self._mine)))
             self._mine += keys
-            pairs = [(k, self.history.sent(k)) for k in keys + old]
+            batch = keys + old
+            batch.append(self.rng.choice(batch))  # one key twice in the batch
+            pairs = [(k, self.history.sent(k)) for k in batch]
             try:
                 result = producer.write(TABLE, [{"k": k, "v": encode_value(k, v)} for k, v in pairs])
             except Exception as exc:
@@ -123,6 +129,16 @@ class ChaosWriter(threading.Thread):
                 self.halt.wait(0.5)
                 continue
             pending.append((result, pairs))
+            doomed = self.rng.sample(self._mine, min(self.deletes, len(self._mine)))
+            if doomed:
+                gone = [(k, self.history.sent(k, delete=True)) for k in doomed]
+                try:
+                    pending.append((producer.delete(TABLE, doomed), gone))
+                except Exception as exc:
+                    self._failed(f"delete: {exc}")
+                    failed_in_row += 1
+                    self.halt.wait(0.5)
+                    continue
             try:
                 producer.sync(timeout=self.sync_timeout_s)
             except Exception as exc:
@@ -145,8 +161,9 @@ class ChaosWriter(threading.Thread):
 
 
 class WalObserver(threading.Thread):
-    """Reads every WAL channel ``<prefix>.wal.<partition_id>.*`` from its start, once a second from where
-    it left off, picking up new channels as they appear, and keeps one :class:`WalObservation` per record.
+    """Reads every WAL channel ``<prefix>.wal.*`` (every partition's, split children's too) from its start,
+    once a second from where it left off, picking up new channels as they appear, and keeps one
+    :class:`WalObservation` per record.
 
     Each round uses :func:`shoal.kafka.readers.read_wal_channel` (a short-lived read_committed consumer,
     as ``shoal verify`` reads a channel); a round that fails (a broker down) is retried the next second.
@@ -154,10 +171,10 @@ class WalObserver(threading.Thread):
     offsets truncated before a round read them (transaction markers included).
     """
 
-    def __init__(self, kafka: KafkaSettings, prefix: str, partition_id: str) -> None:
+    def __init__(self, kafka: KafkaSettings, prefix: str) -> None:
         super().__init__(daemon=True, name="chaos-wal-observer")
-        self.kafka, self.stem = kafka, f"{prefix}.wal.{partition_id}."
-        self.ingest_topic = TopicNames(prefix).ingest(partition_id)
+        self.kafka, self.stem = kafka, f"{prefix}.wal."
+        self.topics = TopicNames(prefix)
         self.unobserved = 0
         self.observations: list[WalObservation] = []
         self.errors: list[str] = []
@@ -177,7 +194,8 @@ class WalObserver(threading.Thread):
                 start, _end = log_start_and_end(self.kafka, topic)
                 self.unobserved += max(0, start - self._next.get(topic, 0))  # truncated before this round
                 self._next[topic] = max(start, self._next.get(topic, 0))
-                for item in read_wal_channel(self.kafka, topic, self._next[topic], timeout_s=10):
+                # exact_start: records truncated since log_start_and_end are counted next round, not skipped
+                for item in read_wal_channel(self.kafka, topic, self._next[topic], timeout_s=10, exact_start=True):
                     self._observe(topic, item.offset, item.record)
                     self._next[topic] = item.offset + 1
         except Exception as exc:  # a broker down, a coordinator moving: the next round reads on
@@ -187,14 +205,22 @@ class WalObserver(threading.Thread):
     def _observe(self, topic: str, offset: int, record: WalRecord) -> None:
         try:
             table = record.rows()
-            rows = tuple(zip(table.column("k").to_pylist(), table.column("v").to_pylist(), strict=True))
+            values = table.column("v").to_pylist()
+            if DELETED_COLUMN in table.column_names:  # a delete's row has no value
+                values = [
+                    None if d else v for v, d in zip(values, table.column(DELETED_COLUMN).to_pylist(), strict=True)
+                ]
+            rows = tuple(zip(table.column("k").to_pylist(), values, strict=True))
         except Exception as exc:
             self.errors.append(f"{topic}@{offset}: {exc}")
             return
-        ingest = [o.offset for o in record.ingest_offsets if o.topic == self.ingest_topic]
+        ingest_topic = self.topics.ingest(record.partition_id)
+        ingest = [o.offset for o in record.ingest_offsets if o.topic == ingest_topic]
         gtid = record.gtid
         self.observations.append(
-            WalObservation(topic, offset, gtid.epoch, gtid.seq, rows, ingest[0] if ingest else None)
+            WalObservation(
+                topic, offset, gtid.epoch, gtid.seq, rows, ingest[0] if ingest else None, record.partition_id
+            )
         )
 
     def stop(self, timeout_s: float = 60.0) -> None:

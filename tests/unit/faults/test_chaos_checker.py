@@ -198,13 +198,13 @@ def test_a_chaos_write_is_acknowledged_once_delivered_even_when_every_sync_fails
             return self.is_set()
 
     history = History()
-    writer = ChaosWriter(None, history, index=0, count=1, seed=1, new_keys=2, overwrites=0)  # type: ignore[arg-type]
+    writer = ChaosWriter(None, history, index=0, count=1, seed=1, new_keys=2, overwrites=0, deletes=0)  # type: ignore[arg-type]
     writer.halt = NoWait()
     writer._write_with(Producer(), [])  # type: ignore[arg-type]
     assert len(written) == 6 and writer.failures == 6
     snap = history.snapshot()
-    acked = sorted(k for k, w in snap.items() if w.acked)
-    assert acked == sorted(written[0] + written[3] + written[4] + written[5])
+    acked = {k for k, w in snap.items() if w.acked}
+    assert acked == set(written[0] + written[3] + written[4] + written[5])
     assert all(snap[k].uncertain and not snap[k].acked for k in written[1] + written[2])
 
 
@@ -220,7 +220,9 @@ def test_a_delivery_reported_after_the_writers_flush_gave_up_is_acknowledged(mon
     from producer import DeliveryError, WriteResult
 
     history = History()
-    writer = workload.ChaosWriter(None, history, index=0, count=1, seed=1, new_keys=3, overwrites=0, pause_s=0)  # type: ignore[arg-type]
+    writer = workload.ChaosWriter(
+        None, history, index=0, count=1, seed=1, new_keys=3, overwrites=0, deletes=0, pause_s=0
+    )  # type: ignore[arg-type]
 
     class LateProducer:
         def __init__(self, _config: object) -> None:
@@ -254,4 +256,73 @@ def test_a_delivery_reported_after_the_writers_flush_gave_up_is_acknowledged(mon
     writer.run()
     assert writer.error is None
     acked = {k: sorted(w.acked) for k, w in history.snapshot().items() if w.acked}
-    assert acked == {0: [0], 1: [0], 2: [0]}  # the first batch; the second raised before sending
+    twice = [k for k, v in acked.items() if v == [0, 1]]  # the batch holds one key twice
+    assert len(twice) == 1 and acked == {k: [0, 1] if k in twice else [0] for k in (0, 1, 2)}
+
+
+def test_a_deleted_key_must_be_absent_unless_a_newer_version_may_have_landed() -> None:
+    history = {
+        1: KeyWrites(acked={0, 1}, uncertain=set(), sent=2, deletes={1}),  # created, deleted: absent
+        2: KeyWrites(acked={0}, uncertain={1}, sent=2, deletes={1}),  # the delete may have landed
+        3: KeyWrites(acked={0, 1, 2}, uncertain=set(), sent=3, deletes={1}),  # deleted, then written again
+        4: KeyWrites(acked={0, 1}, uncertain={2}, sent=3, deletes={1}),  # deleted; a rewrite may have landed
+    }
+    assert check_replica("n1", [(2, "2:0"), (3, "3:2")], history) == []
+    assert check_replica("n1", [(3, "3:2"), (4, "4:2")], history) == []
+    came_back = check_replica("n1", [(1, "1:0"), (3, "3:0")], history)
+    assert {(v.key, v.problem) for v in came_back} == {(1, "stale"), (3, "stale")}, came_back
+    assert came_back[0].expected == ["1:1 (deleted)"]
+    lost = check_replica("n1", [], history)
+    assert [(v.key, v.problem) for v in lost] == [(3, "lost")]
+
+
+def test_history_records_deletes_and_counts_them() -> None:
+    h = History()
+    h.sent(1)
+    assert h.sent(1, delete=True) == 1
+    h.acknowledge([(1, 0), (1, 1)])
+    snap = h.snapshot()
+    assert snap[1].deletes == {1} and snap[1].may_be_absent() and snap[1].may_hold() == set()
+    result = check(snap, {"n1": []}, verify_ok=True)
+    assert result.ok and result.counts.writes == 2 and result.counts.deletes == 1
+
+
+def test_gtid_rules_apply_per_partition_and_versions_across_partitions() -> None:
+    """Epochs and ingest offsets belong to one partition: a child's channel may reuse an epoch number
+    or an ingest offset of its parent's. A key's versions must still increase in GTID across them
+    (the child's epochs start above the parent's)."""
+
+    def at(pid: str, channel: str, epoch: int, ingest: int, *rows: tuple[int, int]) -> WalObservation:
+        return replace(_obs(channel, 0, epoch, 0, *rows), ingest_offset=ingest, partition_id=pid)
+
+    parent = at("p", "wal.p.1", 3, 0, (1, 0))
+    assert check_channels([parent, at("c", "wal.c.1", 3, 0, (2, 0))]) == []
+    assert check_channels([parent, at("c", "wal.c.1", 4, 0, (1, 1))]) == []
+    inverted = check_channels([parent, at("c", "wal.c.1", 2, 0, (1, 1))])
+    assert [v.problem for v in inverted] == ["version_inverted"], inverted
+
+
+def test_the_observer_reads_a_delete_as_a_row_without_value() -> None:
+    import pyarrow as pa
+    from chaos.workload import WalObserver
+
+    from shoal.kafka.settings import KafkaSettings
+    from shoal.wire.arrow_ipc import encode_batch
+    from shoal.wire.records import Gtid, IngestOffset, WalRecord
+
+    pid = "ab" * 16
+    rows = pa.table({"k": pa.array([7, 8], pa.uint64()), "v": ["7:0", None], "_shoal_deleted": [False, True]})
+    record = WalRecord.create(
+        partition_id=pid,
+        placement_id=1,
+        gtid=Gtid(2, 5),
+        row_count=2,
+        payload=encode_batch(rows),
+        ingest_offsets=[IngestOffset(f"pre.ingest.{pid}", 0, 41)],
+    )
+    observer = WalObserver(KafkaSettings("127.0.0.1:1"), "pre")
+    observer._observe(f"pre.wal.{pid}.1", 3, record)
+    assert observer.errors == []
+    (obs,) = observer.observations
+    assert obs.rows == ((7, "7:0"), (8, None)) and obs.partition_id == pid and obs.first == (2, 5)
+    assert obs.ingest_offset == 41
