@@ -665,7 +665,10 @@ class StorageNode:
             return
         assert self._client is not None
         try:
-            never_led = read_epoch(self._client.zk, self._client.layout, held.partition_id).placement_id is None
+            epoch = read_epoch(self._client.zk, self._client.layout, held.partition_id)
+            # a split child's epoch is seeded with its parent's (no leader yet): its pieces are on the
+            # staging channels, so it is checked like a partition that led
+            never_led = epoch.placement_id is None and epoch.epoch == 0
             if never_led and not held.replica.catch_up.bootstrapping:  # a new partition: nothing to fetch
                 held.bootstrap_checked = True
                 return

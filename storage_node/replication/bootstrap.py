@@ -254,16 +254,20 @@ def partition_history(
     *,
     admin: AdminClient | None = None,
 ) -> History:
-    """Which of the partition's channels this placement's group acked (> 0) and which hold data."""
+    """Which of the partition's channels this placement's group acked (> 0) and which hold data.
+
+    Every existing channel of the partition counts, not only those of ``placements``: a split child's
+    pieces are on its staging channels (``segments.<child>.<parent placement>``, DESIGN.md section 8)
+    until its first leader republishes them, so a wiped replica of a child that never led yet has
+    history there and must not take its empty data dir for a new partition."""
     group = topics.replica_group(partition_id, placement_id)
     client = admin or clients.admin(kafka)
     existing = set(client.list_topics(timeout=10).topics)  # channels of placements that never led do not exist
-    queries = [
-        IndexQuery(topic, (group,))
-        for p in sorted({*placements, placement_id})
-        for topic in (topics.segments(partition_id, p), topics.wal(partition_id, p))
-        if topic in existing
-    ]
+    listed = {
+        t for p in {*placements, placement_id} for t in (topics.segments(partition_id, p), topics.wal(partition_id, p))
+    }
+    stems = (topics.segments(partition_id, 1)[: -len("1")], topics.wal(partition_id, 1)[: -len("1")])
+    queries = [IndexQuery(topic, (group,)) for topic in sorted(existing) if topic in listed or topic.startswith(stems)]
     found = read_indexes(client, queries, timeout_s=10)
     acked = tuple(t for t, ix in found.items() if (ix.ack(group) or 0) > 0)
     data = tuple(t for t, ix in found.items() if ix.append > 0)

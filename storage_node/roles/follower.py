@@ -299,7 +299,8 @@ class PartitionFollower(Worker):
     # -- bootstrap (storage_node.replication.bootstrap) -------------------------------------------
 
     def _bootstrap_reason(self, topic: str, leader: int, committed: int) -> str | None:
-        """BOOTSTRAPPING already, or an Ack below a channel's Tail (LinDB's handshake rule)."""
+        """BOOTSTRAPPING already, an empty replica with an Ack on the channel, or an Ack below a
+        channel's Tail (LinDB's handshake rule)."""
         if self.replica.catch_up.bootstrapping:
             return self.replica.catch_up.snapshot().reason or "requested"
         segments = channel_indexes(self.config.kafka, topic, timeout_s=10)
@@ -312,6 +313,10 @@ class PartitionFollower(Worker):
         return bootstrap.bootstrap_reason(
             bootstrap.ReplicaPosition(
                 empty=self.replica.empty,
+                # an empty replica with an Ack on this channel lost its data dir: it bootstraps (and
+                # lowers that Ack) instead of resuming past what it no longer holds; the node's own
+                # check never runs for a split's LOAD target, which follows its staging channel
+                acked_history=committed > 0,
                 segments_ack=committed if committed >= 0 else None,
                 segments_tail=segments.tail,
                 wal_ack=wal_ack,

@@ -512,3 +512,85 @@ def test_a_follower_ahead_of_a_returning_leader_converges_on_its_chain(tmp_path:
     assert sorted(replica.scan().column("k").to_pylist()) == sorted(leader.scan().column("k").to_pylist())
     replica.close()
     leader.close()
+
+
+# -- a wiped replica of a split child (DESIGN.md section 8) ----------------------------------------
+
+
+def test_an_empty_follower_with_an_ack_on_its_channel_bootstraps_instead_of_resuming_past_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A split's LOAD target follows its staging channel without the node's empty-replica check: wiped,
+    it resumed at its old Ack, skipped every piece before it, and the splitter read that Ack as held."""
+    from types import SimpleNamespace
+
+    from storage_node.roles import follower as follower_module
+
+    replica = PartitionReplica(TABLE, new_partition_id(), FOLLOWER, tmp_path / "child")
+    f = _follower(replica)
+    monkeypatch.setattr(
+        follower_module,
+        "channel_indexes",
+        lambda _kafka, _topic, _groups=(), timeout_s=10: SimpleNamespace(tail=0, append=9, ack=lambda _g: None),
+    )
+    assert f._bootstrap_reason("staging", LEADER, 7) == bootstrap.REASON_EMPTY_WITH_HISTORY
+    assert f._bootstrap_reason("staging", LEADER, -1001) is None  # never acked: a new replica
+    assert f._bootstrap_reason("staging", LEADER, 0) is None
+    replica.close()
+
+
+def test_partition_history_looks_at_every_channel_of_the_partition_staging_ones_too(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from shoal.kafka.indexes import ChannelIndexes
+
+    child = new_partition_id()
+    staging = TOPICS.segments(child, 9)  # the parent placement's staging channel of the child
+    other = TOPICS.segments(new_partition_id(), 9)
+    group = TOPICS.replica_group(child, 2)
+
+    class Admin:
+        def list_topics(self, timeout: float) -> Any:
+            from types import SimpleNamespace
+
+            return SimpleNamespace(topics={staging: None, other: None, TOPICS.segments(child, 2): None})
+
+    asked: list[str] = []
+
+    def read_indexes(_client: Any, queries: Sequence[Any], timeout_s: float) -> dict[str, ChannelIndexes]:
+        asked.extend(q.topic for q in queries)
+        return {
+            q.topic: ChannelIndexes(
+                q.topic, 0, 5 if q.topic == staging else 0, ((group, 4 if q.topic == staging else None),)
+            )
+            for q in queries
+        }
+
+    monkeypatch.setattr(bootstrap, "read_indexes", read_indexes)
+    history = bootstrap.partition_history(KafkaSettings("localhost:1"), TOPICS, child, 2, (2, 3), admin=Admin())  # type: ignore[arg-type]
+    assert sorted(asked) == sorted([staging, TOPICS.segments(child, 2)])
+    assert history.acked_channels == (staging,) and history.data_channels == (staging,)
+
+
+def test_a_split_childs_seeded_epoch_is_not_a_partition_that_never_led(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The splitter seeds a child's epoch with its parent's and no leader: the node took that for a new
+    partition, skipped the empty-replica check, and a wiped child replica could lead with nothing."""
+    from types import SimpleNamespace
+
+    from metadata.zk_layout import EpochRecord
+    from storage_node import node as node_module
+
+    child = new_partition_id()
+    records = {"seeded": EpochRecord(child, 5, None, None), "new": EpochRecord(child, 0, None, None)}
+    checked: list[str] = []
+    monkeypatch.setattr(node_module.bootstrap, "check_on_open", lambda replica, *_a: checked.append("checked"))
+    for kind, expect in (("seeded", ["checked"]), ("new", [])):
+        checked.clear()
+        monkeypatch.setattr(node_module, "read_epoch", lambda _zk, _layout, _pid, rec=records[kind]: rec)
+        replica = SimpleNamespace(catch_up=SimpleNamespace(bootstrapping=False))
+        held = SimpleNamespace(bootstrap_checked=False, partition_id=child, placement_id=2, peers=(3,), replica=replica)
+        node = SimpleNamespace(
+            _client=SimpleNamespace(zk=None, layout=None), config=SimpleNamespace(kafka=None, topics=None)
+        )
+        StorageNode._check_bootstrap(node, held)  # type: ignore[arg-type]
+        assert checked == expect and held.bootstrap_checked, kind
