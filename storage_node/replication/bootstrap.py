@@ -266,7 +266,7 @@ def partition_history(
     listed = {
         t for p in {*placements, placement_id} for t in (topics.segments(partition_id, p), topics.wal(partition_id, p))
     }
-    stems = (topics.segments(partition_id, 1)[: -len("1")], topics.wal(partition_id, 1)[: -len("1")])
+    stems = (f"{topics.prefix}.segments.{partition_id}.", f"{topics.prefix}.wal.{partition_id}.")
     queries = [IndexQuery(topic, (group,)) for topic in sorted(existing) if topic in listed or topic.startswith(stems)]
     found = read_indexes(client, queries, timeout_s=10)
     acked = tuple(t for t, ix in found.items() if (ix.ack(group) or 0) > 0)
