@@ -78,7 +78,7 @@ from shoal_app.cli.verify_gtids import (
     check_wal_records,
     shared_epochs,
 )
-from shoal_app.cli.verify_retired import retired_coverage
+from shoal_app.cli.verify_retired import epochs_not_above, retired_coverage
 
 log = logging.getLogger(__name__)
 
@@ -486,6 +486,7 @@ def verify(
     described: dict[str, list[dict[str, Any]] | str] = {}
     partitions = []
     listed: list[tuple[KeyRange, list[ReplicaDescription]]] = []
+    listed_epochs: list[tuple[KeyRange, str, list[set[int]]]] = []
     for entry, key_range in file.ranges():
         replicas: list[ReplicaError | ReplicaDescription] = []
         for placement in entry.servers:
@@ -522,6 +523,7 @@ def verify(
         shared = read.error or shared_epochs(read.epochs) or accept_order(read.wal_orders)
         missing = None if floors is None or rows_of is None else coverage(floors, described_ok, rows_of)
         listed.append((key_range, described_ok))
+        listed_epochs.append((key_range, entry.partition_id, list(read.epochs.values())))
         partitions.append(
             PartitionVerification(
                 partition_id=entry.partition_id,
@@ -540,7 +542,7 @@ def verify(
             )
         )
     retired = [
-        verify_retired(source, topics, file.table, r.entry, r.key_range, listed, rows_of)
+        verify_retired(source, topics, file.table, r.entry, r.key_range, listed, rows_of, listed_epochs)
         for r in retired_partitions(client.coordinator.history(table))
     ]
     ok = all(p.agree and p.wal_chains_ok and p.gtids_ok and p.in_range and p.covered is not False for p in partitions)
@@ -556,11 +558,18 @@ def verify_retired(
     key_range: KeyRange,
     listed: Sequence[tuple[KeyRange, Sequence[ReplicaDescription]]],
     rows: Rows | None,
+    listed_epochs: Sequence[tuple[KeyRange, str, Iterable[set[int]]]] = (),
 ) -> RetiredVerification:
-    """A retired partition's channels, and every write on them checked on the listed partitions'
-    replicas that hold its key now (:mod:`~shoal_app.cli.verify_retired`)."""
+    """A retired partition's channels, every write on them checked on the listed partitions'
+    replicas that hold its key now, and those partitions' epochs above its own
+    (:mod:`~shoal_app.cli.verify_retired`)."""
     read = read_channels(source, topics, entry, WalFloors(table) if rows is not None else None, retired=True)
-    shared = read.error or shared_epochs(read.epochs) or accept_order(read.wal_orders)
+    shared = (
+        read.error
+        or shared_epochs(read.epochs)
+        or accept_order(read.wal_orders)
+        or epochs_not_above(key_range, read.epochs.values(), listed_epochs, table.keyspace)
+    )
     floors = read.floors
     missing = None if floors is None or rows is None else retired_coverage(floors, listed, rows, table.keyspace)
     return RetiredVerification(

@@ -16,11 +16,17 @@ first leader stamps GTIDs above them). A floor whose key no listed partition hol
 too. A channel that is gone is nothing left to check (UNLOAD_FINAL ran; the replicas of a parent
 delete theirs one after another, so a gone WAL channel that another placement's segments cover is
 expected here, unlike on a listed partition).
+
+Epochs go up across a split: the splitter seeds each child's epoch with the parent's before
+SPLIT_FINALIZE, so every leader of a child (and of its own children) stamps with an epoch above
+every epoch of the parent. A listed partition holding a retired partition's keys whose WAL channels
+show an epoch at or below one on the retired partition's channels wrote GTIDs that lose to the
+pieces' older rows (:func:`epochs_not_above`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -55,3 +61,25 @@ def retired_coverage(
         if unplaced:
             problems.append(f"{unplaced} write(s) on the channels lie in no listed partition's key range")
     return "; ".join(problems) if problems else None
+
+
+def epochs_not_above(
+    retired_range: KeyRange,
+    retired_epochs: Iterable[set[int]],
+    listed: Sequence[tuple[KeyRange, str, Iterable[set[int]]]],
+    keyspace: Keyspace,
+) -> str | None:
+    """The first listed partition over ``retired_range`` whose WAL channels show an epoch at or below
+    the highest one on the retired partition's channels, as a reason (None: all above, or nothing
+    observed to compare). ``listed``: (key range, partition id, epochs per WAL channel)."""
+    highest = max((e for seen in retired_epochs for e in seen), default=None)
+    if highest is None:
+        return None
+    for key_range, partition_id, epochs in listed:
+        lowest = min((e for seen in epochs for e in seen), default=None)
+        if lowest is not None and lowest <= highest and key_range.overlaps(retired_range):
+            return (
+                f"partition {partition_id} (now holding keys of {retired_range.describe(keyspace)}) wrote with "
+                f"epoch {lowest}, not above this partition's epoch {highest}: its writes lose to older rows"
+            )
+    return None

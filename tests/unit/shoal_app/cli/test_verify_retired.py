@@ -139,6 +139,31 @@ def test_a_broken_chain_on_a_retired_channel_is_a_mismatch() -> None:
     assert not report.ok and not report.retired[0].channels_ok
 
 
+def test_a_child_writing_with_an_epoch_not_above_its_parents_is_a_mismatch() -> None:
+    """The parent wrote k=5 'old' at 5:0, the low child then acknowledged k=5 'new' at 1:0: 'old' wins
+    everywhere, and it reaches both floors (a newer GTID), so verify agreed. Epochs must go up across
+    a split (the splitter seeds the children's)."""
+    history = _split()
+    parent = history[0].partitions[0].partition_id
+    low, high = (e.partition_id for e in history[-1].partitions)
+    wal = {TOPICS.wal(parent, 1): (0, _records(parent, 1, [(Gtid(5, 0), _batch([5], ["old"], [False]))]))}
+    held = {low: _replica([(5, "old", 5, 0)]), high: _empty()}
+
+    def with_child(epoch: int) -> Any:
+        child = _records(low, 2, [(Gtid(epoch, 0), _batch([5], ["new"], [False]))])
+        return _run(history, FakeChannels({**wal, TOPICS.wal(low, 2): (0, child)}, {}), held)
+
+    below = with_child(1)
+    assert not below.ok and not below.retired[0].channels_ok
+    assert f"partition {low} (now holding keys of" in (below.retired[0].gtid_error or "")
+    assert "wrote with epoch 1, not above this partition's epoch 5" in (below.retired[0].gtid_error or "")
+    assert not with_child(5).ok  # the same epoch is not above either
+    # a child above its parent: the child's own coverage sees 'old' hiding its newer write
+    above = with_child(6)
+    assert above.retired[0].channels_ok and above.retired[0].gtid_error is None
+    assert not above.ok and above.partitions[0].covered is False
+
+
 def test_the_text_output_names_a_retired_partition(monkeypatch: pytest.MonkeyPatch) -> None:
     from click.testing import CliRunner
 
