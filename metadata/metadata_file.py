@@ -383,9 +383,8 @@ def retired_partitions(history: Sequence[MetadataFile]) -> list[RetiredPartition
     last: dict[str, RetiredPartition] = {}
     for file in history:
         for entry, key_range in file.ranges():
-            split = entry.splitting and entry.split_point is not None
-            split = split and entry.split_partition_id_low is not None and entry.split_partition_id_high is not None
-            if entry.partition_id not in listed and split:
+            parts = (entry.split_point, entry.split_partition_id_low, entry.split_partition_id_high)
+            if entry.partition_id not in listed and entry.splitting and None not in parts:
                 last[entry.partition_id] = RetiredPartition(entry, key_range)
     return list(last.values())
 

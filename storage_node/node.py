@@ -672,8 +672,7 @@ class StorageNode:
             if never_led and not held.replica.catch_up.bootstrapping:  # a new partition: nothing to fetch
                 held.bootstrap_checked = True
                 return
-            placements = (held.placement_id, *held.peers)
-            bootstrap.check_on_open(held.replica, self.config.kafka, self.config.topics, placements)
+            bootstrap.check_on_open(held.replica, self.config.kafka, self.config.topics)
             held.bootstrap_checked = True
         except Exception as exc:  # Kafka unreachable: no campaign until the check can run (_supervise)
             log.warning("%s: cannot check whether it must bootstrap yet: %s", held.replica.name, exc)

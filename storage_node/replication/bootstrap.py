@@ -75,7 +75,7 @@ from offset 0; once Tail truncates it (DESIGN.md section 6), the segments channe
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -250,33 +250,27 @@ def partition_history(
     topics: TopicNames,
     partition_id: str,
     placement_id: int,
-    placements: Iterable[int],
     *,
     admin: AdminClient | None = None,
 ) -> History:
     """Which of the partition's channels this placement's group acked (> 0) and which hold data.
 
-    Every existing channel of the partition counts, not only those of ``placements``: a split child's
-    pieces are on its staging channels (``segments.<child>.<parent placement>``, DESIGN.md section 8)
-    until its first leader republishes them, so a wiped replica of a child that never led yet has
-    history there and must not take its empty data dir for a new partition."""
+    Every existing channel of the partition counts, whichever placement it belongs to: a split
+    child's pieces are on its staging channels (``segments.<child>.<parent placement>``, DESIGN.md
+    section 8) until its first leader republishes them, so a wiped replica of a child that never led
+    yet has history there and must not take its empty data dir for a new partition."""
     group = topics.replica_group(partition_id, placement_id)
     client = admin or clients.admin(kafka)
-    existing = set(client.list_topics(timeout=10).topics)  # channels of placements that never led do not exist
-    listed = {
-        t for p in {*placements, placement_id} for t in (topics.segments(partition_id, p), topics.wal(partition_id, p))
-    }
+    existing = client.list_topics(timeout=10).topics  # channels of placements that never led do not exist
     stems = (f"{topics.prefix}.segments.{partition_id}.", f"{topics.prefix}.wal.{partition_id}.")
-    queries = [IndexQuery(topic, (group,)) for topic in sorted(existing) if topic in listed or topic.startswith(stems)]
+    queries = [IndexQuery(topic, (group,)) for topic in sorted(existing) if topic.startswith(stems)]
     found = read_indexes(client, queries, timeout_s=10)
     acked = tuple(t for t, ix in found.items() if (ix.ack(group) or 0) > 0)
     data = tuple(t for t, ix in found.items() if ix.append > 0)
     return History(acked, data)
 
 
-def check_on_open(
-    replica: PartitionReplica, kafka: KafkaSettings, topics: TopicNames, placements: Iterable[int]
-) -> str | None:
+def check_on_open(replica: PartitionReplica, kafka: KafkaSettings, topics: TopicNames) -> str | None:
     """Before a held replica campaigns: an empty replica with history (or a bootstrap interrupted by
     a crash) is marked BOOTSTRAPPING. Returns the reason, or None."""
     if replica.catch_up.bootstrapping:
@@ -285,7 +279,7 @@ def check_on_open(
         return pending
     if not replica.empty:
         return None
-    history = partition_history(kafka, topics, replica.partition_id, replica.placement_id, placements)
+    history = partition_history(kafka, topics, replica.partition_id, replica.placement_id)
     reason = bootstrap_reason(
         ReplicaPosition(
             empty=True, acked_history=bool(history.acked_channels), partition_has_data=bool(history.data_channels)

@@ -567,7 +567,7 @@ def test_partition_history_looks_at_every_channel_of_the_partition_staging_ones_
         }
 
     monkeypatch.setattr(bootstrap, "read_indexes", read_indexes)
-    history = bootstrap.partition_history(KafkaSettings("localhost:1"), TOPICS, child, 2, (2, 3), admin=Admin())  # type: ignore[arg-type]
+    history = bootstrap.partition_history(KafkaSettings("localhost:1"), TOPICS, child, 2, admin=Admin())  # type: ignore[arg-type]
     assert sorted(asked) == sorted([staging, TOPICS.segments(child, 2)])
     assert history.acked_channels == (staging,) and history.data_channels == (staging,)
 
