@@ -246,7 +246,7 @@ def _diff_values(
     expected: pa.Table, got: pa.Table, key_columns: Sequence[str], value_columns: Sequence[str]
 ) -> MajorDiff | None:
     """The rows of two tables aligned row by row (same keys and versions) whose ``value_columns``
-    differ: null equals null, NaN equals NaN."""
+    differ (:func:`same_values`)."""
     differs: pa.ChunkedArray | pa.Array | None = None
     first: tuple[int, str] | None = None
     for name in value_columns:
@@ -255,11 +255,7 @@ def _diff_values(
             return MajorDiff(
                 0, 0, got.num_rows, expected.num_rows, f"column {name} is {b.type}, {a.type} in the segments"
             )
-        same = pc.or_(pc.fill_null(pc.equal(a, b), False), pc.and_(pc.is_null(a), pc.is_null(b)))
-        if pa.types.is_floating(a.type):
-            nans = [pc.fill_null(pc.is_nan(x), False) for x in (a, b)]
-            same = pc.or_(same, pc.and_(*nans))
-        column_differs = pc.invert(same)
+        column_differs = pc.invert(same_values(a, b))
         if first is None and pc.any(column_differs).as_py():
             first = (pc.index(column_differs, True).as_py(), name)
         differs = column_differs if differs is None else pc.or_(differs, column_differs)
@@ -281,6 +277,33 @@ def _diff_values(
 def decoded(values: pa.ChunkedArray | pa.Array) -> pa.ChunkedArray | pa.Array:
     """``values`` with a dictionary decoded to its value type (anything else as it is)."""
     return pc.cast(values, values.type.value_type) if pa.types.is_dictionary(values.type) else values
+
+
+_FLOAT_BITS = {16: pa.uint16(), 32: pa.uint32(), 64: pa.uint64()}
+
+
+def _bits(values: pa.ChunkedArray | pa.Array) -> pa.ChunkedArray | pa.Array:
+    """Floating point ``values`` as the unsigned integers of their bits (nulls kept)."""
+    bits = _FLOAT_BITS[values.type.bit_width]
+    if isinstance(values, pa.ChunkedArray):
+        return pa.chunked_array([c.view(bits) for c in values.chunks], bits)
+    return values.view(bits)
+
+
+def same_values(ours: pa.ChunkedArray | pa.Array, theirs: pa.ChunkedArray | pa.Array) -> pa.ChunkedArray | pa.Array:
+    """Row by row, whether two columns of equal length hold the same value: two nulls are the same,
+    a null and a value are not, and floating point values are the same when their bits are: 0.0 and
+    -0.0 differ (``1/x`` tells them apart), and so do NaNs with different payloads, while a NaN is
+    the same as itself. Every copy of a row keeps its bits (Parquet, Arrow IPC and the Spark
+    compaction do not canonicalize), so a check that called 0.0 and -0.0 equal would pass a value
+    that changed. Dictionaries are decoded; ``theirs`` is cast to ``ours``' type when they differ."""
+    ours, theirs = decoded(ours), decoded(theirs)
+    if theirs.type != ours.type:
+        theirs = pc.cast(theirs, ours.type)
+    if pa.types.is_floating(ours.type):
+        ours, theirs = _bits(ours), _bits(theirs)
+    both_null = pc.and_(pc.is_null(ours), pc.is_null(theirs))
+    return pc.or_(pc.fill_null(pc.equal(ours, theirs), False), both_null)
 
 
 def check_major_schema(replaced: pa.Schema, major: pa.Schema, *, segment_id: str) -> None:

@@ -42,6 +42,8 @@ one row per key, never a channel.
 from __future__ import annotations
 
 import hashlib
+import math
+import struct
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
@@ -53,6 +55,7 @@ from metadata.table import TableDefinition
 from shoal.errors import ShoalError
 from shoal.kafka.readers import ChannelRecord
 from shoal.segments import lww_merge
+from shoal.segments.merge import same_values
 from shoal.segments.versioned import DELETED_COLUMN, EPOCH_COLUMN, SEQ_COLUMN, SYSTEM_COLUMNS, SYSTEM_TYPES
 from shoal.wire.ingest import ingest_schema
 from shoal.wire.records import ManifestRecord as WireManifest
@@ -158,7 +161,7 @@ class WalFloors:
 
     def _conflicts(self, rows: pa.Table) -> None:
         """Add to :attr:`conflicts` the keys ``rows`` holds twice at one GTID with different rows (the
-        delete flag, or a written row's values; NaN and null equal to themselves)."""
+        delete flag, or a written row's values, compared by :func:`~shoal.segments.merge.same_values`)."""
         if rows.num_rows < 2:
             return
         keys = list(self.table.primary_key)
@@ -169,9 +172,9 @@ class WalFloors:
         for c in by:
             same_version = pc.and_(same_version, pc.fill_null(pc.equal(a.column(c), b.column(c)), False))
         written = pc.invert(a.column(DELETED_COLUMN))
-        differ = pc.invert(_same_value(a.column(DELETED_COLUMN), b.column(DELETED_COLUMN)))
+        differ = pc.invert(same_values(a.column(DELETED_COLUMN), b.column(DELETED_COLUMN)))
         for c in (n for n in rows.column_names if n not in by and n != DELETED_COLUMN):
-            differ = pc.or_(differ, pc.and_(written, pc.invert(_same_value(a.column(c), b.column(c)))))
+            differ = pc.or_(differ, pc.and_(written, pc.invert(same_values(a.column(c), b.column(c)))))
         bad = pc.and_(same_version, differ)
         if not pc.any(bad).as_py():
             return
@@ -202,16 +205,6 @@ def _at_or_above(epoch: pa.ChunkedArray, seq: pa.ChunkedArray, floor_epoch: pa.A
     )
 
 
-def _same_value(ours: pa.ChunkedArray, theirs: pa.ChunkedArray) -> pa.ChunkedArray:
-    """Row by row: equal values, two nulls, or (floating point) two NaNs."""
-    if theirs.type != ours.type:
-        theirs = theirs.cast(ours.type)
-    same = pc.or_(pc.fill_null(pc.equal(ours, theirs), False), pc.and_(pc.is_null(ours), pc.is_null(theirs)))
-    if pa.types.is_floating(ours.type):
-        same = pc.or_(same, pc.fill_null(pc.and_(pc.is_nan(ours), pc.is_nan(theirs)), False))
-    return same
-
-
 def _replica_name(i: int | str) -> str:
     return f"\x00replica {i}"  # no table column can be named so (metadata.table.validate_column_name)
 
@@ -220,7 +213,16 @@ _R_EPOCH, _R_SEQ, _R_DELETED = _replica_name("epoch"), _replica_name("seq"), _re
 
 
 def _show(value: object) -> str:
+    if isinstance(value, float) and math.isnan(value):
+        return f"nan(0x{struct.unpack('<Q', struct.pack('<d', value))[0]:016x})"  # which NaN
     return f"{value!r:.40}"
+
+
+def _same_py(ours: object, theirs: object) -> bool:
+    """:func:`~shoal.segments.merge.same_values` for two Python values: floats by their bits."""
+    if isinstance(ours, float) and isinstance(theirs, float):
+        return struct.pack("<d", ours) == struct.pack("<d", theirs)
+    return ours == theirs
 
 
 def missing_writes(floors: pa.Table, replica_rows: pa.Table, key_columns: Iterable[str]) -> tuple[int, list[str]]:
@@ -245,11 +247,11 @@ def missing_writes(floors: pa.Table, replica_rows: pa.Table, key_columns: Iterab
     reaches = pc.fill_null(_at_or_above(re, rs, e, s), False)
     same_gtid = pc.fill_null(pc.and_(pc.equal(re, e), pc.equal(rs, s)), False)
     deleted = joined.column(DELETED_COLUMN)
-    same_values = pa.chunked_array([pa.array([True] * joined.num_rows, pa.bool_())])
+    alike = pa.chunked_array([pa.array([True] * joined.num_rows, pa.bool_())])
     for i, name in enumerate(values):
-        same_values = pc.and_(same_values, _same_value(joined.column(name), joined.column(_replica_name(i))))
+        alike = pc.and_(alike, same_values(joined.column(name), joined.column(_replica_name(i))))
     # a write: reached, and at its own GTID the same row (not a delete, the same values)
-    other_at_gtid = pc.and_(same_gtid, pc.or_(their_delete, pc.invert(same_values)))
+    other_at_gtid = pc.and_(same_gtid, pc.or_(their_delete, pc.invert(alike)))
     write_bad = pc.and_(pc.invert(deleted), pc.or_(pc.invert(reaches), other_at_gtid))
     # a delete: no row, a newer version, or its own tombstone
     delete_bad = pc.and_(
@@ -270,9 +272,9 @@ def missing_writes(floors: pa.Table, replica_rows: pa.Table, key_columns: Iterab
             differ = [
                 f"{c}={_show(row[_replica_name(i)])} (channel {_show(row[c])})"
                 for i, c in enumerate(values)
-                if row[c] != row[_replica_name(i)]
+                if not _same_py(row[c], row[_replica_name(i)])
             ]
-            has = "other values at that gtid: " + ", ".join(differ or ["NaN vs a number"])
+            has = "other values at that gtid: " + ", ".join(differ)
         else:
             has = f"gtid {theirs_at}"
         examples.append(f"{key} {what} at gtid {at}, replica has {has}")

@@ -12,7 +12,7 @@ import pyarrow.compute as pc
 import pytest
 
 from shoal.segments.errors import MajorContentError, MergeInputError
-from shoal.segments.merge import _first_of_each_key, _version_order, check_major, lww_merge
+from shoal.segments.merge import _first_of_each_key, _version_order, check_major, lww_merge, same_values
 from shoal.segments.versioned import DELETED_COLUMN, EPOCH_COLUMN, SEQ_COLUMN, check_versioned, stamp
 
 SCHEMA = pa.schema(
@@ -396,3 +396,29 @@ def test_check_major_compares_values_null_with_null_and_nan_with_nan() -> None:
     assert (err.value.missing, err.value.extra, err.value.changed) == (0, 0, 1)
     assert err.value.example == "x of k=3 at gtid 1:3 is 0.25, 0.5 in the segments"
     check_major([source], changed, KEY, segment_id="m")  # versions only
+
+
+def _float(bits: int) -> float:
+    return float(np.array([bits], np.uint64).view(np.float64)[0])
+
+
+def test_check_major_compares_floats_by_their_bits() -> None:
+    """0.0 and -0.0 compare equal and any two NaNs are NaN: a major that changed a value's sign or a
+    NaN's payload would pass a check by value, so floats compare by their bits."""
+    schema = pa.schema([("k", pa.int64()), ("x", pa.float64()), *SCHEMA.remove(0).remove(0).remove(0)])
+    nan, other_nan = _float(0x7FF8000000000000), _float(0x7FF8000000000001)
+    rows = [(1, 0.0, 1, 1, False), (2, nan, 1, 2, False), (3, -0.0, 1, 3, False)]
+    source = pa.table(list(map(list, zip(*rows, strict=True))), schema=schema)
+    check_major([source], lww_merge([source], KEY), KEY, segment_id="m", value_columns=["x"])
+    for changed_values in ([-0.0, nan, -0.0], [0.0, other_nan, -0.0], [0.0, nan, 0.0]):
+        changed = source.set_column(1, "x", pa.array(changed_values, pa.float64()))
+        with pytest.raises(MajorContentError) as err:
+            check_major([source], changed, KEY, segment_id="m", value_columns=["x"])
+        assert err.value.changed == 1, changed_values
+
+
+def test_same_values_compares_float32_bits_and_nulls() -> None:
+    ours = pa.chunked_array([pa.array([0.0, -0.0, None, 1.5], pa.float32()), pa.array([None], pa.float32())])
+    theirs = pa.chunked_array([pa.array([0.0, 0.0, None, None, None], pa.float32())])
+    assert same_values(ours, theirs).to_pylist() == [True, False, True, False, True]
+    assert same_values(pa.array(["a", None]), pa.array(["a", "b"])).to_pylist() == [True, False]

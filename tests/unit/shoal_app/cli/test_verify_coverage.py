@@ -10,6 +10,7 @@ import hashlib
 from dataclasses import replace
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 from test_verify_gtids import TABLE, TOPICS, FakeChannels, _client, _file
@@ -149,6 +150,28 @@ def test_floating_point_values_compare_nan_and_null() -> None:
     assert missing_writes(floors, same, ["k"]) == (0, [])
     other = same.set_column(1, "x", pa.array([1.0, 0.0, None, 2.0], pa.float64()))
     assert missing_writes(floors, other, ["k"])[0] == 3
+
+
+def test_floating_point_values_compare_by_their_bits() -> None:
+    """A replica that holds -0.0 where the channel wrote 0.0, or another NaN, holds another value."""
+    nan = float(np.array([0x7FF8000000000000], np.uint64).view(np.float64)[0])
+    other_nan = float(np.array([0x7FF8000000000001], np.uint64).view(np.float64)[0])
+    floors = pa.table(
+        {
+            "k": pa.array([1, 2, 3], pa.uint64()),
+            "x": pa.array([0.0, nan, -0.0], pa.float64()),
+            "_shoal_epoch": pa.array([1] * 3, pa.uint64()),
+            "_shoal_seq": pa.array([0, 1, 2], pa.uint64()),
+            "_shoal_deleted": [False] * 3,
+        }
+    )
+    same = floors.drop_columns(["_shoal_deleted"])
+    assert missing_writes(floors, same, ["k"]) == (0, [])
+    other = same.set_column(1, "x", pa.array([-0.0, other_nan, 0.0], pa.float64()))
+    count, examples = missing_writes(floors, other, ["k"])
+    assert count == 3, examples
+    assert "other values at that gtid: x=-0.0 (channel 0.0)" in examples[0]
+    assert "x=nan(0x7ff8000000000001) (channel nan(0x7ff8000000000000))" in examples[1]
 
 
 def test_verify_says_mismatch_when_agreeing_replicas_miss_a_wal_write() -> None:
