@@ -7,6 +7,14 @@ key, so the hash is independent of the order writes arrived in, of how they are 
 segments, and of Arrow chunking; two replicas agree iff they hold the same versions of the same
 rows.
 
+Tombstones are left out of the hash on purpose. A tombstone changes no read but by hiding the rows
+it deletes, and those reads are in the hash; two replicas that differ only in tombstones (one
+kept ``k`` deleted at 1:5, the other lost both that tombstone and the row at 1:0 it hid) answer
+every scan alike, and a full compaction drops tombstones anyway. If the replica without the
+tombstone ever got the hidden row back (a replayed older segment), its scan, and so its hash,
+would differ from then on. ``shoal verify``'s coverage check still reads every delete still on the
+channels and requires each replica to reach it (a newer version or no row).
+
 ``catch_up`` is the replica's catch-up state (:mod:`storage_node.replication.bootstrap`): ``state``
 SERVING or BOOTSTRAPPING, the reason, and progress (segments-channel offsets fetched / target, WAL
 offsets, segments and bytes fetched, seconds), for ``shoal table describe`` and the lifecycle
