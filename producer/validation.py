@@ -4,11 +4,12 @@ Input is a list of dicts, a ``pyarrow.Table`` / ``RecordBatch`` or a pandas ``Da
 has exactly the table's Arrow schema (column order, types, nullability); anything that does not fit
 raises :class:`~producer.errors.RowValidationError` naming the first bad row and its column.
 
-Checks: unknown columns are rejected; every value must cast safely to its column's type (no
-truncation, no overflow; strings such as ISO timestamps or decimal digits are parsed by Arrow's
-cast); not-null columns (the primary key among them) must be present and non-null; a string or
-binary value may be at most ``max_value_bytes`` long and the variable-size part of a row at most
-``max_row_bytes``.
+Checks: unknown and duplicate columns are rejected; every value must cast safely to its column's
+type (no truncation, no overflow, no float beyond a float32's range; strings such as ISO timestamps
+or decimal digits are parsed by Arrow's cast; string columns must be valid UTF-8; timestamps within
+the years 1-9999); not-null columns (the primary key among them) must be present and non-null; a
+string or binary value may be at most ``max_value_bytes`` long and the variable-size part of a row
+at most ``max_row_bytes``.
 
 The checks are columnar. Finding *which* row is bad after a cast failed is the only slow path: a
 binary search over prefixes of the column (a cast of a prefix fails iff it holds a bad value).
@@ -46,8 +47,11 @@ def _first_true(mask: pa.Array | pa.ChunkedArray) -> int | None:
     return int(hits[0]) if hits.size else None
 
 
-def _plain_arrow(obj: pa.Table | pa.RecordBatch) -> dict[str, pa.ChunkedArray | pa.Array]:
-    return {name: obj.column(i) for i, name in enumerate(obj.schema.names)}
+def _plain_arrow(table: TableDefinition, obj: pa.Table | pa.RecordBatch) -> dict[str, pa.ChunkedArray | pa.Array]:
+    names = obj.schema.names
+    if len(set(names)) != len(names):
+        raise RowValidationError(table.name, f"duplicate column names in the Arrow input: {names}")
+    return {name: obj.column(i) for i, name in enumerate(names)}
 
 
 def _columns_from_dicts(table: TableDefinition, rows: Sequence[Any]) -> tuple[dict[str, Any], int]:
@@ -130,11 +134,10 @@ _PYTHON_TYPES: dict[str, tuple[type, ...]] = {
 """Target kind -> the Python value types accepted for it from dicts (None is always accepted)."""
 
 
-def _python_type_error(kind: str, values: list[Any]) -> tuple[int, str] | None:
+def _python_type_error(kind: str, values: list[Any], types: set[type]) -> tuple[int, str] | None:
     """The first value whose Python type does not suit ``kind`` (or mixes ints and strings), else None."""
     allowed = _PYTHON_TYPES[kind]
-    types = {type(v) for v in values}
-    types.discard(type(None))
+    types = types - {type(None)}
     ok = all(issubclass(t, allowed) and not (kind != "bool" and issubclass(t, bool | np.bool_)) for t in types)
     if kind == "timestamp" and ok and any(issubclass(t, str) for t in types) and len(types) > 1:
         ok = False  # ISO strings and numbers in one column: refuse rather than guess
@@ -161,13 +164,31 @@ def _sub_millisecond_row(values: list[Any]) -> int | None:
 def _cast_column(table: TableDefinition, name: str, values: Any, dtype: pa.DataType) -> pa.Array | pa.ChunkedArray:
     """Cast one input column to ``dtype`` or raise naming the first row that does not cast.
 
-    A timestamp finer than the column's unit is truncated, except in a primary key column: two
+    A timestamp finer than the column's unit is rounded down to it, except in a primary key column: two
     writes a microsecond apart would become one row (the second replacing the first), so there it
     is refused."""
+    types: set[type] = set()
+    if isinstance(values, list):
+        types = set(map(type, values))
+        values = _python_scalars(values, types)
+    out = _cast_values(table, name, values, dtype, types)
+    kind = _kind(dtype)
+    if kind == "float":
+        _check_float_range(table, name, values, out)
+    elif kind == "string" and not isinstance(values, list):  # Python strings are valid or refused by Arrow
+        _check_utf8(table, name, out)
+    elif kind == "timestamp":
+        _check_timestamp_range(table, name, out)
+    return out
+
+
+def _cast_values(
+    table: TableDefinition, name: str, values: Any, dtype: pa.DataType, types: set[type]
+) -> pa.Array | pa.ChunkedArray:
     kind = _kind(dtype)
     in_key = name in table.primary_key
     if isinstance(values, list):
-        problem = _python_type_error(kind, values)
+        problem = _python_type_error(kind, values, types)
         if problem is not None:
             raise RowValidationError(table.name, f"expected type {dtype}: {problem[1]}", row=problem[0], column=name)
         if kind == "timestamp" and in_key and (row := _sub_millisecond_row(values)) is not None:
@@ -178,7 +199,7 @@ def _cast_column(table: TableDefinition, name: str, values: Any, dtype: pa.DataT
                 column=name,
             )
         if kind == "binary":
-            values = [v.encode("utf-8") if isinstance(v, str) else v for v in values]
+            values = _utf8_encoded(table, name, values)
         try:
             if kind == "timestamp" and any(isinstance(v, str) for v in values):
                 values = pa.array(values, type=pa.string())
@@ -198,15 +219,105 @@ def _cast_column(table: TableDefinition, name: str, values: Any, dtype: pa.DataT
         raise RowValidationError(
             table.name, f"has type {arr.type}, which cannot be cast to {dtype}", row=row, column=name
         )
-    # sub-millisecond parts are truncated, but not in a key: the cast refuses them there
-    safe = in_key or not (source == "timestamp" and kind == "timestamp")
+    if source == "timestamp" and kind == "timestamp" and not in_key and _finer(arr.type, dtype):
+        # sub-millisecond parts are dropped (down to the millisecond the instant is in, as for a
+        # Python datetime), but not in a key: the cast below refuses them there. The cast itself
+        # stays safe, so a value out of the column's range is refused, never wrapped around.
+        arr = pc.floor_temporal(arr, unit=_UNIT_NAMES[dtype.unit])
     try:
-        return pc.cast(arr, dtype, safe=safe)
+        return pc.cast(arr, dtype, safe=True)
     except _ERRORS as exc:
         row, reason = _find_bad_row(arr, dtype, len(arr))
         raise RowValidationError(
             table.name, f"value does not fit type {dtype}: {reason or exc}", row=row, column=name
         ) from exc
+
+
+_UNIT_NAMES = {"s": "second", "ms": "millisecond", "us": "microsecond", "ns": "nanosecond"}
+_UNIT_ORDER = ("s", "ms", "us", "ns")
+
+
+def _finer(source: pa.DataType, target: pa.DataType) -> bool:
+    """A timestamp type with a finer unit than ``target``'s (a date is never finer)."""
+    if not pa.types.is_timestamp(source):
+        return False
+    return _UNIT_ORDER.index(source.unit) > _UNIT_ORDER.index(target.unit)
+
+
+def _python_scalars(values: list[Any], types: set[type]) -> list[Any]:
+    """numpy integer, floating point and bool scalars as the Python values they hold: Arrow reads a
+    ``numpy.uint64`` as an int64 when it builds a float column (2**64 - 1 became -1.0)."""
+    if not any(issubclass(t, np.integer | np.floating | np.bool_) for t in types):
+        return values
+    converted = [v.item() if isinstance(v, np.integer | np.floating | np.bool_) else v for v in values]
+    types.clear()
+    types.update(map(type, converted))
+    return converted
+
+
+def _utf8_encoded(table: TableDefinition, name: str, values: list[Any]) -> list[Any]:
+    """Python strings for a binary column as their UTF-8 bytes (a lone surrogate is refused)."""
+    out = []
+    for i, v in enumerate(values):
+        if isinstance(v, str):
+            try:
+                v = v.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                raise RowValidationError(
+                    table.name, f"a string for a binary column must encode as UTF-8: {exc.reason}", row=i, column=name
+                ) from None
+        out.append(v)
+    return out
+
+
+def _check_float_range(table: TableDefinition, name: str, source: Any, out: pa.Array | pa.ChunkedArray) -> None:
+    """Refuse a finite value of ``source`` that became an infinity (a float32 column given a value
+    beyond its range: Arrow's safe cast checks integers, not the range of floats)."""
+    if not pc.any(pc.fill_null(pc.is_inf(out), False)).as_py():
+        return
+    wide = pa.array(source, pa.float64()) if isinstance(source, list) else pc.cast(source, pa.float64())
+    grew = pc.and_(pc.fill_null(pc.is_inf(out), False), pc.invert(pc.fill_null(pc.is_inf(wide), False)))
+    row = _first_true(grew)
+    if row is None:
+        return
+    raise RowValidationError(
+        table.name, f"value {wide[row].as_py()!r:.60} is outside the range of {out.type}", row=row, column=name
+    )
+
+
+def _check_utf8(table: TableDefinition, name: str, arr: pa.Array | pa.ChunkedArray) -> None:
+    """Refuse a value of a string column that is not valid UTF-8: the leader would refuse the whole
+    message (every row of it), so the producer refuses the row."""
+    try:
+        arr.validate(full=True)
+        return
+    except pa.ArrowInvalid:
+        pass
+    raw = pc.cast(arr, pa.binary())
+    row, _ = _find_bad_row(raw, pa.string(), len(raw))
+    raise RowValidationError(table.name, "value is not valid UTF-8", row=row, column=name)
+
+
+TIMESTAMP_MS_RANGE = (-62_135_596_800_000, 253_402_300_799_999)
+"""The milliseconds from the epoch a timestamp column holds: the years 1 to 9999, which Python's
+datetime, Spark's timestamps and Avro readers all represent."""
+
+
+def _check_timestamp_range(table: TableDefinition, name: str, arr: pa.Array | pa.ChunkedArray) -> None:
+    if arr.null_count == len(arr):
+        return
+    millis = pc.cast(arr, pa.int64())
+    low, high = TIMESTAMP_MS_RANGE
+    bounds = pc.min_max(millis)
+    if bounds["min"].as_py() >= low and bounds["max"].as_py() <= high:
+        return
+    row = _first_true(pc.or_(pc.less(millis, low), pc.greater(millis, high)))
+    raise RowValidationError(
+        table.name,
+        f"{millis[row].as_py()} ms from the epoch is outside the years 1-9999 a timestamp may hold",
+        row=row,
+        column=name,
+    )
 
 
 def _casts(values: Any, dtype: pa.DataType, lo: int, hi: int) -> str | None:
@@ -273,7 +384,7 @@ def _check_sizes(
 
 def _input_columns(table: TableDefinition, rows: Any) -> tuple[dict[str, Any], int]:
     if isinstance(rows, pa.RecordBatch | pa.Table):
-        return _plain_arrow(rows), rows.num_rows
+        return _plain_arrow(table, rows), rows.num_rows
     if _is_dataframe(rows):
         return _columns_from_dataframe(table, rows)
     if isinstance(rows, Iterable) and not isinstance(rows, Mapping | str | bytes):

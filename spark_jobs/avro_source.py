@@ -37,9 +37,17 @@ def _convert(value: Any, ctype: ColumnType) -> Any:
         return None
     if ctype in (ColumnType.UINT64, ColumnType.INT64, ColumnType.INT32) and isinstance(value, bytes | bytearray):
         return int.from_bytes(value, "big")  # the table's Avro form of uint64: 8 big-endian bytes
-    if ctype is ColumnType.TIMESTAMP_MS and isinstance(value, int):
-        return dt.datetime.fromtimestamp(value / 1000, dt.UTC)
+    if ctype is ColumnType.TIMESTAMP_MS and isinstance(value, int) and not isinstance(value, bool):
+        # integer arithmetic: ``fromtimestamp(value / 1000)`` goes through a float and lands a
+        # microsecond early for most dates after 2100 and before 1970, a millisecond early once cast
+        try:
+            return _EPOCH + dt.timedelta(milliseconds=value)
+        except OverflowError:
+            raise ValueError(f"{value} ms from the epoch is outside the years 1-9999") from None
     return value
+
+
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
 
 def decode_batches(
@@ -66,9 +74,17 @@ def decode_batches(
                         error = f"Avro value is a {type(record).__name__}, not a record"
                 except Exception as exc:  # fastavro raises many types on garbage
                     error = f"Avro decoding failed: {type(exc).__name__}: {exc}"
+            converted: dict[str, Any] = {}
+            if error is None:
+                for c in columns:
+                    try:
+                        converted[c.name] = _convert(record.get(c.name), c.type)
+                    except ValueError as exc:
+                        error = f"column {c.name!r}: {exc}"
+                        break
             errors.append(error)
             for c in columns:
-                cols[c.name].append(_convert(record.get(c.name), c.type) if error is None else None)
+                cols[c.name].append(converted.get(c.name) if error is None else None)
         arrays = []
         for c in columns:
             arrays.append(_column(cols[c.name], c.name, c.type, errors))

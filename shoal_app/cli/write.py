@@ -10,6 +10,7 @@ input: one line naming the line, exit code 2, nothing of its chunk sent.
 from __future__ import annotations
 
 import json
+import math
 from typing import IO, Any
 
 import click
@@ -35,6 +36,21 @@ def _decode(number: int, raw: bytes) -> str:
         raise UndecodableInput(f"line {number}: not valid UTF-8 (byte 0x{bad} at byte {exc.start + 1})") from None
 
 
+class _NumberOutOfRange(Exception):
+    def __init__(self, text: str) -> None:
+        super().__init__(text)
+        self.text = text
+
+
+def _finite_float(text: str) -> float:
+    """A JSON number as a float, refusing one that overflows to an infinity (``1e400``), which
+    would be stored as ``inf``; the ``Infinity`` and ``NaN`` constants stay as they are."""
+    value = float(text)
+    if math.isinf(value):
+        raise _NumberOutOfRange(text)
+    return value
+
+
 def _chunks(stream: IO[bytes], chunk_rows: int) -> Any:
     """Yield (rows, line numbers) chunks; raise ClickException on a line that is not a JSON object."""
     rows: list[Any] = []
@@ -44,9 +60,11 @@ def _chunks(stream: IO[bytes], chunk_rows: int) -> Any:
         if not line.strip():
             continue
         try:
-            value = json.loads(line)
+            value = json.loads(line, parse_float=_finite_float)
         except json.JSONDecodeError as exc:
             raise click.ClickException(f"line {number}: not valid JSON: {exc.msg}") from exc
+        except _NumberOutOfRange as exc:
+            raise UndecodableInput(f"line {number}: the number {exc.text:.60} is beyond a float64's range") from None
         try:
             json.dumps(value, ensure_ascii=False).encode("utf-8")
         except UnicodeEncodeError as exc:

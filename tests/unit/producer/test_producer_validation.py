@@ -2,11 +2,13 @@ from __future__ import annotations
 
 import datetime as dt
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pytest
 from producer_unit_support import make_table
 
+from metadata.table import Column, ColumnType, TableDefinition
 from producer.errors import RowValidationError
 from producer.validation import Limits, delete_schema, to_ingest, validate_keys, validate_rows
 from shoal.errors import SchemaError, ShoalError
@@ -172,3 +174,99 @@ def test_a_primary_key_timestamp_finer_than_milliseconds_is_refused_not_truncate
     assert out.column("at").to_pylist() == [dt.datetime(2024, 1, 1, tzinfo=dt.UTC)]
     out = validate_rows(events, pa.table({"k": pa.array([1], pa.uint64()), "at": pa.array([900], pa.timestamp("us"))}))
     assert out.column("at").to_pylist() == [dt.datetime(1970, 1, 1, tzinfo=dt.UTC)]
+
+
+def _float(bits: int) -> float:
+    return float(np.array([bits], np.uint64).view(np.float64)[0])
+
+
+FLOATS = TableDefinition(
+    "floats",
+    (
+        Column("k", ColumnType.UINT64, False),
+        Column("f", ColumnType.FLOAT32),
+        Column("d", ColumnType.FLOAT64),
+        Column("s", ColumnType.STRING),
+        Column("b", ColumnType.BINARY),
+        Column("at", ColumnType.TIMESTAMP_MS),
+    ),
+    ("k",),
+    "k",
+    1,
+)
+
+
+def _refused(rows: object) -> RowValidationError:
+    with pytest.raises(RowValidationError) as info:
+        validate_rows(FLOATS, rows)
+    return info.value
+
+
+def test_a_float_beyond_a_float32_is_refused_not_stored_as_infinity() -> None:
+    err = _refused([{"k": 1, "f": 1.0}, {"k": 2, "f": 1e300}])
+    assert (err.row, err.column) == (1, "f") and "outside the range of float" in err.reason
+    err = _refused(pa.table({"k": pa.array([1, 2], pa.uint64()), "f": pa.array([0.5, -1e39])}))
+    assert (err.row, err.column) == (1, "f")
+    kept = validate_rows(FLOATS, [{"k": 1, "f": float("inf")}, {"k": 2, "f": float("-inf")}, {"k": 3, "f": 0.1}])
+    assert kept.column("f").to_pylist()[:2] == [float("inf"), float("-inf")]
+
+
+def test_numpy_scalars_keep_their_values() -> None:
+    """Arrow read a numpy uint64 as an int64 when building a float column: 2**64 - 1000 became -1000.0."""
+    err = _refused([{"k": 1, "d": np.uint64(2**64 - 1000)}])
+    assert (err.row, err.column) == (0, "d")
+    out = validate_rows(FLOATS, [{"k": np.uint64(2**64 - 1), "d": np.uint64(2**52), "f": np.float32(0.5)}])
+    assert out.column("k").to_pylist() == [2**64 - 1] and out.column("d").to_pylist() == [float(2**52)]
+    assert out.column("f").to_pylist() == [0.5]
+
+
+def test_float_bits_are_kept() -> None:
+    nan, minus_zero = _float(0x7FF8000000000001), -0.0
+    out = validate_rows(FLOATS, pa.table({"k": pa.array([1, 2], pa.uint64()), "d": [nan, minus_zero]}))
+    bits = out.column("d").to_numpy(zero_copy_only=False).view(np.uint64).tolist()
+    assert bits == [0x7FF8000000000001, 0x8000000000000000]
+    out = validate_rows(FLOATS, [{"k": 1, "d": nan}, {"k": 2, "d": minus_zero}])
+    assert out.column("d").to_numpy(zero_copy_only=False).view(np.uint64).tolist() == bits
+
+
+def test_invalid_utf8_in_an_arrow_string_column_names_its_row() -> None:
+    """The leader refuses a message holding invalid UTF-8 as a whole, good rows included: the producer
+    refuses the row before anything is sent."""
+    raw = pa.array([b"ok", b"fine", b"\xff\xfe"], pa.binary()).view(pa.string())
+    err = _refused(pa.table({"k": pa.array([1, 2, 3], pa.uint64()), "s": raw}))
+    assert (err.row, err.column, err.reason) == (2, "s", "value is not valid UTF-8")
+    large = pa.array([b"\xc3\x28", b"ok"], pa.large_binary()).view(pa.large_string())
+    err = _refused(pa.table({"k": pa.array([1, 2], pa.uint64()), "s": large}))
+    assert (err.row, err.column) == (0, "s")
+
+
+def test_a_lone_surrogate_for_a_binary_column_is_a_row_error() -> None:
+    err = _refused([{"k": 1, "b": "ok"}, {"k": 2, "b": "\ud800"}])
+    assert (err.row, err.column) == (1, "b") and "UTF-8" in err.reason
+
+
+def test_duplicate_arrow_column_names_are_refused() -> None:
+    dup = pa.Table.from_arrays(
+        [pa.array([1], pa.uint64()), pa.array(["first"]), pa.array(["second"])], names=["k", "s", "s"]
+    )
+    assert "duplicate column names" in _refused(dup).reason
+
+
+def test_timestamps_are_floored_to_the_millisecond_and_never_wrap() -> None:
+    """Outside a key a timestamp finer than milliseconds is rounded down to the millisecond it is in,
+    from a Python datetime or from Arrow alike (1.5 ms before the epoch is -2 ms); a coarser one that
+    does not fit (seconds times 1000 past int64) and any instant outside the years 1-9999 are
+    refused, not wrapped around."""
+    before = dt.datetime(1969, 12, 31, 23, 59, 59, 998500)
+    from_python = validate_rows(FLOATS, [{"k": 1, "at": before}]).column("at").cast(pa.int64())
+    micro = pa.table({"k": pa.array([1], pa.uint64()), "at": pa.array([-1500], pa.timestamp("us"))})
+    from_arrow = validate_rows(FLOATS, micro).column("at").cast(pa.int64())
+    assert from_python.to_pylist() == from_arrow.to_pylist() == [-2]
+    seconds = pa.table({"k": pa.array([1, 2], pa.uint64()), "at": pa.array([0, 10**16], pa.timestamp("s"))})
+    assert (_refused(seconds).row, _refused(seconds).column) == (1, "at")
+    err = _refused([{"k": 1, "at": 0}, {"k": 2, "at": 10**15}])
+    assert (err.row, err.column) == (1, "at") and "outside the years 1-9999" in err.reason
+    low, high = -62_135_596_800_000, 253_402_300_799_999
+    edges = validate_rows(FLOATS, [{"k": 1, "at": low}, {"k": 2, "at": high}]).column("at").cast(pa.int64())
+    assert edges.to_pylist() == [low, high]
+    assert _refused([{"k": 1, "at": low - 1}]).row == 0

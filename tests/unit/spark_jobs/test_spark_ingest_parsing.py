@@ -62,6 +62,35 @@ def test_avro_decoding_marks_bad_records_instead_of_failing() -> None:
     assert out.column("_shoal_offset").to_pylist() == [0, 1, 2, 3]
 
 
+def test_avro_epoch_milliseconds_as_a_plain_long_keep_every_millisecond() -> None:
+    """A source whose Avro schema gives a timestamp_ms column as a plain ``long`` of epoch
+    milliseconds: each value lands on its own millisecond (a float division landed most dates after
+    2100 and before 1970 a microsecond early, so the sink's cast to milliseconds stored the one
+    before), and one outside the years 1-9999 marks its row instead of failing the batch."""
+    import json
+
+    table = TableDefinition(
+        "t", (Column("k", ColumnType.UINT64, False), Column("ts", ColumnType.TIMESTAMP_MS)), ("k",), "k", 1
+    )
+    schema = {"type": "record", "name": "r", "fields": [{"name": "k", "type": "long"}, {"name": "ts", "type": "long"}]}
+    millis = [253402300799999, -62135596800000, 10413792000001, -2208988800001, -1, 0, 1, 2**62]
+    batch = pa.RecordBatch.from_pydict(
+        {
+            "value": pa.array([_avro(schema, {"k": i, "ts": ms}) for i, ms in enumerate(millis)], pa.binary()),
+            "topic": ["s"] * len(millis),
+            "partition": pa.array([0] * len(millis), pa.int32()),
+            "offset": pa.array(range(len(millis)), pa.int64()),
+        }
+    )
+    out = pa.Table.from_batches(list(decode_batches(iter([batch]), json.dumps(schema), table)))
+    stored = out.column("ts").cast(pa.timestamp("ms", tz="UTC"), safe=True).cast(pa.int64()).to_pylist()
+    assert stored == [*millis[:-1], None]
+    errors = out.column(ERROR_COLUMN).to_pylist()
+    assert errors[:-1] == [None] * (len(millis) - 1)
+    assert errors[-1] == f"column 'ts': {2**62} ms from the epoch is outside the years 1-9999"
+    assert out.column("k").to_pylist() == [*range(len(millis) - 1), None]
+
+
 def test_a_bad_avro_schema_is_a_clear_error() -> None:
     with pytest.raises(IngestError, match="Avro schema is not valid"):
         parse_schema('{"type": "no-such-type"}')
