@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import datetime as dt
 import json
 import logging
 import os
@@ -178,6 +180,21 @@ def _parse_key(table: TableDefinition, text: str | None) -> int | str | None:
         raise SchemaError(f"key column {col.name!r} is {col.type.value}: {text!r} is not an integer") from exc
 
 
+def _json_value(value: object) -> object:
+    """A scanned value as ``shoal write`` reads it back: a timestamp in ISO 8601 with milliseconds
+    and its offset, a binary value as its UTF-8 text, or ``{"base64": ...}`` when it is not UTF-8
+    (which ``shoal write`` refuses rather than store the text of it). Floats stay numbers, and NaN
+    and the infinities the ``NaN``/``Infinity`` constants Python's JSON reads."""
+    if isinstance(value, dt.datetime):
+        return value.isoformat(timespec="milliseconds")
+    if isinstance(value, bytes):
+        try:
+            return value.decode("utf-8")
+        except UnicodeDecodeError:
+            return {"base64": base64.b64encode(value).decode("ascii")}
+    return value
+
+
 @click.command("scan")
 @click.argument("table_name")
 @click.option("--node", "server_id", default=None, help="Ask this node (its replicas) instead of the leaders.")
@@ -243,7 +260,7 @@ def scan_command(
     result = pa.concat_tables(parts).sort_by([(k, "ascending") for k in definition.primary_key])
     if output == "json":
         for row in result.to_pylist():
-            click.echo(json.dumps(row, default=str, sort_keys=True))
+            click.echo(json.dumps({k: _json_value(v) for k, v in row.items()}, default=str, sort_keys=True))
         return
     names = result.column_names
     rows = [[("" if v is None else str(v)) for v in r.values()] for r in result.to_pylist()]
