@@ -175,8 +175,8 @@ def _cast_column(table: TableDefinition, name: str, values: Any, dtype: pa.DataT
     kind = _kind(dtype)
     if kind == "float":
         _check_float_range(table, name, values, out)
-    elif kind == "string" and not isinstance(values, list):  # Python strings are valid or refused by Arrow
-        _check_utf8(table, name, out)
+    if not isinstance(values, list):  # Arrow built arrays from Python values itself
+        _check_arrow_data(table, name, out)
     elif kind == "timestamp":
         _check_timestamp_range(table, name, out)
     return out
@@ -285,17 +285,21 @@ def _check_float_range(table: TableDefinition, name: str, source: Any, out: pa.A
     )
 
 
-def _check_utf8(table: TableDefinition, name: str, arr: pa.Array | pa.ChunkedArray) -> None:
-    """Refuse a value of a string column that is not valid UTF-8: the leader would refuse the whole
-    message (every row of it), so the producer refuses the row."""
+def _check_arrow_data(table: TableDefinition, name: str, arr: pa.Array | pa.ChunkedArray) -> None:
+    """Refuse a column the leader's full validation of the message would refuse (the whole message,
+    good rows with it): a string that is not valid UTF-8 (naming its row), or Arrow data whose
+    buffers are inconsistent (an array assembled from raw buffers)."""
     try:
         arr.validate(full=True)
         return
-    except pa.ArrowInvalid:
-        pass
-    raw = pc.cast(arr, pa.binary())
-    row, _ = _find_bad_row(raw, pa.string(), len(raw))
-    raise RowValidationError(table.name, "value is not valid UTF-8", row=row, column=name)
+    except pa.ArrowInvalid as exc:
+        problem = str(exc)
+    if pa.types.is_string(arr.type):
+        raw = pc.cast(arr, pa.binary())
+        row, _ = _find_bad_row(raw, pa.string(), len(raw))
+        if row is not None:
+            raise RowValidationError(table.name, "value is not valid UTF-8", row=row, column=name)
+    raise RowValidationError(table.name, f"invalid Arrow data: {problem:.200}", column=name)
 
 
 TIMESTAMP_MS_RANGE = (-62_135_596_800_000, 253_402_300_799_999)

@@ -270,3 +270,13 @@ def test_timestamps_are_floored_to_the_millisecond_and_never_wrap() -> None:
     edges = validate_rows(FLOATS, [{"k": 1, "at": low}, {"k": 2, "at": high}]).column("at").cast(pa.int64())
     assert edges.to_pylist() == [low, high]
     assert _refused([{"k": 1, "at": low - 1}]).row == 0
+
+
+def test_arrow_data_the_leader_would_refuse_is_refused_here() -> None:
+    """An array assembled from raw buffers with offsets that go backwards: the leader's full validation
+    would refuse the whole message; the producer refuses the column first."""
+    data = pa.py_buffer(b"abc")
+    offsets = pa.py_buffer(np.array([0, 3, 2], np.int32).tobytes())
+    broken = pa.Array.from_buffers(pa.binary(), 2, [None, offsets, data])
+    err = _refused(pa.table({"k": pa.array([1, 2], pa.uint64()), "b": broken}))
+    assert err.column == "b" and err.reason.startswith("invalid Arrow data")
