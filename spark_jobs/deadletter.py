@@ -2,7 +2,9 @@
 
 Runs on executors inside the ingest job's ``mapInArrow`` step. The reason of every row is computed
 columnar (pyarrow compute): a parse error from the decoder, a null primary-key / not-null column,
-a negative value for a uint64 column. Only the bad rows are visited one by one, to produce them
+a negative value for a uint64 column, then anything the producer's validation would refuse when the
+sink writes the row (a primary key timestamp finer than a millisecond, a value out of range, an
+oversized value: :func:`refusals`). Only the bad rows are visited one by one, to produce them
 to ``<prefix>.deadletter`` with the same headers the leaders use (``shoal.reason``,
 ``shoal.detail``, ``shoal.source.topic`` / ``.partition`` / ``.offset``, ``shoal.table``). The
 good rows go on to the sink. Replays may deadletter a record twice (at-least-once); never zero times.
@@ -56,6 +58,40 @@ def reasons(batch: pa.RecordBatch, table: TableDefinition) -> pa.Array:
     return out
 
 
+def refusals(batch: pa.RecordBatch, table: TableDefinition, why: pa.Array) -> pa.Array:
+    """``why`` with a reason for every row :func:`producer.validation.validate_rows` would refuse
+    (the sink runs it on every write: a row it refuses would fail the task, and Spark would retry
+    the batch forever). One call when every row passes; otherwise the rows are halved until each
+    refused row is alone, so a batch of ``n`` rows costs at most ``n log n`` row validations."""
+    from producer.errors import RowValidationError
+    from producer.validation import validate_rows
+
+    names = [c.name for c in table.columns]
+    rows = pa.Table.from_batches([batch]).select(names)
+    found: dict[int, str] = {}
+
+    def check(indices: pa.Array) -> None:
+        try:
+            validate_rows(table, rows.take(indices))
+            return
+        except RowValidationError as exc:
+            if len(indices) == 1:
+                column = f"column {exc.column!r}: " if exc.column else ""
+                found[indices[0].as_py()] = f"{column}{exc.reason}"
+                return
+        half = len(indices) // 2
+        check(indices.slice(0, half))
+        check(indices.slice(half))
+
+    candidates = pc.indices_nonzero(pc.is_null(why))
+    if len(candidates):
+        check(candidates)
+    if not found:
+        return why
+    extra = pa.array([found.get(i) for i in range(batch.num_rows)], pa.string())
+    return pc.coalesce(why, extra)
+
+
 def split_and_deadletter(
     batches: Iterator[pa.RecordBatch], table: TableDefinition, target: DeadletterTarget, counter: Any = None
 ) -> Iterator[pa.RecordBatch]:
@@ -64,7 +100,7 @@ def split_and_deadletter(
     names = [c.name for c in table.columns]
     try:
         for batch in batches:
-            why = reasons(batch, table)
+            why = refusals(batch, table, reasons(batch, table))
             bad = pc.is_valid(why)
             n_bad = pc.sum(bad).as_py() or 0
             if n_bad:

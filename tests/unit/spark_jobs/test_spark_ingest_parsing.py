@@ -10,7 +10,7 @@ import pytest
 
 from metadata.table import Column, ColumnType, TableDefinition
 from spark_jobs.avro_source import decode_batches, parse_schema
-from spark_jobs.deadletter import ERROR_COLUMN, reasons
+from spark_jobs.deadletter import ERROR_COLUMN, reasons, refusals
 from spark_jobs.errors import IngestError
 from spark_jobs.offsets_mirror import parse_end_offsets
 
@@ -32,6 +32,44 @@ def test_reasons_keep_the_decoder_error_then_check_nulls_and_signs() -> None:
         "bad json",
         None,
     ]
+
+
+def test_rows_the_sink_would_refuse_are_deadlettered_not_written() -> None:
+    """The sink validates every write with the producer's rules; a row those refuse (here a primary key
+    timestamp with microseconds, and a value over the size limit) failed the task, and Spark retried
+    the batch forever. The ingest gives each such row its reason, so it goes to the deadletter topic
+    and the rest are written."""
+    table = TableDefinition(
+        "t",
+        (
+            Column("k", ColumnType.UINT64, False),
+            Column("at", ColumnType.TIMESTAMP_MS, False),
+            Column("v", ColumnType.STRING),
+        ),
+        ("k", "at"),
+        "k",
+        1,
+    )
+    n = 9
+    at = [1000 * i for i in range(n)]
+    at[2], at[7] = 2500, 7001  # microseconds: finer than the key's milliseconds
+    values = ["ok"] * n
+    values[5] = "x" * 300_000
+    batch = pa.RecordBatch.from_pydict(
+        {
+            "k": pa.array([*range(n - 1), None], pa.int64()),
+            "at": pa.array(at, pa.timestamp("us", tz="UTC")),
+            "v": values,
+            ERROR_COLUMN: pa.array([None] * n, pa.string()),
+        }
+    )
+    why = refusals(batch, table, reasons(batch, table)).to_pylist()
+    refused = {i: w for i, w in enumerate(why) if w is not None}
+    assert sorted(refused) == [2, 5, 7, 8], why
+    assert refused[2].startswith("column 'at': ") and "would lose data" in refused[2]
+    assert refused[5].startswith("column 'v': value is longer than")
+    assert refused[8] == "column 'k' is null (a primary key / not-null column)"
+    assert refusals(batch.slice(0, 2), table, reasons(batch.slice(0, 2), table)).to_pylist() == [None, None]
 
 
 def _avro(schema: dict[str, object], rec: dict[str, object]) -> bytes:
