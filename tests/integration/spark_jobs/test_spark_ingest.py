@@ -96,6 +96,7 @@ def test_json_ingest_restart_and_malformed_records(
             json.dumps({"v": "no key"}).encode(),
             json.dumps({"k": -5, "v": "negative"}).encode(),
             None,
+            json.dumps({"k": 7, "v": "x" * 300_000}).encode(),  # the sink's validation refuses it
         ]
         _produce(bs, source, good[:10] + bad + good[10:])
         cfg = _config(sc, source, tmp_path, max_offsets_per_trigger=7)
@@ -106,9 +107,10 @@ def test_json_ingest_restart_and_malformed_records(
         assert len(dead) == len(bad)
         assert [m.value() for m in dead] == bad
         headers = [dict(m.headers()) for m in dead]
-        assert [int(h["shoal.source.offset"]) for h in headers] == list(range(10, 15))
+        assert [int(h["shoal.source.offset"]) for h in headers] == list(range(10, 16))
         assert all(h["shoal.reason"] == b"spark-ingest" and h["shoal.source.topic"] == source.encode() for h in headers)
         assert b"is null" in headers[2]["shoal.detail"] and b"negative" in headers[3]["shoal.detail"]
+        assert headers[5]["shoal.detail"].startswith(b"column 'v': value is longer than")
         assert _group_offset(bs, cfg.group, source) == len(good) + len(bad)
 
         # restart from the checkpoint: only the new records are read (nothing deadlettered twice)
