@@ -101,7 +101,9 @@ def decode_batches(
 
 
 def _column(values: list[Any], name: str, ctype: ColumnType, errors: list[str | None]) -> pa.Array:
-    target = spark_arrow_type(ctype)
+    # a float32 column as float64, as the JSON parse does: a double beyond a float's range must reach
+    # the producer's range check (ingest's refusals), not become an infinity here
+    target = pa.float64() if ctype is ColumnType.FLOAT32 else spark_arrow_type(ctype)
     try:
         return pa.array(values, target)
     except (pa.ArrowException, TypeError, ValueError, OverflowError):

@@ -112,13 +112,24 @@ def split_and_deadletter(
                     counter.add(n_bad)
                 log.warning("spark ingest: %d malformed source records of %s -> %s", n_bad, target.table, target.topic)
             good = batch.filter(pc.invert(bad)) if n_bad else batch
-            yield pa.RecordBatch.from_arrays([good.column(n) for n in names], names=names)
+            yield pa.RecordBatch.from_arrays(
+                [_declared(good.column(c.name), c.type) for c in table.columns], names=names
+            )
         if producer is not None:
             remaining = producer.flush(60)
             if remaining:
                 raise RuntimeError(f"{remaining} deadletter records not delivered to {target.topic}")
     finally:
         producer = None
+
+
+def _declared(values: pa.Array, ctype: ColumnType) -> pa.Array:
+    """A parsed column in the Arrow type of its Spark type (a float32 column parsed as double, its
+    out-of-range values already refused)."""
+    from spark_jobs.schema_map import spark_arrow_type
+
+    target = spark_arrow_type(ctype)
+    return values if values.type == target else pc.cast(values, target, safe=False)
 
 
 def _producer(target: DeadletterTarget) -> Any:

@@ -30,7 +30,7 @@ from spark_jobs.datasource import register
 from spark_jobs.deadletter import ERROR_COLUMN, META_COLUMNS, VALUE_COLUMN, DeadletterTarget, split_and_deadletter
 from spark_jobs.errors import IngestError
 from spark_jobs.offsets_mirror import OffsetsMirror
-from spark_jobs.schema_map import spark_ddl_nullable
+from spark_jobs.schema_map import spark_ddl_nullable, spark_ddl_parsed
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -165,7 +165,7 @@ def _source(spark: SparkSession, cfg: IngestConfig) -> DataFrame:
 
 
 def _parsed_schema(table: TableDefinition) -> str:
-    return f"{spark_ddl_nullable(table)}, `{ERROR_COLUMN}` string, `{VALUE_COLUMN}` binary, " + ", ".join(
+    return f"{spark_ddl_parsed(table)}, `{ERROR_COLUMN}` string, `{VALUE_COLUMN}` binary, " + ", ".join(
         f"`{n}` {t}" for n, t in zip(META_COLUMNS, ("string", "int", "bigint"), strict=True)
     )
 
@@ -174,7 +174,7 @@ def parse_json(raw: DataFrame, table: TableDefinition) -> DataFrame:
     from pyspark.sql import functions as F
     from pyspark.sql.types import StringType, StructType
 
-    parsed_schema = StructType.fromDDL(spark_ddl_nullable(table))
+    parsed_schema = StructType.fromDDL(spark_ddl_parsed(table))
     assert isinstance(parsed_schema, StructType)
     schema = parsed_schema.add(_CORRUPT, StringType())
     options = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": _CORRUPT}

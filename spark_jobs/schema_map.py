@@ -136,3 +136,12 @@ def spark_arrow_type(ctype: ColumnType) -> pa.DataType:
 def spark_ddl_nullable(table: TableDefinition) -> str:
     """Like :func:`spark_ddl` with every column nullable (parsed input may lack any value)."""
     return ", ".join(f"`{c.name}` {_SPARK_NAME[c.type]}" for c in table.columns)
+
+
+def spark_ddl_parsed(table: TableDefinition) -> str:
+    """The DDL the ingest parses JSON with: :func:`spark_ddl_nullable` with float32 columns read as
+    double. Spark's JSON parser turns a number beyond a float's range into an infinity (``1e300`` is
+    ``inf``); read as a double it reaches the producer's range check, which refuses it."""
+    return ", ".join(
+        f"`{c.name}` {'double' if c.type is ColumnType.FLOAT32 else _SPARK_NAME[c.type]}" for c in table.columns
+    )

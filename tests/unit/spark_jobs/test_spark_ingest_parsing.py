@@ -157,3 +157,33 @@ def test_progress_reports_are_mirrored_as_objects_or_dicts() -> None:
     mirror.mirror_progress({"sources": [{"description": "KafkaV2", "endOffset": {"src": {"0": 20}}}]})
     mirror.mirror_progress(None)
     assert seen == [{("src", 0): 12}, {("src", 0): 20}] and mirror.batches == 1
+
+
+def test_a_float32_column_is_parsed_as_double_and_its_range_checked() -> None:
+    """Spark's JSON parser and Arrow's float cast turn a number beyond a float's range into an
+    infinity; the ingest parses float32 columns as double, so the producer's range check refuses the
+    row (deadletter), and the rows that pass go on as float32."""
+    import json
+
+    from spark_jobs.deadletter import split_and_deadletter
+    from spark_jobs.schema_map import spark_ddl_parsed
+
+    table = TableDefinition(
+        "t", (Column("k", ColumnType.UINT64, False), Column("f", ColumnType.FLOAT32)), ("k",), "k", 1
+    )
+    assert spark_ddl_parsed(table) == "`k` bigint, `f` double"
+    schema = {"type": "record", "name": "r", "fields": [{"name": "k", "type": "long"}, {"name": "f", "type": "double"}]}
+    batch = pa.RecordBatch.from_pydict(
+        {
+            "value": pa.array([_avro(schema, {"k": 1, "f": 0.5}), _avro(schema, {"k": 2, "f": 1e300})], pa.binary()),
+            "topic": ["s"] * 2,
+            "partition": pa.array([0] * 2, pa.int32()),
+            "offset": pa.array([0, 1], pa.int64()),
+        }
+    )
+    parsed = next(decode_batches(iter([batch]), json.dumps(schema), table))
+    assert parsed.column("f").type == pa.float64() and parsed.column("f").to_pylist() == [0.5, 1e300]
+    why = refusals(parsed, table, reasons(parsed, table)).to_pylist()
+    assert why[0] is None and why[1] is not None and "outside the range of float" in why[1]
+    good = list(split_and_deadletter(iter([parsed.slice(0, 1)]), table, target=None))  # type: ignore[arg-type]
+    assert good[0].schema.field("f").type == pa.float32() and good[0].column("f").to_pylist() == [0.5]
