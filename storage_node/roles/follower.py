@@ -775,6 +775,12 @@ class PartitionFollower(Worker):
         if above and not minors_above:
             return False
         on_chain = leader_sid in {s.segment_id for s in chain.walk()}
+        if not on_chain:
+            # durably BOOTSTRAPPING before the root moves to NULL: a replica emptied this way must
+            # not serve its empty chain, nor campaign with it after a crash in between
+            bootstrap.request_bootstrap(
+                self.replica, f"local major {major.segment_id} was never published by the leader"
+            )
         self.replica.rewind(leader_sid if on_chain else None)
         kept: set[str] = set()
         if above:
@@ -798,11 +804,7 @@ class PartitionFollower(Worker):
             f" and the minors above it {above}" if above else "",
             "root moved back to it" if on_chain else "its folded segments are gone here: bootstrapping",
         )
-        if not on_chain:
-            bootstrap.request_bootstrap(
-                self.replica, f"local major {major.segment_id} was never published by the leader"
-            )
-        elif self._wal is not None and self.leader_placement_id is not None:
+        if on_chain and self._wal is not None and self.leader_placement_id is not None:
             self._wal.close()  # the overlay was emptied: tail again from what the chain now covers
             self._wal = None
             self._open_wal(self.leader_placement_id)

@@ -286,15 +286,28 @@ def test_an_unpublished_major_is_dropped_and_root_returns_to_the_leaders(tmp_pat
     assert channel.commits[-1] == len(channel.messages)  # every segment acked: they are all here
 
 
-def test_an_unpublished_major_whose_folded_segments_are_gone_bootstraps(tmp_path: Path) -> None:
+def test_an_unpublished_major_whose_folded_segments_are_gone_bootstraps(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     old, records, channel, major = _unpublished_major(tmp_path)
     before = old.scan(include_system=True).sort_by("k")
     assert collect_on_follower(old)  # the follower role deletes what the major folds as it starts
     f = _follower(old, unpublished_major_grace_s=0)
     f._consumer, f.topic = channel, TOPICS.segments(old.partition_id, LEADER)  # type: ignore[assignment]
+    rewinds: list[tuple[str | None, bool]] = []
+    real_rewind = old.rewind
+
+    def rewind(to: str | None) -> object:
+        rewinds.append((to, old.catch_up.bootstrapping))
+        return real_rewind(to)
+
+    monkeypatch.setattr(old, "rewind", rewind)
     for _ in range(20):
         f._step()
     assert old.empty and old.catch_up.bootstrapping  # nothing kept that the leader does not hold
+    # the BOOTSTRAPPING marker is durable before the root moves to NULL: a kill -9 in between left
+    # an empty chain, no marker, served and eligible to lead after the restart
+    assert rewinds == [(None, True)]
     assert not segment_path(old.directory, major).exists()
     f._seek(0)  # the bootstrap positions on the leader's latest major (offset 0 here)
     for _ in range(20):
