@@ -386,13 +386,24 @@ class StorageNode:
         for d in discover(file, self.config.server_id, self._held_replicas(file)):
             if d.placement_id is None:
                 continue
-            if d.state is ReplicaState.LOAD and d.partition_id in split_targets:
-                self._hold_split_target(file, d.partition_id, d.placement_id, d.key_range, split_targets)
-                continue
             try:
-                self._apply_discovery(file, d)
+                if d.state is ReplicaState.LOAD and d.partition_id in split_targets:
+                    self._hold_split_target(file, d.partition_id, d.placement_id, d.key_range, split_targets)
+                else:
+                    self._apply_discovery(file, d)
             except IllegalTransitionError as exc:
                 log.error("node %s refuses a lifecycle change: %s", self.config.server_id, exc)
+            except ShoalError as exc:
+                # one partition's damaged local state (a corrupt segment list, say) must not stop
+                # this node from following, leading and serving the table's other partitions
+                log.error(
+                    "node %s cannot hold partition %s of %s: %s: %s",
+                    self.config.server_id,
+                    d.partition_id,
+                    file.table.name,
+                    type(exc).__name__,
+                    exc,
+                )
         self._start_splitters()
         self._start_forwarders()
 
