@@ -40,8 +40,9 @@ from shoal.segments import (
     write_segment,
 )
 from shoal.segments.coverage import union
+from shoal.segments.errors import SegmentListCorruptError
 from shoal.segments.major_check import ReplacedSegmentUnreadableError, check_major_files
-from shoal.segments.parquet_io import delete_segment_file
+from shoal.segments.parquet_io import delete_segment_file, list_segment_files
 from shoal.segments.recovery import reconcile
 from shoal.segments.versioned import DELETED_COLUMN, SYSTEM_COLUMNS
 from storage_node.replica.catch_up import CatchUp
@@ -99,6 +100,22 @@ def minor_backlog(replica: PartitionReplica) -> int:
     return sum(1 for e in run if not e.is_major)
 
 
+def _refuse_files_without_list(list_path: Path, directory: Path) -> None:
+    """Segment files in a directory whose segment list is missing or empty: the list was lost
+    (SQLite would open a 0-byte or missing file as a new, empty list, and the reconciliation would
+    then delete every segment file as an orphan, while the empty replica served empty scans until
+    its bootstrap check ran). Refused, the files left as they are."""
+    if list_path.exists() and list_path.stat().st_size > 0:
+        return
+    files = list_segment_files(directory)
+    if files:
+        state = "is empty" if list_path.exists() else "is missing"
+        raise SegmentListCorruptError(
+            f"{directory} holds {len(files)} segment files but its segment list {list_path.name} {state}: "
+            f"the files are left as they are; remove the directory to bootstrap this replica again"
+        )
+
+
 class PartitionReplica:
     """Durable state of one (partition, placement) on this node."""
 
@@ -110,11 +127,9 @@ class PartitionReplica:
         self.directory.mkdir(parents=True, exist_ok=True)
         self.key_columns = list(table.primary_key)
         self._lock = threading.RLock()
-        self._list = SegmentList(
-            segment_list_path(self.directory, partition_id, placement_id),
-            partition_id=partition_id,
-            placement_id=placement_id,
-        )
+        list_path = segment_list_path(self.directory, partition_id, placement_id)
+        _refuse_files_without_list(list_path, self.directory)
+        self._list = SegmentList(list_path, partition_id=partition_id, placement_id=placement_id)
         rec = reconcile(self._list.chain, self.directory)
         if rec.orphan_files or rec.removed_temp_files:
             log.info(

@@ -57,6 +57,7 @@ from shoal.kafka.groups import delete_groups
 from shoal.kafka.indexes import channel_indexes
 from shoal.kafka.readers import ChannelManifest, read_manifests, read_wal_channel
 from shoal.kafka.settings import KafkaSettings
+from shoal.segments.parquet_io import delete_segment_file, list_segment_files
 from shoal.topics import TopicNames
 from shoal.worker import Worker
 from storage_node.replica import PartitionReplica
@@ -455,6 +456,10 @@ def remove_replica(replica: PartitionReplica, kafka: KafkaSettings, topics: Topi
     """UNLOAD_FINAL after the grace period: local files, consumer groups and own channels, each logged."""
     pid, own = replica.partition_id, replica.placement_id
     replica.close()
+    # the segment files first: a crash inside rmtree must not leave files without their list, which
+    # a later open refuses as a lost list (storage_node.replica.replica)
+    for sid in list_segment_files(replica.directory):
+        delete_segment_file(replica.directory, sid)
     shutil.rmtree(replica.directory, ignore_errors=True)
     log.info("%s: UNLOAD_FINAL: removed local files %s", replica.name, replica.directory)
     admin = clients.admin(kafka)

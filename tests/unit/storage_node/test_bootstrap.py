@@ -404,11 +404,16 @@ def test_overlay_checks_gtid_order_and_a_forged_record_does_not_move_the_chain(t
     assert sorted(replica.scan().column("k").to_pylist()) == [1, 2, 5]
 
 
-def test_scan_of_a_bootstrapping_replica_is_refused(tmp_path: Path) -> None:
+def test_scan_of_a_bootstrapping_or_unchecked_replica_is_refused(tmp_path: Path) -> None:
     replica = PartitionReplica(TABLE, new_partition_id(), FOLLOWER, tmp_path)
     node = StorageNode.__new__(StorageNode)  # only the held-replica table is used
     node._lock, node._held = threading.RLock(), {}
-    node._held[replica.partition_id] = HeldPartition(TABLE, replica.partition_id, FOLLOWER, None, replica)  # type: ignore[arg-type]
+    held = HeldPartition(TABLE, replica.partition_id, FOLLOWER, None, replica)  # type: ignore[arg-type]
+    node._held[replica.partition_id] = held
+    # not before its bootstrap check ran: it may be a wiped replica about to bootstrap
+    with pytest.raises(PartitionUnavailableError, match="has not yet checked whether it must bootstrap"):
+        node.replicas("events", None)
+    held.bootstrap_checked = True
     assert node.replicas("events", None) == [replica]
     bootstrap.request_bootstrap(replica, "wiped")
     with pytest.raises(PartitionUnavailableError, match="bootstrapping"):

@@ -24,14 +24,16 @@ from shoal.segments import (
     lww_merge,
     read_segment,
     read_segment_near,
+    segment_list_path,
     write_segment,
 )
+from shoal.segments.errors import SegmentListCorruptError
 from shoal.segments.parquet_io import ROW_GROUP_ROWS, read_segment_metadata, segment_path
 from shoal.wire.arrow_ipc import encode_batch
 from shoal.wire.ingest import ingest_schema
 from shoal.wire.records import Gtid
 from storage_node.config import FlushPolicy
-from storage_node.replica import IngestValidator, KeyFilter, PartitionReplica, Rejected, versioned_rows
+from storage_node.replica import IngestValidator, KeyFilter, PartitionReplica, Rejected, replica_dir, versioned_rows
 from storage_node.replica.memtable import Memtable
 from storage_node.serve import ScanServer
 
@@ -88,6 +90,35 @@ def test_replica_flush_scan_and_reopen(tmp_path: Path) -> None:
     assert again.covered_end() == 5 and again.memtable.start_offset == 5
     assert again.scan().sort_by("k").to_pylist() == [*expect[:2], {"k": 5, "v": "e"}]
     again.close()
+
+
+@pytest.mark.parametrize("damage", ["emptied", "deleted"])
+def test_segment_files_whose_list_was_lost_are_refused_and_kept(tmp_path: Path, damage: str) -> None:
+    """SQLite opens a missing or 0-byte list as a new, empty one; the reconciliation then deleted every
+    segment file as an orphan, and the empty replica was served until its bootstrap check ran. The
+    replica now refuses to open, and the files stay for an operator (or a bootstrap once the
+    directory is removed)."""
+    pid = new_partition_id()
+    r = PartitionReplica(TABLE, pid, 3, tmp_path)
+    r.append(versioned_rows(ingest([1, 2], ["a", "b"]), Gtid(1, 0)), 0)
+    assert r.flush(1) is not None
+    r.close()
+    directory = replica_dir(tmp_path, pid, 3)
+    files = sorted(p.name for p in directory.glob("*.parquet"))
+    lost = segment_list_path(directory, pid, 3)
+    for extra in directory.glob(lost.name + "-*"):
+        extra.unlink()
+    if damage == "emptied":
+        lost.write_bytes(b"")
+    else:
+        lost.unlink()
+    for _ in range(2):  # refused every time, not only the first
+        with pytest.raises(SegmentListCorruptError, match="holds 1 segment files but its segment list"):
+            PartitionReplica(TABLE, pid, 3, tmp_path)
+    assert sorted(p.name for p in directory.glob("*.parquet")) == files and len(files) == 1
+    empty_dir = PartitionReplica(TABLE, new_partition_id(), 3, tmp_path)  # no files, no list: a new replica
+    assert empty_dir.empty
+    empty_dir.close()
 
 
 def test_key_scans_read_only_the_row_groups_that_may_hold_the_key_and_agree_with_a_full_scan(
