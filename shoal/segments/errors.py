@@ -69,6 +69,17 @@ class CorruptSegmentError(SegmentFileError):
     """The segment file exists but is not a readable Parquet file (truncated, bit rot, foreign bytes)."""
 
 
+class SegmentChecksumError(CorruptSegmentError):
+    """The segment file reads, but its sha256 is not the one its segment-list record holds (another
+    valid Parquet file in its place, or a changed footer that only key scans would notice)."""
+
+    def __init__(self, segment_id: str, expected: str, actual: str) -> None:
+        super().__init__(f"segment {segment_id}: sha256 {actual[:16]}... is not the listed {expected[:16]}...")
+        self.segment_id = segment_id
+        self.expected = expected
+        self.actual = actual
+
+
 class ReplacedSegmentUnreadableError(SegmentFileError):
     """A segment a major replaces is missing or cannot be read here (``segment_id``, the file
     error as ``cause``): the major cannot be checked against it."""

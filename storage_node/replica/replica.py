@@ -40,9 +40,9 @@ from shoal.segments import (
     write_segment,
 )
 from shoal.segments.coverage import union
-from shoal.segments.errors import SegmentListCorruptError
+from shoal.segments.errors import SegmentChecksumError, SegmentListCorruptError
 from shoal.segments.major_check import ReplacedSegmentUnreadableError, check_major_files
-from shoal.segments.parquet_io import delete_segment_file, list_segment_files
+from shoal.segments.parquet_io import delete_segment_file, file_sha256, list_segment_files, segment_path
 from shoal.segments.recovery import reconcile
 from shoal.segments.versioned import DELETED_COLUMN, SYSTEM_COLUMNS
 from storage_node.replica.catch_up import CatchUp
@@ -148,6 +148,9 @@ class PartitionReplica:
         """segment id -> scans reading its file right now (files are read outside the lock)."""
         self._doomed: set[str] = set()
         """Deleted segments whose file is unlinked when the last scan reading it ends."""
+        self._verified: set[str] = set()
+        """Segments whose file this process wrote, received with its sha256 checked, or hashed on
+        first read (:meth:`_check_files`): files are immutable, so each is hashed at most once."""
         self.deleted_segments = 0
         self.catch_up = CatchUp(self.directory)
         """SERVING, or BOOTSTRAPPING from Kafka (:mod:`storage_node.replication.bootstrap`)."""
@@ -237,6 +240,7 @@ class PartitionReplica:
         ``then`` runs under the same lock, so scans see the new segment and lose its source at once."""
         sid = new_segment_id()
         written = write_segment(self.directory, sid, rows, key_columns=self.key_columns)
+        self._verified.add(sid)
         with self._lock:
             root = self._list.chain.root
             entry = SegmentEntry(
@@ -272,7 +276,9 @@ class PartitionReplica:
         commit_compaction(chain, record.entry, leader_epoch=leader_epoch)
         self._check_major(record, chain.since_latest_major())
         with self._lock:  # checked again: root may have moved while the files were read
-            return self._list.commit_compaction(record, leader_epoch=leader_epoch)
+            chain = self._list.commit_compaction(record, leader_epoch=leader_epoch)
+            self._verified.add(record.segment_id)  # the intake checked its sha256 as it stored it
+            return chain
 
     def _check_major(self, record: SegmentRecord, replaced: Sequence[SegmentEntry]) -> None:
         """MajorContentError unless the major is what the segments it replaces make: it covers their
@@ -392,6 +398,7 @@ class PartitionReplica:
         """
         with self._lock:
             chain = self._list.fast_forward_add(record) if add else self._list.fast_forward(record)
+            self._verified.add(record.segment_id)  # its size and sha256 were checked as it was stored
             if self.overlay is not None:
                 self.overlay.drop_covered(chain.coverage())
             return chain
@@ -447,6 +454,20 @@ class PartitionReplica:
         log.info("%s: deleted %d segments folded into a major: %s", self.name, len(ids), ids)
         return ids
 
+    def _check_files(self, records: dict[str, SegmentRecord | None]) -> None:
+        """Hash each segment file a scan is about to read for the first time in this process against
+        its record's sha256 (:class:`SegmentChecksumError` if it differs). Opening a replica checks
+        only that the files exist; a changed file that is still valid Parquet (another segment's
+        bytes in its place, a footer statistic changed so a key scan skips a row group) would be
+        served as it is, and no other replica would show it to ``shoal verify`` but by a full scan."""
+        for sid, record in records.items():
+            if record is None:
+                continue
+            actual = file_sha256(segment_path(self.directory, sid))
+            if actual != record.sha256:
+                raise SegmentChecksumError(sid, record.sha256, actual)
+            self._verified.add(sid)
+
     def _empty_versioned(self) -> pa.Table:
         from shoal.segments.versioned import stamp
 
@@ -469,8 +490,10 @@ class PartitionReplica:
             if self.overlay is not None:
                 tables += self.overlay.tables()
             ids = [e.segment_id for e in entries]
+            unverified = {sid: self._list.record(sid) for sid in ids if sid not in self._verified}
             self._pins.update(ids)
         try:
+            self._check_files(unverified)
             if where.empty:
                 parts = [read_segment(self.directory, sid) for sid in ids]
             else:  # only the row groups that may hold the key (segments are sorted by it)

@@ -27,7 +27,7 @@ from shoal.segments import (
     segment_list_path,
     write_segment,
 )
-from shoal.segments.errors import SegmentListCorruptError
+from shoal.segments.errors import SegmentChecksumError, SegmentListCorruptError
 from shoal.segments.parquet_io import ROW_GROUP_ROWS, read_segment_metadata, segment_path
 from shoal.wire.arrow_ipc import encode_batch
 from shoal.wire.ingest import ingest_schema
@@ -119,6 +119,35 @@ def test_segment_files_whose_list_was_lost_are_refused_and_kept(tmp_path: Path, 
     empty_dir = PartitionReplica(TABLE, new_partition_id(), 3, tmp_path)  # no files, no list: a new replica
     assert empty_dir.empty
     empty_dir.close()
+
+
+def test_a_segment_file_changed_into_other_valid_parquet_is_refused_on_first_read(tmp_path: Path) -> None:
+    """Opening a replica checks only that its files exist. A file replaced by another valid Parquet
+    file (here the bytes of the next segment, so the rows differ) was served as it was; the first scan
+    of this process now hashes it against the record's sha256."""
+    pid = new_partition_id()
+    r = PartitionReplica(TABLE, pid, 3, tmp_path)
+    r.append(versioned_rows(ingest([1, 2], ["a", "b"]), Gtid(1, 0)), 0)
+    first = r.flush(1)
+    r.append(versioned_rows(ingest([3], ["c"]), Gtid(1, 2)), 2)
+    second = r.flush(1)
+    assert first is not None and second is not None
+    r.close()
+    directory = replica_dir(tmp_path, pid, 3)
+    original = segment_path(directory, first.segment_id).read_bytes()
+    segment_path(directory, first.segment_id).write_bytes(segment_path(directory, second.segment_id).read_bytes())
+    again = PartitionReplica(TABLE, pid, 3, tmp_path)
+    with pytest.raises(SegmentChecksumError) as err:
+        again.scan()
+    assert err.value.segment_id == first.segment_id and err.value.expected == first.sha256
+    with pytest.raises(SegmentChecksumError):
+        again.scan(KeyFilter(key=1))  # refused every time, key scans too
+    segment_path(directory, first.segment_id).write_bytes(original)
+    assert again.scan().sort_by("k").column("k").to_pylist() == [1, 2, 3]  # the right bytes again: served
+    again.close()
+    fixed = PartitionReplica(TABLE, pid, 3, tmp_path)
+    assert fixed.scan().sort_by("k").column("k").to_pylist() == [1, 2, 3]  # the right bytes again: served
+    fixed.close()
 
 
 def test_key_scans_read_only_the_row_groups_that_may_hold_the_key_and_agree_with_a_full_scan(
