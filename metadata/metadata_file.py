@@ -39,7 +39,7 @@ def new_txnid() -> str:
 
 
 def validate_txnid(value: object) -> str:
-    if not isinstance(value, str) or not _TXNID.match(value):
+    if not isinstance(value, str) or not _TXNID.fullmatch(value):
         raise InvalidIdError(f"metadata txnid must be 40 lowercase hex digits (a SHA1), got {value!r:.80}")
     return value
 

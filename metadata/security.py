@@ -30,7 +30,7 @@ class ZkSecurity:
     def __post_init__(self) -> None:
         if (self.username is None) != (self.password is None):
             raise ConfigError("ZooKeeper digest auth needs both a username and a password (or neither)")
-        if self.username is not None and not _USER.match(self.username):
+        if self.username is not None and not _USER.fullmatch(self.username):
             raise ConfigError(f"ZooKeeper username must match {_USER.pattern}, got {self.username!r:.80}")
         if self.password is not None and not self.password:
             raise ConfigError("ZooKeeper password must not be empty")

@@ -101,7 +101,7 @@ RESERVED_COLUMN_PREFIX = "_shoal_"
 
 
 def validate_column_name(value: object) -> str:
-    if not isinstance(value, str) or not _COLUMN_NAME.match(value):
+    if not isinstance(value, str) or not _COLUMN_NAME.fullmatch(value):
         raise InvalidIdError(
             f"column name must match {_COLUMN_NAME.pattern} (a letter or '_', then letters, digits or '_'), "
             f"got {value!r:.80}"

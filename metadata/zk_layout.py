@@ -34,7 +34,7 @@ class ZkLayout:
     root: str = "/shoal"
 
     def __post_init__(self) -> None:
-        if not _ROOT.match(self.root) or "/." in self.root:
+        if not _ROOT.fullmatch(self.root) or "/." in self.root:
             raise ConfigError(f"ZooKeeper root must be an absolute path like /shoal, got {self.root!r:.80}")
 
     @property

@@ -32,7 +32,7 @@ def new_segment_id() -> str:
 
 def validate_hex128(value: object, what: str) -> str:
     """Return ``value`` if it is 32 lowercase hex digits, else raise InvalidIdError naming ``what``."""
-    if not isinstance(value, str) or not _HEX128.match(value):
+    if not isinstance(value, str) or not _HEX128.fullmatch(value):
         raise InvalidIdError(f"{what} must be 32 lowercase hex digits (a 128-bit id), got {value!r:.80}")
     return value
 
@@ -47,7 +47,7 @@ def validate_segment_id(value: object) -> str:
 
 def validate_server_id(value: object) -> str:
     """Server ids are short lowercase names such as ``node-1``."""
-    if not isinstance(value, str) or not _SERVER_ID.match(value):
+    if not isinstance(value, str) or not _SERVER_ID.fullmatch(value):
         raise InvalidIdError(
             f"server_id must match {_SERVER_ID.pattern} (lowercase letters, digits, '-', '_'), got {value!r:.80}"
         )
@@ -55,7 +55,7 @@ def validate_server_id(value: object) -> str:
 
 
 def validate_table_name(value: object) -> str:
-    if not isinstance(value, str) or not _TABLE_NAME.match(value):
+    if not isinstance(value, str) or not _TABLE_NAME.fullmatch(value):
         raise InvalidIdError(
             f"table name must match {_TABLE_NAME.pattern} (a letter, then letters, digits or '_'), got {value!r:.80}"
         )

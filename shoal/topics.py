@@ -19,7 +19,7 @@ class TopicNames:
     prefix: str = "shoal"
 
     def __post_init__(self) -> None:
-        if not _PREFIX.match(self.prefix) or ".." in self.prefix:
+        if not _PREFIX.fullmatch(self.prefix) or ".." in self.prefix:
             raise ConfigError(
                 f"topic prefix must be 1-100 chars of letters, digits, '.', '_', '-' and not contain '..', "
                 f"got {self.prefix!r:.120}"
@@ -59,7 +59,7 @@ class TopicNames:
     def spark_group(self, query_name: str) -> str:
         """Consumer group mirroring a Spark ingest query's source offsets, so offset monitoring (and
         kafka-consumer-groups) can see its lag. ``query_name``: 1-100 letters, digits, '_', '-'."""
-        if not _QUERY.match(query_name or ""):
+        if not _QUERY.fullmatch(query_name or ""):
             raise ConfigError(f"query name must be 1-100 letters, digits, '_' or '-', got {query_name!r:.120}")
         return f"{self.prefix}.spark.{query_name}"
 

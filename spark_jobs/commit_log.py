@@ -27,7 +27,7 @@ _QUERY_ID = re.compile(r"^[0-9a-fA-F-]{1,64}$")
 
 
 def validate_query_id(query_id: object) -> str:
-    if not isinstance(query_id, str) or not _QUERY_ID.match(query_id):
+    if not isinstance(query_id, str) or not _QUERY_ID.fullmatch(query_id):
         raise SinkCommitError(f"streaming query id must be a UUID, got {query_id!r:.80}")
     return query_id
 

@@ -120,7 +120,7 @@ class NodeStatsCollector(PromCollector):
         for partition, counters in stats.items():
             for name, value in counters.items():
                 base = name[: -len("_total")] if name.endswith("_total") else name
-                if not _NAME.match(base):
+                if not _NAME.fullmatch(base):
                     raise MetricsError(name, f"node counter name must match [a-z][a-z0-9_]*, got {name!r:.80}")
                 fam = families.get(base)
                 if fam is None:

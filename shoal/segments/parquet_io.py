@@ -171,7 +171,7 @@ def write_segment_bytes(
     Before the rename: the size (if given) and the sha256 must match the manifest
     (ChecksumMismatchError otherwise) and the file must open as Parquet (CorruptSegmentError).
     """
-    if not isinstance(expected_sha256, str) or not _SHA256.match(expected_sha256):
+    if not isinstance(expected_sha256, str) or not _SHA256.fullmatch(expected_sha256):
         raise SegmentArgumentError(f"expected_sha256 must be 64 lowercase hex digits, got {expected_sha256!r:.80}")
     path = segment_path(directory, segment_id)
     rows: list[int] = []
@@ -306,4 +306,4 @@ def delete_segment_file(directory: Path, segment_id: str) -> bool:
 
 def list_segment_files(directory: Path) -> set[str]:
     """Ids of the segment files in ``directory`` (names that are not ``<hex128>.parquet`` are ignored)."""
-    return {m.group(1) for p in Path(directory).iterdir() if (m := _FILE_NAME.match(p.name)) and p.is_file()}
+    return {m.group(1) for p in Path(directory).iterdir() if (m := _FILE_NAME.fullmatch(p.name)) and p.is_file()}

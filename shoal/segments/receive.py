@@ -153,7 +153,7 @@ def entry_from_manifest(manifest: ManifestLike) -> SegmentEntry:
         if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**63:
             raise InvalidSegmentEntryError(f"manifest {name} must be a non-negative integer, got {value!r:.40}")
     sha = getattr(manifest, "sha256", None)
-    if not isinstance(sha, str) or not _SHA256.match(sha):
+    if not isinstance(sha, str) or not _SHA256.fullmatch(sha):
         raise InvalidSegmentEntryError(f"manifest sha256 must be 64 lowercase hex digits, got {sha!r:.80}")
     try:
         included = manifest.included_segment_ids

@@ -80,7 +80,7 @@ class SegmentRecord:
     def __post_init__(self) -> None:
         if not isinstance(self.entry, SegmentEntry):
             raise InvalidSegmentEntryError("SegmentRecord.entry must be a SegmentEntry")
-        if not isinstance(self.sha256, str) or not _SHA256.match(self.sha256):
+        if not isinstance(self.sha256, str) or not _SHA256.fullmatch(self.sha256):
             raise InvalidSegmentEntryError(f"sha256 must be 64 lowercase hex digits, got {self.sha256!r:.80}")
         for name in ("row_count", "size_bytes"):
             v = getattr(self, name)

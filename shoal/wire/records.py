@@ -61,7 +61,7 @@ def _count(what: str, value: object, maximum: int = _LONG_MAX, minimum: int = 0)
 
 
 def _topic(what: str, value: object) -> str:
-    if not isinstance(value, str) or not _TOPIC.match(value):
+    if not isinstance(value, str) or not _TOPIC.fullmatch(value):
         raise SchemaError(f"{what} must be a Kafka topic name ([A-Za-z0-9._-], 1-249 chars), got {value!r:.80}")
     return value
 
@@ -184,7 +184,7 @@ class ManifestRecord:
             raise SchemaError(f"is_major must be a bool, got {self.is_major!r:.80}")
         validate_placement_id(self.placement_id)
         _count("epoch", self.epoch)
-        if not isinstance(self.checksum, str) or not _SHA256_HEX.match(self.checksum):
+        if not isinstance(self.checksum, str) or not _SHA256_HEX.fullmatch(self.checksum):
             raise SchemaError(f"checksum must be a sha256 as 64 lowercase hex digits, got {self.checksum!r:.80}")
         _count("size_bytes", self.size_bytes)
         _count("row_count", self.row_count)
