@@ -65,6 +65,21 @@ class Keyspace(enum.Enum):
             return self.encode(int(stripped))
         return self.encode(text)
 
+    def lowest(self) -> bytes:
+        """The encoded lowest key: 0 for UINT64 (8 zero bytes), the empty string for STRING. No split
+        point may be at or below it: the partition below it could hold no key."""
+        return self.encode(0) if self is Keyspace.UINT64 else self.encode("")
+
+    def validate_split_point(self, data: bytes) -> bytes:
+        """A valid boundary above the lowest key (:meth:`lowest`)."""
+        self.validate_boundary(data, "split point")
+        if data <= self.lowest():
+            raise InvalidKeyError(
+                f"the lowest key ({self.format_key(self.lowest())}) cannot be a split point: "
+                "the partition below it could hold no key"
+            )
+        return data
+
     def validate_boundary(self, data: bytes, what: str = "boundary") -> bytes:
         """Check a stored begin/split point: empty (unbounded) or a valid key of this keyspace."""
         if data == UNBOUNDED:

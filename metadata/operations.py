@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from metadata.errors import InvalidOperationError
-from metadata.keyspace import UNBOUNDED
+from metadata.keyspace import UNBOUNDED, Keyspace
 from metadata.metadata_file import ChangeType, MetadataFile, PartitionEntry, Placement, new_txnid
 from metadata.placements import spread_leaders
 from metadata.table import TableDefinition
@@ -30,6 +30,16 @@ class Change(Protocol):
     change_type: ChangeType
 
     def apply(self, base: MetadataFile) -> MetadataFile: ...
+
+
+def _check_split_point(keyspace: Keyspace, point: bytes) -> None:
+    """A valid boundary above the keyspace's lowest key (a UINT64 split at 0 made a partition that
+    could hold no key, for ever: there is no merge)."""
+    keyspace.validate_boundary(point, "split point")
+    if point <= keyspace.lowest():
+        raise InvalidOperationError(
+            f"the lowest key ({keyspace.format_key(keyspace.lowest())}) cannot be a split point"
+        )
 
 
 def create_file(
@@ -54,9 +64,7 @@ def create_file(
             f"{len(points)} split points make {len(points) + 1} partitions, but {len(assignments)} server lists given"
         )
     for p in points:
-        table.keyspace.validate_boundary(p, "split point")
-        if p == UNBOUNDED:
-            raise InvalidOperationError("a split point cannot be the lowest key")
+        _check_split_point(table.keyspace, p)
     if any(b <= a for a, b in itertools.pairwise(points)):
         raise InvalidOperationError("split points must be strictly increasing (no duplicates)")
     ids = list(partition_ids) if partition_ids is not None else [new_partition_id() for _ in assignments]
@@ -142,7 +150,7 @@ class SplitPartition:
                 partition_id=self.partition_id,
                 operation="join/leave",
             )
-        ks.validate_boundary(self.split_point, "split point")
+        _check_split_point(ks, self.split_point)
         krange = base.range_of(i)
         if self.split_point in (krange.begin, krange.end):
             raise InvalidOperationError(

@@ -125,7 +125,7 @@ def create(
                 partition_key or primary_key[0],
                 3 if replication_factor is None else replication_factor,
             )
-        points = [table.keyspace.parse_text(p) for p in split_points]
+        points = [table.keyspace.validate_split_point(table.keyspace.parse_text(p)) for p in split_points]
     except ShoalError as exc:
         raise click.ClickException(f"{type(exc).__name__}: {exc}") from exc
     with _coordinator(**conn) as coord:
@@ -488,7 +488,6 @@ def split_command(
     """
     import time
 
-    from metadata.keyspace import UNBOUNDED
     from metadata.partition_map import PartitionMap
 
     started = time.monotonic()
@@ -498,11 +497,9 @@ def split_command(
             base = coord.current(name)
             ks = base.table.keyspace
             try:
-                point = ks.parse_text(at)
+                point = ks.validate_split_point(ks.parse_text(at))
             except ShoalError as exc:
                 raise click.BadParameter(f"{exc}", param_hint="--at") from exc
-            if point == UNBOUNDED:
-                raise click.BadParameter("the lowest key cannot be a split point", param_hint="--at")
             pid = partition_id or PartitionMap(base).lookup_encoded(point).partition_id
             entry = base.partition(pid)
             servers = [p.server_id for p in entry.servers]

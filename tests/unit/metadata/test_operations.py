@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 from helpers_metadata import Ids, new_file, table
 
-from metadata.errors import InvalidOperationError, UnknownPartitionError
+from metadata.errors import InvalidKeyError, InvalidOperationError, UnknownPartitionError
 from metadata.keyspace import UNBOUNDED, Keyspace
 from metadata.metadata_file import ChangeType, Placement
 from metadata.operations import (
@@ -72,6 +72,17 @@ def test_split_point_must_be_strictly_inside() -> None:
     for point in (U(10), U(20), U(5), U(25), UNBOUNDED):
         with pytest.raises(InvalidOperationError):
             SplitPartition(mid, point, ids.place("node-1", "node-2"), ids.place("node-1", "node-2")).apply(f)
+    # the lowest key: the partition below a split at 0 could hold no key, for ever
+    low = f.partitions[0].partition_id
+    with pytest.raises(InvalidOperationError, match="lowest key"):
+        SplitPartition(low, U(0), ids.place("node-1", "node-2"), ids.place("node-1", "node-2")).apply(f)
+    with pytest.raises(InvalidOperationError, match="lowest key"):
+        new_file(split_points=(U(0), U(10)), ids=Ids())
+    with pytest.raises(InvalidKeyError, match="lowest key"):
+        Keyspace.UINT64.validate_split_point(Keyspace.UINT64.parse_text("0"))
+    assert Keyspace.UINT64.validate_split_point(U(1)) == U(1)
+    with pytest.raises(InvalidKeyError, match="lowest key"):
+        Keyspace.STRING.validate_split_point(Keyspace.STRING.parse_text(""))
     with pytest.raises(Exception, match="8 bytes"):
         SplitPartition(mid, b"\x01", ids.place("node-1", "node-2"), ids.place("node-1", "node-2")).apply(f)
     # reused placement ids are refused (ABA)

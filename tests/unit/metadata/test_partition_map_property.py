@@ -31,7 +31,7 @@ def _apply_splits(file: MetadataFile, ids: Ids, choices: list[tuple[int, object]
         entry = file.partitions[entry_index]
         krange = file.range_of(entry_index)
         point = file.table.keyspace.encode(key)
-        if entry.splitting or not krange.strictly_inside(point):
+        if entry.splitting or not krange.strictly_inside(point) or point <= file.table.keyspace.lowest():
             continue
         file = SplitPartition(entry.partition_id, point, ids.place("node-1"), ids.place("node-2")).apply(file)
         _check_cover(file)
