@@ -274,9 +274,22 @@ class TableDefinition:
         """Build from the JSON form (``to_json``); ``keyspace`` may be omitted."""
         if not isinstance(data, Mapping):
             raise SchemaError(f"a table definition must be a JSON object, got {type(data).__name__}")
+        unknown = sorted(set(data) - _TABLE_KEYS, key=str)
+        if unknown:  # a typo ("replication-factor") would silently give the default
+            raise SchemaError(f"unknown key {unknown[0]!r:.60} in the table definition; allowed: {sorted(_TABLE_KEYS)}")
         columns = data.get("columns")
         if not isinstance(columns, list) or not all(isinstance(c, Mapping) for c in columns):
             raise SchemaError("a table definition needs 'columns': a list of {name, type, nullable} objects")
+        for c in columns:
+            extra = sorted(set(c) - _COLUMN_KEYS, key=str)
+            if extra:
+                raise SchemaError(
+                    f"unknown key {extra[0]!r:.60} in column {c.get('name')!r:.60}; allowed: {sorted(_COLUMN_KEYS)}"
+                )
+            if not isinstance(c.get("nullable", True), bool):
+                raise SchemaError(
+                    f"column {c.get('name')!r:.60}: 'nullable' must be true or false, got {c.get('nullable')!r:.60}"
+                )
         record = {
             "name": data.get("name"),
             "columns": [
@@ -288,6 +301,10 @@ class TableDefinition:
             "replication_factor": data.get("replication_factor", 3),
         }
         return cls.from_record(record)
+
+
+_TABLE_KEYS = frozenset({"name", "columns", "primary_key", "partition_key", "keyspace", "replication_factor"})
+_COLUMN_KEYS = frozenset({"name", "type", "nullable"})
 
 
 def _str_list(value: object, what: str) -> list[str]:

@@ -290,7 +290,8 @@ def plan_drain(
     """Every replica of ``server_id`` (LIVE or joining) with the server it moves to: the running server
     not yet listed in that partition holding the fewest replicas; partitions it leads come last.
 
-    :class:`DrainError` when ``server_id`` is not running or a partition has no server to move to.
+    :class:`DrainError` when ``server_id`` is not running, a partition has no server to move to or is
+    splitting (nothing is committed then).
     """
     if server_id not in servers:
         raise DrainError(server_id, f"unknown server {server_id!r}: running nodes are {', '.join(servers) or 'none'}")
@@ -306,6 +307,12 @@ def plan_drain(
             found = e.find(server_id)
             if found is None or found[0] == "servers_leaving":
                 continue
+            if e.splitting:  # refused now, not after the moves planned before it were committed
+                raise DrainError(
+                    server_id,
+                    f"cannot drain {server_id}: partition {e.partition_id} of {f.table.name} is splitting "
+                    "(a replica cannot join or leave it until the split is finalized); drain after the split",
+                )
             listed = {p.server_id for p in e.all_placements()}
             free = sorted((n, s) for s, n in load.items() if s not in listed)
             if not free:

@@ -132,3 +132,21 @@ def test_bad_columns() -> None:
         TableDefinition.from_arrow("t", pa.schema([("k", pa.list_(pa.int8()))]), ["k"], "k")
     with pytest.raises(SchemaError):
         TableDefinition.from_json(["not", "an", "object"])
+
+
+def test_a_table_definition_json_is_read_strictly() -> None:
+    """A typo'd key silently gave its default ("replication-factor": 1 made RF 3), and "nullable":
+    "false" (a string, so true) made a column nullable."""
+    good = {
+        "name": "t",
+        "columns": [{"name": "k", "type": "uint64", "nullable": False}],
+        "primary_key": ["k"],
+        "partition_key": "k",
+    }
+    assert TableDefinition.from_json(good).replication_factor == 3
+    with pytest.raises(SchemaError, match="unknown key 'replication-factor'"):
+        TableDefinition.from_json({**good, "replication-factor": 1})
+    with pytest.raises(SchemaError, match="unknown key 'nulable' in column 'k'"):
+        TableDefinition.from_json({**good, "columns": [{"name": "k", "type": "uint64", "nulable": False}]})
+    with pytest.raises(SchemaError, match="'nullable' must be true or false, got 'false'"):
+        TableDefinition.from_json({**good, "columns": [{"name": "k", "type": "uint64", "nullable": "false"}]})

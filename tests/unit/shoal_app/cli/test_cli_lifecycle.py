@@ -9,7 +9,7 @@ import pytest
 
 from metadata.errors import InvalidOperationError
 from metadata.metadata_file import MetadataFile, Placement
-from metadata.operations import JoinServer, LeaveServer, LifecycleConflictError, create_file
+from metadata.operations import JoinServer, LeaveServer, LifecycleConflictError, SplitPartition, create_file
 from metadata.table import Column, ColumnType, TableDefinition
 from shoal_app.cli.node import DrainError, plan_drain
 from shoal_app.cli.table import (
@@ -139,3 +139,14 @@ def test_drain_plan_moves_leaders_last_and_refuses_when_no_server_is_free() -> N
         plan_drain([f], "node-7", ["node-1", "node-2"], leaders)
     with pytest.raises(DrainError, match="has no running server to move to"):
         plan_drain([f], "node-1", ["node-1", "node-2"], leaders)
+    # a splitting partition refuses joins and leaves: the drain is refused before committing any move
+    # (it committed the joins planned before that partition, then failed)
+    high = f.partitions[1]
+    split = SplitPartition(
+        high.partition_id,
+        (200).to_bytes(8, "big"),
+        (Placement("node-1", 90), Placement("node-2", 91)),
+        (Placement("node-1", 92), Placement("node-2", 93)),
+    ).apply(f)
+    with pytest.raises(DrainError, match=f"partition {high.partition_id} of events is splitting"):
+        plan_drain([split], "node-1", ["node-1", "node-2", "node-3"], leaders)
