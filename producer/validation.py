@@ -175,10 +175,10 @@ def _cast_column(table: TableDefinition, name: str, values: Any, dtype: pa.DataT
     kind = _kind(dtype)
     if kind == "float":
         _check_float_range(table, name, values, out)
+    if kind == "timestamp":
+        _check_timestamp_range(table, name, out)
     if not isinstance(values, list):  # Arrow built arrays from Python values itself
         _check_arrow_data(table, name, out)
-    elif kind == "timestamp":
-        _check_timestamp_range(table, name, out)
     return out
 
 

@@ -266,6 +266,9 @@ def test_timestamps_are_floored_to_the_millisecond_and_never_wrap() -> None:
     assert (_refused(seconds).row, _refused(seconds).column) == (1, "at")
     err = _refused([{"k": 1, "at": 0}, {"k": 2, "at": 10**15}])
     assert (err.row, err.column) == (1, "at") and "outside the years 1-9999" in err.reason
+    arrow_ms = pa.table({"k": pa.array([1, 2], pa.uint64()), "at": pa.array([0, 10**15], pa.timestamp("ms"))})
+    err = _refused(arrow_ms)
+    assert (err.row, err.column) == (1, "at") and "outside the years 1-9999" in err.reason
     low, high = -62_135_596_800_000, 253_402_300_799_999
     edges = validate_rows(FLOATS, [{"k": 1, "at": low}, {"k": 2, "at": high}]).column("at").cast(pa.int64())
     assert edges.to_pylist() == [low, high]
