@@ -183,8 +183,8 @@ def _parse_key(table: TableDefinition, text: str | None) -> int | str | None:
 def _json_value(value: object) -> object:
     """A scanned value as ``shoal write`` reads it back: a timestamp in ISO 8601 with milliseconds
     and its offset, a binary value as its UTF-8 text, or ``{"base64": ...}`` when it is not UTF-8
-    (which ``shoal write`` refuses rather than store the text of it). Floats stay numbers, and NaN
-    and the infinities the ``NaN``/``Infinity`` constants Python's JSON reads."""
+    (which ``shoal write`` refuses rather than store the text of it). Floats stay numbers; NaN and
+    the infinities are printed as the ``NaN``/``Infinity`` constants Python's JSON reads back."""
     if isinstance(value, dt.datetime):
         return value.isoformat(timespec="milliseconds")
     if isinstance(value, bytes):
