@@ -276,9 +276,9 @@ class StorageNode:
 
     def replicas(self, table: str, partition_id: str | None) -> list[PartitionReplica]:
         """The replicas a scan reads. A replica whose leader role is still starting (replaying its WAL,
-        adopting the other placements' channels) holds only part of the rows, and one that has not yet
-        run its bootstrap check may be a wiped replica about to bootstrap: scanning either is refused
-        with a retryable error rather than answered with a partial result."""
+        adopting the other placements' channels) holds only part of the rows, and an empty one that has
+        not yet run its bootstrap check may be a wiped replica about to bootstrap: scanning either is
+        refused with a retryable error rather than answered with a partial result."""
         with self._lock:
             held = [
                 h
@@ -288,10 +288,10 @@ class StorageNode:
                 and h.state is ReplicaState.LIVE  # LOAD is catching up, UNLOAD serves nothing (seed 002 s. 3)
             ]
         for h in held:
-            if not h.bootstrap_checked:
+            if not h.bootstrap_checked and h.replica.empty:  # a non-empty one never needs to bootstrap
                 raise PartitionUnavailableError(
-                    f"{h.replica.name} has not yet checked whether it must bootstrap (ZooKeeper or Kafka "
-                    "unreachable since it opened); retry shortly"
+                    f"{h.replica.name} is empty and has not yet checked whether it must bootstrap (it may be a "
+                    "wiped replica; ZooKeeper or Kafka unreachable since it opened); retry shortly"
                 )
             if h.replica.catch_up.bootstrapping:
                 raise PartitionUnavailableError(

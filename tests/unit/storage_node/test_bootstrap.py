@@ -410,7 +410,7 @@ def test_scan_of_a_bootstrapping_or_unchecked_replica_is_refused(tmp_path: Path)
     node._lock, node._held = threading.RLock(), {}
     held = HeldPartition(TABLE, replica.partition_id, FOLLOWER, None, replica)  # type: ignore[arg-type]
     node._held[replica.partition_id] = held
-    # not before its bootstrap check ran: it may be a wiped replica about to bootstrap
+    # empty, not before its bootstrap check ran: it may be a wiped replica about to bootstrap
     with pytest.raises(PartitionUnavailableError, match="has not yet checked whether it must bootstrap"):
         node.replicas("events", None)
     held.bootstrap_checked = True
