@@ -4,6 +4,7 @@ them to the partitions' ingest topics (DESIGN.md section 4, step 1)."""
 from producer.config import ProducerConfig, SyncPolicy
 from producer.errors import (
     DeliveryError,
+    MessagesRefusedError,
     ProducerClosedError,
     ProducerError,
     RoutingError,
@@ -12,14 +13,17 @@ from producer.errors import (
     SyncTimeoutError,
 )
 from producer.producer import DeliveryReport, Producer, WriteResult
+from producer.refusals import Refusal
 
 __all__ = [
     "DeliveryError",
     "DeliveryReport",
+    "MessagesRefusedError",
     "Producer",
     "ProducerClosedError",
     "ProducerConfig",
     "ProducerError",
+    "Refusal",
     "RoutingError",
     "RowValidationError",
     "SendError",

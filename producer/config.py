@@ -74,6 +74,10 @@ class ProducerConfig(ConnectionFields):
     split_drain_timeout_s: float = 90.0
     """How long a write waits for this producer's earlier writes to a partition that split to be
     accepted (forwarded to the children) before it goes to a child (:meth:`Producer.write`)."""
+    check_refusals: bool = True
+    """Whether ``sync()`` also reads the deadletter topic and raises :class:`~producer.MessagesRefusedError`
+    for this producer's messages a leader refused (:mod:`producer.refusals`). Off, a refused message
+    counts as accepted."""
     kafka_config: Mapping[str, Any] = field(default_factory=dict, hash=False)
 
     def __post_init__(self) -> None:

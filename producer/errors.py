@@ -7,7 +7,11 @@ from typing import TYPE_CHECKING
 from shoal.errors import KafkaOperationError, SchemaError, ShoalError
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from confluent_kafka import KafkaError
+
+    from producer.refusals import Refusal
 
 
 class ProducerError(ShoalError):
@@ -81,6 +85,24 @@ class SyncTimeoutError(ProducerError, TimeoutError):
     def __init__(self, message: str, lagging: dict[str, tuple[int | None, int]]) -> None:
         super().__init__(message)
         self.lagging = dict(lagging)
+
+
+class MessagesRefusedError(ProducerError):
+    """``sync()`` found messages of this producer that a leader refused to the deadletter topic.
+
+    Their rows are not stored. ``refusals`` lists them (:class:`producer.refusals.Refusal`: table,
+    partition, ingest topic and offset, the leader's reason and detail). Everything else written
+    before the ``sync()`` call was accepted. Each refusal is reported by one ``sync()`` only.
+    """
+
+    def __init__(self, refusals: Sequence[Refusal]) -> None:
+        self.refusals = list(refusals)
+        first = self.refusals[0]
+        where = f"{first.topic}@{first.offset}" if first.offset is not None else first.topic
+        super().__init__(
+            f"{len(self.refusals)} message(s) refused by their partition leader, rows not stored; "
+            f"first: table {first.table}, {where}: {first.reason}: {first.detail[:300]}"
+        )
 
 
 class ProducerClosedError(ProducerError):

@@ -11,7 +11,9 @@ through the futures of the :class:`WriteResult` that ``write``/``delete`` return
 polls the Kafka client so futures resolve without the caller polling. ``flush()`` waits for Kafka and
 raises :class:`DeliveryError` if any message failed since the last flush. ``sync()`` flushes, then waits
 until each partition leader's consumer group has committed past the last offset written to its
-ingest topic (the accepted-by-leader index, DESIGN.md section 3).
+ingest topic (the accepted-by-leader index, DESIGN.md section 3), then reads the deadletter topic for
+messages of this producer that a leader refused instead (:mod:`producer.refusals`) and raises
+:class:`MessagesRefusedError` naming them: such a message moves the committed offset too.
 
 Partition maps are cached per table and kept current by a :class:`metadata.notify.TableWatcher`
 (a split or any other committed change swaps the map in). They are also re-read when routing fails
@@ -38,13 +40,21 @@ from metadata.notify import TableWatcher
 from metadata.partition_map import CachedPartitionMap, PartitionMap
 from producer.batching import split_messages
 from producer.config import ProducerConfig
-from producer.errors import DeliveryError, ProducerClosedError, RoutingError, SendError, SyncTimeoutError
+from producer.errors import (
+    DeliveryError,
+    MessagesRefusedError,
+    ProducerClosedError,
+    RoutingError,
+    SendError,
+    SyncTimeoutError,
+)
+from producer.refusals import DeadletterWatch, RefusalReader, new_producer_id
 from producer.routing import route
 from producer.validation import Limits, to_ingest, validate_keys, validate_rows
 from shoal.errors import KafkaOperationError
 from shoal.kafka import clients
 from shoal.kafka.errors import kafka_error_of
-from shoal.wire.ingest import TABLE_HEADER
+from shoal.wire.ingest import PRODUCER_HEADER, TABLE_HEADER
 from shoal.worker import Worker
 
 log = logging.getLogger(__name__)
@@ -147,8 +157,13 @@ class Producer:
         kafka_producer: Any = None,
         admin: Any = None,
         offsets_reader: OffsetsReader | None = None,
+        refusals: RefusalReader | None = None,
     ) -> None:
         self.config = config
+        self.producer_id = new_producer_id()
+        """Sent on every message (``shoal.producer``): how ``sync()`` tells this producer's refusals apart."""
+        self._refusals = refusals
+        self._refusals_started = False
         self.topics = config.topics
         self._on_delivery = on_delivery
         self._metadata = metadata
@@ -208,6 +223,8 @@ class Producer:
             self._poller.stop(timeout=5)
         if self._sync_pool is not None:
             self._sync_pool.shutdown(wait=True)
+        if self._refusals is not None:
+            self._refusals.close()
         if self._metadata is not None and self._own_metadata:
             self._metadata.close()
             self._metadata = None
@@ -324,9 +341,10 @@ class Producer:
         with self._lock:
             for partition_id in {pid for pid, _ in batches}:
                 self._routed[self.topics.ingest(partition_id)] = (table, partition_id)
+        self._start_refusals()
         futures: list[Future[DeliveryReport]] = []
         kafka = self.kafka
-        headers = [(TABLE_HEADER, table.encode("utf-8"))]
+        headers = [(TABLE_HEADER, table.encode("utf-8")), (PRODUCER_HEADER, self.producer_id.encode())]
         sent = 0
         for partition_id, message in batches:
             topic = self.topics.ingest(partition_id)
@@ -346,6 +364,18 @@ class Producer:
             futures.append(future)
             sent += message.num_rows
         return WriteResult(table, rows.num_rows, tuple(futures))
+
+    def _start_refusals(self) -> None:
+        """Before the first message: note where the deadletter topic ends (:meth:`sync` reads on from there)."""
+        if not self.config.check_refusals:
+            return
+        with self._lock:
+            if self._refusals_started:
+                return
+            if self._refusals is None:
+                self._refusals = DeadletterWatch(self.config.kafka, self.topics, self.producer_id)
+            self._refusals.start(self.config.topic_timeout_s)
+            self._refusals_started = True
 
     @staticmethod
     def _send_error(
@@ -482,6 +512,10 @@ class Producer:
         lagging at once (one request per leader group, all in flight together), then sleeps the
         next :class:`~producer.config.SyncPolicy` interval. Raises SyncTimeoutError naming the
         lagging partitions after ``timeout`` seconds.
+
+        Then, unless ``config.check_refusals`` is off, reads the deadletter topic from where the
+        previous check stopped and raises :class:`MessagesRefusedError` listing the messages of this
+        producer that a leader refused (their rows are not stored; everything else was accepted).
         """
         self._sync(timeout)
 
@@ -501,7 +535,7 @@ class Producer:
                 if seen is not None and seen[0] is not None and seen[0] > last:
                     del remaining[topic]  # committed offsets only grow: any read past ``last`` proves it
             if not remaining:
-                return
+                break
             groups = {topic: self.topics.leader_group(pid) for topic, (pid, _) in remaining.items()}
             for topic, answer in self._committed_all(groups).items():
                 if isinstance(answer, KafkaOperationError):
@@ -516,7 +550,7 @@ class Producer:
                 if answer is not None and answer > remaining[topic][1]:
                     del remaining[topic]
             if not remaining:
-                return
+                break
             now = policy.clock()
             if now >= deadline:
                 lagging = {t: (committed.get(t), last) for t, (_, last) in remaining.items()}
@@ -531,6 +565,18 @@ class Producer:
                     lagging,
                 )
             policy.sleep(min(next(intervals), max(0.0, deadline - now)))
+        if only is None:
+            self._raise_refused(max(5.0, deadline - policy.clock()))
+
+    def _raise_refused(self, timeout: float) -> None:
+        """MessagesRefusedError if a leader refused messages of this producer since the last check."""
+        with self._lock:
+            reader = self._refusals if self._refusals_started else None
+        if reader is None:
+            return
+        refusals = reader.read(timeout)
+        if refusals:
+            raise MessagesRefusedError(refusals)
 
     def _delivered_before(self, timeout: float) -> dict[str, tuple[str, int]]:
         """Wait for the messages produced so far; {ingest topic: (partition_id, last offset)} of

@@ -70,3 +70,9 @@ class TopicNames:
     @property
     def deadletter(self) -> str:
         return f"{self.prefix}.deadletter"
+
+    @property
+    def refusals_group(self) -> str:
+        """The group id a producer's deadletter reader carries (``producer.refusals``): a label, it
+        assigns its partition and never commits."""
+        return f"{self.prefix}.deadletter.producer"

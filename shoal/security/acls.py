@@ -5,8 +5,8 @@ Roles:
 
 - ``writer`` (producers, ``shoal write``, the Spark sink): writes (and creates, when it is first)
   the ingest topics of its tables,
-  reads the metadata topic (partition map), and describes the leader groups (``sync`` waits on the
-  accepted-by-leader index).
+  reads the metadata topic (partition map), describes the leader groups (``sync`` waits on the
+  accepted-by-leader index) and reads the deadletter topic (``sync`` reports refused messages).
 - ``node`` (storage nodes): everything on its tables' channels: creates, reads and writes the
   ingest, WAL, segments, compaction and forward topics, ``DeleteRecords`` (Tail), its consumer
   groups (leader, replica Ack, consume) and its transactional ids (each equal to its channel topic).
@@ -106,6 +106,13 @@ _METADATA_READ_OPS = ("READ", "DESCRIBE", "DESCRIBE_CONFIGS")
 """Reading the metadata topic: the store checks its configs (compacted) before it reads."""
 
 
+def _refusal_reads(role: str, principal: str, topics: TopicNames) -> list[AclRule]:
+    """A producer's ``sync()`` reads the deadletter topic for its refused messages (:mod:`producer.refusals`)."""
+    return _rules(role, principal, "TOPIC", [topics.deadletter], "LITERAL", ("READ", "DESCRIBE")) + _rules(
+        role, principal, "GROUP", [topics.refusals_group], "LITERAL", ("DESCRIBE",)
+    )
+
+
 def cluster_plan(
     topics: TopicNames, principals: dict[str, str] | None = None, *, source_topics: Sequence[str] = ()
 ) -> list[AclRule]:
@@ -118,6 +125,7 @@ def cluster_plan(
     out += _rules("writer", who["writer"], "TOPIC", [f"{p}.ingest."], "PREFIXED", _INGEST_WRITE_OPS)
     out += _rules("writer", who["writer"], "TOPIC", [topics.metadata], "LITERAL", _METADATA_READ_OPS)
     out += _rules("writer", who["writer"], "GROUP", [f"{p}.leader."], "PREFIXED", ("DESCRIBE",))
+    out += _refusal_reads("writer", who["writer"], topics)
     # node
     out += _rules("node", who["node"], "TOPIC", [f"{p}."], "PREFIXED", _NODE_TOPIC_OPS)
     out += _rules("node", who["node"], "GROUP", [f"{p}."], "PREFIXED", _NODE_GROUP_OPS)
@@ -138,7 +146,8 @@ def cluster_plan(
     out += _rules("spark-ingest", spark, "TOPIC", [topics.metadata], "LITERAL", _METADATA_READ_OPS)
     out += _rules("spark-ingest", spark, "GROUP", [f"{p}.leader."], "PREFIXED", ("DESCRIBE",))  # the sink's sync
     out += _rules("spark-ingest", spark, "TOPIC", [topics.deadletter], "LITERAL", _INGEST_WRITE_OPS)
-    return sorted(out)
+    out += _refusal_reads("spark-ingest", spark, topics)
+    return sorted(set(out))
 
 
 def table_plan(
@@ -178,4 +187,6 @@ def table_plan(
     out += _rules("monitor", who["monitor"], "TOPIC", [topics.metadata], "LITERAL", _METADATA_READ_OPS)
     out += _rules("spark-ingest", who["spark-ingest"], "TOPIC", [topics.metadata], "LITERAL", _METADATA_READ_OPS)
     out += _rules("spark-ingest", who["spark-ingest"], "TOPIC", [topics.deadletter], "LITERAL", _INGEST_WRITE_OPS)
+    out += _refusal_reads("writer", who["writer"], topics)
+    out += _refusal_reads("spark-ingest", who["spark-ingest"], topics)
     return sorted(set(out))

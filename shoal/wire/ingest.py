@@ -10,11 +10,13 @@ On the wire only the primary key columns keep their NOT NULL: a delete has nulls
 The table's other NOT NULL constraints hold for rows that are not deletes, and the leader checks
 them (:func:`not_null_violation`).
 
-Headers: ``shoal.table`` (table name, UTF-8). The message key is unused (None).
+Headers: ``shoal.table`` (table name, UTF-8) and ``shoal.producer`` (the sending shoal producer's
+id, optional). The message key is unused (None).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 import pyarrow as pa
@@ -22,6 +24,10 @@ import pyarrow.compute as pc
 
 DELETED_COLUMN = "_shoal_deleted"
 TABLE_HEADER = "shoal.table"
+PRODUCER_HEADER = "shoal.producer"
+"""The id of the shoal producer that sent an ingest message: a leader copies it onto the message's
+deadletter record, so that the producer's ``sync()`` finds its refused messages (:mod:`producer.refusals`)."""
+PRODUCER_ID_PATTERN = re.compile(r"[0-9a-f]{32}")
 
 
 def ingest_schema(table_schema: pa.Schema, key_columns: Sequence[str] | None = None) -> pa.Schema:

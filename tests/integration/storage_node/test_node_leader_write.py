@@ -1,4 +1,5 @@
-"""A partition leader on real Kafka: exactly-once ingest -> WAL, GTIDs, segments, scans, deadletter."""
+"""A partition leader on real Kafka: exactly-once ingest -> WAL, GTIDs, segments, scans, deadletter,
+and the producer's ``sync()`` reporting the messages the leader refused."""
 
 from __future__ import annotations
 
@@ -8,6 +9,10 @@ from typing import Any
 import pytest
 from node_it_support import LeaderFixture, committed, produce, produce_rows, read_all, rows
 
+from metadata.metadata_file import Placement
+from metadata.operations import create_file
+from producer import MessagesRefusedError, Producer, ProducerConfig
+from shoal.kafka.settings import ConnectionSettings
 from shoal.wire.arrow_ipc import encode_batch
 from shoal.wire.records import GENESIS_HASH, WalRecord, verify_chain
 from shoal_app.testing.wait import wait_until
@@ -81,5 +86,48 @@ def test_bad_records_go_to_deadletter_and_the_partition_keeps_going(
         assert offsets == [1, 2, 3, 4]
         assert {dict(m.headers())["shoal.source.topic"].decode() for m in dead} == {f.ingest}
         assert leader.role_state.value == "LEADING"
+    finally:
+        leader.stop()
+
+
+def test_sync_reports_the_messages_the_leader_refused(cluster: Any, topic_prefix: str, tmp_path: Path) -> None:
+    """A leader that takes smaller messages than the producer sends refuses one to deadletter, in the
+    transaction that moves the committed offset past it: sync() must say so, not count it accepted."""
+    import secrets
+
+    f = LeaderFixture(cluster.bootstrap_servers, topic_prefix, tmp_path)
+    file = create_file(f.table, [(Placement("node-1", 1),)])
+    f.partition_id = file.partitions[0].partition_id
+    leader = f.start(max_ingest_bytes=64 * 1024)
+    config = ProducerConfig(
+        ConnectionSettings.plain(cluster.bootstrap_servers, "127.0.0.1:1", topic_prefix=topic_prefix),
+        watch_metadata=False,
+    )
+    # about 300 KB of hex digits: about 150 KB once compressed, above the leader's 64 KiB, below the producer's 1 MB
+    big = [{"k": 1000 + i, "v": secrets.token_hex(100)} for i in range(1500)]
+    try:
+        with Producer(config, map_loader=lambda _t: file) as p, Producer(config, map_loader=lambda _t: file) as other:
+            p.write("events", [{"k": 1, "v": "ok1"}])
+            p.sync(60)  # nothing refused
+            other.write("events", big)  # another producer's refusal is not this one's
+            p.write("events", [{"k": 2, "v": "ok2"}])
+            refused = p.write("events", big).futures[0].result(60).offset
+            p.write("events", [{"k": 3, "v": "ok3"}])
+            with pytest.raises(MessagesRefusedError) as info:
+                p.sync(60)
+            (refusal,) = info.value.refusals
+            assert (refusal.table, refusal.partition_id, refusal.topic, refusal.offset, refusal.reason) == (
+                "events",
+                f.partition_id,
+                f.ingest,
+                refused,
+                "oversized",
+            ), refusal
+            p.sync(60)  # each refusal is reported once
+            with pytest.raises(MessagesRefusedError) as theirs:
+                other.sync(60)
+            assert [r.reason for r in theirs.value.refusals] == ["oversized"]
+        assert leader.stats.deadlettered == 2
+        assert sorted(leader.replica.scan().column("k").to_pylist()) == [1, 2, 3]
     finally:
         leader.stop()

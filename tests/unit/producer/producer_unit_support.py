@@ -88,3 +88,24 @@ class FakeKafka:
     def flush(self, timeout: float = -1) -> int:
         self._deliver()
         return 0
+
+
+class FakeRefusals:
+    """A :class:`producer.refusals.RefusalReader` that returns the refusals queued in ``pending``."""
+
+    def __init__(self) -> None:
+        self.pending: list[Any] = []
+        self.starts = 0
+        self.reads = 0
+        self.closed = False
+
+    def start(self, timeout_s: float) -> None:
+        self.starts += 1
+
+    def read(self, timeout_s: float) -> list[Any]:
+        self.reads += 1
+        out, self.pending = self.pending, []
+        return out
+
+    def close(self) -> None:
+        self.closed = True

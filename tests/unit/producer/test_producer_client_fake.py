@@ -3,14 +3,23 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from producer_unit_support import FakeKafka, make_file
+from producer_unit_support import FakeKafka, FakeRefusals, make_file
 
 from metadata.keyspace import Keyspace
-from producer import DeliveryError, Producer, ProducerConfig, RowValidationError, SyncPolicy, SyncTimeoutError
+from producer import (
+    DeliveryError,
+    MessagesRefusedError,
+    Producer,
+    ProducerConfig,
+    Refusal,
+    RowValidationError,
+    SyncPolicy,
+    SyncTimeoutError,
+)
 from shoal.kafka.settings import ConnectionSettings
 from shoal.topics import TopicNames
 from shoal.wire.arrow_ipc import decode_batch
-from shoal.wire.ingest import DELETED_COLUMN, TABLE_HEADER
+from shoal.wire.ingest import DELETED_COLUMN, PRODUCER_HEADER, TABLE_HEADER
 from shoal.worker import Worker, WorkerState
 
 U = Keyspace.UINT64.encode
@@ -35,6 +44,7 @@ def _producer(kafka: FakeKafka, clock: FakeClock | None = None, **kwargs: Any) -
     config = ProducerConfig(
         ConnectionSettings.plain("kafka:9092", "zk:2181", topic_prefix="p"), create_topics=False, sync_policy=policy
     )
+    kwargs.setdefault("refusals", FakeRefusals())
     return Producer(config, map_loader=lambda _t: file, kafka_producer=kafka, **kwargs), file
 
 
@@ -52,7 +62,10 @@ def test_write_routes_batches_and_reports() -> None:
     assert by_topic[topics.ingest(ids[0])].column("k").to_pylist() == [5, 99]
     assert by_topic[topics.ingest(ids[1])].column("k").to_pylist() == [150, 100]
     assert by_topic[topics.ingest(ids[2])].column("k").to_pylist() == [250]
-    assert all(m["headers"] == [(TABLE_HEADER, b"events")] for m in kafka.messages)
+    assert all(
+        m["headers"] == [(TABLE_HEADER, b"events"), (PRODUCER_HEADER, producer.producer_id.encode())]
+        for m in kafka.messages
+    )
     assert [f.result().offset for f in result.futures] == [0, 0, 0]
 
 
@@ -116,6 +129,45 @@ def test_sync_polls_until_leaders_commit_and_times_out() -> None:
     committed[(topics.leader_group(pid), topics.ingest(pid))] = 2
     producer.sync(timeout=1)
     producer.close()
+
+
+def test_sync_raises_for_refused_messages_once_after_acceptance() -> None:
+    """A refused message moves the leader group's committed offset too: sync() reads the refusals after
+    the acceptance and raises naming them; the next sync() does not report them again."""
+    kafka = FakeKafka()
+    refusals = FakeRefusals()
+    producer, file = _producer(kafka, offsets_reader=lambda _g, _t: 5, refusals=refusals)
+    assert refusals.starts == 0  # nothing noted before the first message
+    producer.write("events", [{"k": 1, "ts": 1}])
+    producer.write("events", [{"k": 2, "ts": 1}])
+    assert refusals.starts == 1  # noted once, before the first message
+    topic = TopicNames("p").ingest(file.partitions[0].partition_id)
+    refusals.pending = [Refusal("events", file.partitions[0].partition_id, topic, 1, "oversized", "too big")]
+    with pytest.raises(MessagesRefusedError) as info:
+        producer.sync(timeout=1)
+    assert [(r.topic, r.offset, r.reason) for r in info.value.refusals] == [(topic, 1, "oversized")]
+    assert "oversized" in str(info.value) and f"{topic}@1" in str(info.value)
+    producer.sync(timeout=1)
+    assert refusals.reads == 2
+    producer.close()
+    assert refusals.closed
+
+
+def test_refusal_checks_can_be_turned_off() -> None:
+    kafka = FakeKafka()
+    refusals = FakeRefusals()
+    file = make_file(Keyspace.UINT64)
+    config = ProducerConfig(
+        ConnectionSettings.plain("kafka:9092", "zk:2181", topic_prefix="p"), create_topics=False, check_refusals=False
+    )
+    producer = Producer(
+        config, map_loader=lambda _t: file, kafka_producer=kafka, offsets_reader=lambda _g, _t: 5, refusals=refusals
+    )
+    with producer:
+        producer.write("events", [{"k": 1, "ts": 1}])
+        refusals.pending = [Refusal("events", "x", "t", 0, "oversized", "")]
+        producer.sync(timeout=1)
+    assert (refusals.starts, refusals.reads) == (0, 0)
 
 
 def test_closed_producer_refuses() -> None:
@@ -245,6 +297,7 @@ def test_a_write_after_a_split_waits_until_the_earlier_writes_to_the_parent_are_
         map_loader=lambda _t: current[0],
         kafka_producer=kafka,
         offsets_reader=lambda _group, topic: committed.get(topic),
+        refusals=FakeRefusals(),
     )
     with producer:
         producer.write("events", [{"k": 7, "ts": 1, "v": "old"}, {"k": 250, "ts": 1, "v": "x"}])

@@ -51,6 +51,12 @@ def test_least_privilege_per_role(plan: str) -> None:
     assert not _allowed(rules, "spark-ingest", "TOPIC", wal, "WRITE")
     assert _allowed(rules, "spark-ingest", "TOPIC", T.deadletter, "WRITE")  # records that do not parse
     assert _allowed(rules, "spark-ingest", "GROUP", T.leader_group(P1), "DESCRIBE")  # the sink's sync
+    # sync() reads the deadletter topic for the producer's refused messages (assign only: the group is a label)
+    for role in ("writer", "spark-ingest"):
+        assert _allowed(rules, role, "TOPIC", T.deadletter, "READ"), role
+        assert _allowed(rules, role, "GROUP", T.refusals_group, "DESCRIBE"), role
+        assert not _allowed(rules, role, "GROUP", T.refusals_group, "READ"), role
+    assert not _allowed(rules, "writer", "TOPIC", T.deadletter, "WRITE")
     assert not any(r.role == "admin" for r in rules)
 
 

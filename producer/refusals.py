@@ -1,0 +1,197 @@
+"""Which of this producer's messages a leader refused (DESIGN.md section 4.2): read from the deadletter topic.
+
+A leader re-validates every ingest message and sends the ones it refuses to the deadletter topic,
+in the same Kafka transaction that commits its ingest offset. The committed offset that ``sync()``
+polls therefore moves past a refused message too: without this module, ``sync()`` would report a
+refused message as accepted, and its rows would be lost with nothing said. The shoal producer
+validates as the leaders do, so this happens only when they disagree: a node configured with a
+smaller ``max_ingest_bytes`` than the producer's ``max_message_bytes``, or a table whose definition
+changed under a producer.
+
+Each message carries a :data:`~shoal.wire.ingest.PRODUCER_HEADER` (a random id per producer); a
+leader copies it onto the deadletter record, and a split parent's forwarder keeps it on the pieces
+it sends to the children, so a child's refusal is found too. :class:`DeadletterWatch` notes the
+deadletter topic's end before the producer's first message, and each :meth:`DeadletterWatch.read`
+reads on from there up to the end the topic has after the acceptance, with
+``isolation.level=read_committed``. The offset commit and the deadletter record are in one
+transaction, so a refused message seen as accepted has its record below that end; a read-committed
+consumer waits for the transaction's marker on the deadletter partition before it returns the record.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import secrets
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
+
+from shoal.errors import KafkaOperationError
+from shoal.kafka import clients
+from shoal.kafka.errors import classify
+from shoal.kafka.readers import READ_CONFIG
+from shoal.kafka.settings import KafkaSettings
+from shoal.topics import TopicNames
+from shoal.wire.ingest import PRODUCER_HEADER, PRODUCER_ID_PATTERN
+
+log = logging.getLogger(__name__)
+
+_POLL_S = 0.2
+
+
+def new_producer_id() -> str:
+    """A random id for one producer (32 hex digits), sent as :data:`PRODUCER_HEADER`."""
+    return secrets.token_hex(16)
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """One message of this producer that a leader refused, as its deadletter record names it."""
+
+    table: str
+    partition_id: str
+    topic: str
+    """The ingest topic the refusing leader read it from (a child's, when a split parent forwarded it)."""
+    offset: int | None
+    reason: str
+    """The leader's code: undecodable, schema_mismatch, oversized, wrong_table, key_out_of_range."""
+    detail: str
+
+
+class RefusalReader(Protocol):
+    """What :class:`~producer.Producer` needs: note the start once, then read what is new."""
+
+    def start(self, timeout_s: float) -> None: ...
+
+    def read(self, timeout_s: float) -> list[Refusal]: ...
+
+    def close(self) -> None: ...
+
+
+def refusal_of(headers: Sequence[tuple[str, str | bytes | None]] | None, producer_id: str) -> Refusal | None:
+    """The :class:`Refusal` a deadletter record's ``headers`` describe, if the refused message was ``producer_id``'s."""
+    fields: dict[str, str] = {}
+    for name, value in headers or ():
+        if value is None:
+            continue
+        fields[name] = value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+    if fields.get(PRODUCER_HEADER) != producer_id:
+        return None
+    offset = fields.get("shoal.source.offset", "")
+    return Refusal(
+        table=fields.get("shoal.table", ""),
+        partition_id=fields.get("shoal.partition_id", ""),
+        topic=fields.get("shoal.source.topic", ""),
+        offset=int(offset) if offset.isdigit() else None,
+        reason=fields.get("shoal.reason", ""),
+        detail=fields.get("shoal.detail", ""),
+    )
+
+
+class DeadletterWatch:
+    """Reads the deadletter topic (one partition, as the leaders create it) for ``producer_id``'s refusals.
+
+    Thread-safe: reads are serialized, and each refusal is returned by one :meth:`read` only.
+    """
+
+    def __init__(self, settings: KafkaSettings, topics: TopicNames, producer_id: str) -> None:
+        if not PRODUCER_ID_PATTERN.fullmatch(producer_id):
+            raise ValueError(f"not a producer id: {producer_id!r:.60}")
+        self.settings, self.producer_id = settings, producer_id
+        self.topic, self.group = topics.deadletter, topics.refusals_group
+        self._lock = threading.Lock()
+        self._consumer: Any = None
+        self._position: int | None = None
+
+    def _client(self) -> Any:
+        if self._consumer is None:
+            self._consumer = clients.consumer(
+                self.settings,
+                group_id=self.group,  # a label: assign() only, never commits
+                **READ_CONFIG,
+            )
+        return self._consumer
+
+    def _end(self, timeout_s: float) -> tuple[int, int]:
+        try:
+            low, high = self._client().get_watermark_offsets(TopicPartition(self.topic, 0), timeout=timeout_s)
+        except KafkaException as exc:
+            err = exc.args[0] if exc.args else None
+            if isinstance(err, KafkaError) and err.code() in (
+                KafkaError.UNKNOWN_TOPIC_OR_PART,
+                KafkaError._UNKNOWN_TOPIC,
+                KafkaError._UNKNOWN_PARTITION,
+            ):
+                return 0, 0  # no leader has refused anything yet: the leaders create the topic
+            raise classify(exc, f"cannot read the offsets of the deadletter topic {self.topic}") from exc
+        return int(low), int(high)
+
+    def start(self, timeout_s: float) -> None:
+        """Note where the deadletter topic ends now: call before this producer's first message."""
+        with self._lock:
+            if self._position is None:
+                self._position = self._end(timeout_s)[1]
+
+    def read(self, timeout_s: float) -> list[Refusal]:
+        """The refusals recorded since the previous read (or :meth:`start`), up to the topic's current end.
+
+        KafkaOperationError if the end cannot be read or the read makes no progress for ``timeout_s``.
+        """
+        with self._lock:
+            if self._position is None:
+                return []
+            low, high = self._end(timeout_s)
+            if self._position >= high:
+                return []
+            if self._position < low:
+                log.warning(
+                    "deadletter topic %s: offsets %d..%d are gone (retention) before this producer read them; "
+                    "refusals recorded there cannot be reported",
+                    self.topic,
+                    self._position,
+                    low - 1,
+                )
+                self._position = low
+            consumer = self._client()
+            consumer.assign([TopicPartition(self.topic, 0, self._position)])
+            found: list[Refusal] = []
+            deadline = time.monotonic() + timeout_s
+            position = self._position
+            try:
+                while position < high:
+                    if time.monotonic() > deadline:
+                        raise KafkaOperationError(
+                            f"deadletter topic {self.topic}: no progress reading from offset {position} to {high} "
+                            f"in {timeout_s}s (a transaction is open on it?)"
+                        )
+                    msg = consumer.poll(_POLL_S)
+                    if msg is None:
+                        continue
+                    err = msg.error()
+                    if err is not None:
+                        if err.code() == KafkaError._PARTITION_EOF:
+                            # the end a read-committed consumer may reach: past the last stable offset
+                            position = max(position, int(msg.offset() or 0))
+                            continue
+                        raise KafkaOperationError(f"deadletter topic {self.topic}: {err}", err)
+                    position = int(msg.offset() or 0) + 1
+                    refusal = refusal_of(msg.headers(), self.producer_id)
+                    if refusal is not None:
+                        found.append(refusal)
+            finally:
+                with contextlib.suppress(KafkaException, RuntimeError):
+                    consumer.unassign()
+            self._position = position
+            return found
+
+    def close(self) -> None:
+        with self._lock:
+            if self._consumer is not None:
+                with contextlib.suppress(KafkaException, RuntimeError):
+                    self._consumer.close()
+                self._consumer = None
