@@ -12,7 +12,10 @@ from the ``write()`` call:
 - ``WAL produced``: the first WAL record a leader wrote for the batch (read uncommitted);
 - ``WAL committed``: the last of the batch's 8 WAL records readable committed (each leader's
   transaction ended; a follower's WAL tail can read it from then on);
-- ``accepted``: ``sync()`` returned (every leader group's committed ingest offset is past the batch).
+- ``accepted``: ``sync()`` returned (every leader group's committed ingest offset is past the batch);
+- ``refusals checked``: then the deadletter topic read for the producer's refused messages, which
+  ``sync()`` does by default (:mod:`producer.refusals`; this run's producer has it off so that the
+  two stages are timed apart).
 
 ``ratio`` = accepted p50 / delivered p50. Between ``WAL produced`` and ``WAL committed`` lies each
 leader's transaction (WAL records flushed at acks=all, ``send_offsets_to_transaction``,
@@ -34,7 +37,7 @@ from typing import Any
 from bench import common
 from bench import replicated as rf3
 
-STAGES = ("delivered", "WAL produced", "WAL committed", "accepted")
+STAGES = ("delivered", "WAL produced", "WAL committed", "accepted", "refusals checked")
 
 
 class WalProbe:
@@ -85,9 +88,13 @@ class WalProbe:
 
 def measure(c: common.NodeCluster, args: argparse.Namespace, say: Callable[[str], None]) -> dict[str, list[float]]:
     from producer import Producer
+    from producer.refusals import DeadletterWatch
 
     out: dict[str, list[float]] = {s: [] for s in STAGES}
-    with Producer(rf3._producer_config(c, args)) as producer:
+    config = rf3._producer_config(c, args, check_refusals=False)
+    with Producer(config) as producer:
+        refusals = DeadletterWatch(config.kafka, config.topics, producer.producer_id)
+        refusals.start(30)
         producer.partition_map(rf3.TABLE)
         say("warm-up: one write to every partition, sync()")
         producer.write(rf3.TABLE, rf3.build_rows(0, args.partitions * 100, args.partitions * 100, args.value_bytes))
@@ -107,6 +114,10 @@ def measure(c: common.NodeCluster, args: argparse.Namespace, say: Callable[[str]
                 delivered = time.perf_counter()
                 producer.sync(60)
                 accepted = time.perf_counter()
+                refused = refusals.read(30)
+                checked = time.perf_counter()
+                if refused:
+                    raise RuntimeError(f"a leader refused a benchmark message: {refused[0]}")
                 wanted = len(result.futures)
                 # the committed probe may see the last record a moment after sync() returned
                 common.wait_for(
@@ -120,10 +131,12 @@ def measure(c: common.NodeCluster, args: argparse.Namespace, say: Callable[[str]
                 out["WAL produced"].append(min(produced) - t0)
                 out["WAL committed"].append(max(committed) - t0)
                 out["accepted"].append(accepted - t0)
+                out["refusals checked"].append(checked - t0)
                 time.sleep(args.pause_s)
         finally:
             for p in probes.values():
                 p.close()
+            refusals.close()
     return out
 
 
@@ -162,7 +175,7 @@ def main(argv: list[str] | None = None) -> None:
     notes = [
         "ms from the write() call; delivered = every ingest message acked (acks=all, RF 3)",
         "WAL produced = the batch's first WAL record (read uncommitted); WAL committed = its last (read committed)",
-        "accepted = sync() returned",
+        "accepted = sync() returned (refusal check off); refusals checked = then the deadletter topic read",
     ]
     common.report(
         "write -> accepted, stage by stage, at RF 3",
