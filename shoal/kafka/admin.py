@@ -48,11 +48,14 @@ def create_topic(
     partitions: int = 1,
     config: Mapping[str, str] | None = None,
     timeout_s: float = 30.0,
+    repair: bool = False,
 ) -> None:
     """Create a topic with the replication ``policy`` decides for the live brokers (and its
     ``min.insync.replicas``) and wait until every partition has a leader. An existing topic is not
     an error; one below the policy gets a loud warning, once per process (:func:`warn_under_replicated`):
-    every process checks the topics it uses when it starts using them."""
+    every process checks the topics it uses when it starts using them. With ``repair`` (the storage
+    nodes, which own the topics), an existing topic whose ``config`` differs is set right, once per
+    process (:func:`ensure_topic_config`)."""
     try:
         md = admin.list_topics(timeout=min(10.0, timeout_s))  # all topics: never auto-creates one
     except KafkaException as exc:
@@ -61,7 +64,7 @@ def create_topic(
     if known is not None and known.error is None and known.partitions:
         # No CreateTopics for a topic that exists: it needs the controller, which a broker loss
         # can leave unavailable for a while, while the topic itself can be read and written.
-        _use_existing(admin, name, policy, timeout_s)
+        _use_existing(admin, name, policy, timeout_s, config if repair else None)
         return
     rf = policy.replication_factor_for(len(md.brokers))
     wanted = dict(config or {})
@@ -87,21 +90,62 @@ def create_topic(
     finally:
         admin.poll(0)  # emit librdkafka's log lines
     if existed:
-        _use_existing(admin, name, policy, timeout_s)
+        _use_existing(admin, name, policy, timeout_s, config if repair else None)
     else:
         wait_for_topic(admin, name, timeout_s=timeout_s)
 
 
-def _use_existing(admin: AdminClient, name: str, policy: TopicPolicy, timeout_s: float) -> None:
-    """Wait for a leader of every partition of an existing topic; warn once if it is below the policy."""
+def _use_existing(
+    admin: AdminClient, name: str, policy: TopicPolicy, timeout_s: float, config: Mapping[str, str] | None = None
+) -> None:
+    """Wait for a leader of every partition of an existing topic; warn once if it is below the policy;
+    once per process, set the ``config`` the caller asked for where the topic has another value."""
     wait_for_topic(admin, name, timeout_s=timeout_s)
     if name not in _checked:
         _checked.add(name)
         warn_under_replicated(admin, [name], policy, who="shoal", timeout_s=timeout_s)
+    if config and name not in _config_checked:
+        _config_checked.add(name)
+        ensure_topic_config(admin, name, config, timeout_s=timeout_s)
+
+
+def ensure_topic_config(admin: AdminClient, name: str, config: Mapping[str, str], *, timeout_s: float = 10.0) -> bool:
+    """Set the keys of ``config`` that the existing topic ``name`` has with another value; True if it
+    has them all now. A topic shoal truncates itself (:data:`TRUNCATED_BY_TAIL`) that a broker's time
+    retention also deletes would lose records no one has read yet, so a topic created without it (by
+    another tool, or by an older shoal) is set right on first use. A cluster that refuses (no
+    ALTER_CONFIGS right) gets a loud warning naming the command that fixes it."""
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
+
+    resource = ConfigResource(ConfigResource.Type.TOPIC, name)
+    try:
+        current = admin.describe_configs([resource], request_timeout=timeout_s)[resource].result(timeout=timeout_s)
+        wrong = {k: v for k, v in config.items() if k not in current or str(current[k].value) != str(v)}
+        if not wrong:
+            return True
+        entries = [ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET) for k, v in wrong.items()]
+        fix = ConfigResource(ConfigResource.Type.TOPIC, name, incremental_configs=entries)
+        admin.incremental_alter_configs([fix], request_timeout=timeout_s)[fix].result(timeout=timeout_s)
+    except (KafkaException, TimeoutError) as exc:
+        settings = ",".join(f"{k}={v}" for k, v in config.items())
+        log.warning(
+            "shoal: TOPIC CONFIG WRONG: topic %s should have %s and could not be checked or set (%s); "
+            "fix: kafka-configs.sh --alter --entity-type topics --entity-name %s --add-config %s",
+            name,
+            settings,
+            exc,
+            name,
+            settings,
+        )
+        return False
+    log.warning("shoal: topic %s had %s; set to %s", name, {k: current[k].value for k in wrong if k in current}, wrong)
+    return True
 
 
 _checked: set[str] = set()
 """Existing topics this process has checked against the policy (one warning per topic, not per use)."""
+_config_checked: set[str] = set()
+"""Existing topics whose config this process has checked (:func:`ensure_topic_config`)."""
 
 
 def wait_for_topic(admin: AdminClient, name: str, *, timeout_s: float = 30.0) -> int:

@@ -60,7 +60,7 @@ from shoal.worker import Worker
 from storage_node.errors import FencedError, LocalSegmentMismatchError
 from storage_node.replica import PartitionReplica
 from storage_node.replication.collect import collect_on_leader
-from storage_node.replication.tail import InSyncKeeper, TailDecision, chain_segments, truncate
+from storage_node.replication.tail import InSyncKeeper, TailDecision, chain_segments, published_end, truncate
 
 log = logging.getLogger(__name__)
 
@@ -296,6 +296,7 @@ class SegmentPublisher(Worker):
             self._tail_admin = clients.admin(self.kafka)
             self.stats.tail_clients += 1
         self.stats.tail_passes += 1
+        segments = chain_segments(self.replica, self.manifest_offsets)
         try:
             self.last_tail = truncate(
                 self.kafka,
@@ -303,9 +304,11 @@ class SegmentPublisher(Worker):
                 self.replica.partition_id,
                 self.replica.placement_id,
                 list(self.peers()),
-                own_covered_end=self.replica.covered_end(),
+                # what the segments CHANNEL covers, not the local chain: a segment flushed but not
+                # published yet is on this disk only, and its WAL records are its only other copy
+                own_covered_end=published_end(segments, (self.replica.partition_id, self.replica.placement_id)),
                 major_offsets=list(self.major_offsets),
-                segments=chain_segments(self.replica, self.manifest_offsets),
+                segments=segments,
                 sync=self.sync,
                 admin=self._tail_admin,
             )

@@ -98,6 +98,13 @@ def channel_end(segments: Iterable[ChainSegment], channel: tuple[str, int]) -> i
     return max((r.end_offset for s in segments for r in s.covered if r.channel == channel), default=0)
 
 
+def published_end(segments: Iterable[ChainSegment], channel: tuple[str, int]) -> int:
+    """One past the last offset of ``channel`` that segments already on the segments channel cover
+    (a manifest offset): how far the leader's own WAL Tail may go. A segment flushed but not yet
+    published is on the leader's disk only, and the WAL channel holds the only other copy of its rows."""
+    return channel_end((s for s in segments if s.manifest_offset is not None), channel)
+
+
 def lag_bytes(segments: Iterable[ChainSegment], channel: tuple[str, int], ack: int | None) -> int:
     """Pure: the bytes of the leader's segments that cover offsets of ``channel`` at or past ``ack``
     (what a follower with that Ack on the channel still has to receive)."""

@@ -68,7 +68,7 @@ from metadata.zk_client import ensure_path
 from metadata.zk_layout import EpochRecord
 from shoal.errors import ShoalError
 from shoal.kafka import clients
-from shoal.kafka.admin import create_topic
+from shoal.kafka.admin import TRUNCATED_BY_TAIL, create_topic
 from shoal.kafka.indexes import channel_indexes
 from shoal.kafka.settings import KafkaSettings
 from shoal.topics import TopicNames
@@ -203,7 +203,9 @@ class PartitionSplitter(Worker):
     def _prepare(self) -> None:
         admin = clients.admin(self.kafka)
         for c in self.children:  # producers re-routed by the new map find the topic in place
-            create_topic(admin, self.topics.ingest(c.partition_id), policy=self.kafka.topics)
+            # truncated by the child's Tail, never by time: forwarded stragglers wait there for its leader
+            ingest = self.topics.ingest(c.partition_id)
+            create_topic(admin, ingest, policy=self.kafka.topics, config=TRUNCATED_BY_TAIL, repair=True)
             pub = SegmentPublisher(self._staging[c.partition_id], self.kafka, topics=self.topics)
             pub._open()
             self._publishers[c.partition_id] = pub

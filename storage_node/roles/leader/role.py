@@ -258,7 +258,7 @@ class PartitionLeader(Worker):
 
         def create_topics() -> None:
             admin = clients.admin(config.kafka)
-            create_topic(admin, self.ingest_topic, policy=policy, config=TRUNCATED_BY_TAIL)
+            create_topic(admin, self.ingest_topic, policy=policy, config=TRUNCATED_BY_TAIL, repair=True)
             create_topic(admin, self.deadletter_topic, policy=policy)
             create_topic(
                 admin,

@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from confluent_kafka.admin import AdminClient, ConfigResource
 from node_it_support import in_process_nodes, make_table
 
 from metadata.client import MetadataClient, MetadataConfig
@@ -107,6 +108,11 @@ def test_split_under_writes_and_scans(cluster: Any, zk_hosts: str, topic_prefix:
             assert report["state"] == "FINALIZED" and report["split_point"] == POINT
             low, high = report["low"]["partition_id"], report["high"]["partition_id"]
             assert "finalized" in result.stderr
+            # the children's ingest topics are truncated by their Tail only, never by time
+            admin = AdminClient({"bootstrap.servers": bs})
+            for child in (low, high):
+                res = ConfigResource(ConfigResource.Type.TOPIC, f"{topic_prefix}.ingest.{child}")
+                assert admin.describe_configs([res])[res].result(30)["retention.ms"].value == "-1", child
             n_at_split = len(acked)
             assert wait_until(lambda: len(acked) >= n_at_split + 50, 60)  # writes go on, to the children
         finally:

@@ -9,7 +9,14 @@ import pytest
 from confluent_kafka.admin import AdminClient, ConfigResource
 
 from metadata.store import KafkaFileStore, KafkaStoreConfig
-from shoal.kafka.admin import FIX_REPLICATION_COMMAND, create_topic, live_brokers, topic_health
+from shoal.kafka.admin import (
+    FIX_REPLICATION_COMMAND,
+    TRUNCATED_BY_TAIL,
+    create_topic,
+    ensure_topic_config,
+    live_brokers,
+    topic_health,
+)
 from shoal.kafka.settings import KafkaSettings, TopicPolicy
 from shoal_app.testing.cluster import TestCluster
 
@@ -44,3 +51,26 @@ def test_existing_topic_below_the_policy_is_one_loud_warning(
     assert len(warnings) == 1 and FIX_REPLICATION_COMMAND in warnings[0]
     [health] = topic_health(kafka_admin, [topic], stricter)
     assert health.below_policy and "below the policy" in health.problems[0]
+
+
+def _retention(admin: AdminClient, topic: str) -> str:
+    res = ConfigResource(ConfigResource.Type.TOPIC, topic)
+    return str(admin.describe_configs([res])[res].result(30)["retention.ms"].value)
+
+
+def test_a_node_sets_an_existing_ingest_topic_to_no_time_retention(
+    kafka_admin: AdminClient, topic_prefix: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An ingest topic made with the broker's time retention (by another tool, or a split before this
+    fix) would delete rows no leader has taken yet: a node's use of it sets ``retention.ms=-1``; a
+    producer's (no ``repair``) leaves it."""
+    topic = f"{topic_prefix}.ingest.retention"
+    create_topic(kafka_admin, topic, policy=TopicPolicy())
+    assert _retention(kafka_admin, topic) != "-1"
+    create_topic(kafka_admin, topic, policy=TopicPolicy(), config=TRUNCATED_BY_TAIL)
+    assert _retention(kafka_admin, topic) != "-1"
+    with caplog.at_level(logging.WARNING, logger="shoal.kafka.admin"):
+        create_topic(kafka_admin, topic, policy=TopicPolicy(), config=TRUNCATED_BY_TAIL, repair=True)
+    assert _retention(kafka_admin, topic) == "-1"
+    assert any(topic in r.getMessage() and "set to" in r.getMessage() for r in caplog.records)
+    assert ensure_topic_config(kafka_admin, topic, TRUNCATED_BY_TAIL)  # already right: nothing to do
