@@ -829,6 +829,7 @@ class StorageNode:
                 key_range=held.key_range,
                 peers=lambda: held.peers,
                 sync=self._in_sync(held, election),
+                listed=lambda: self._listed(held),
             )
             held.leader = leader.start()
             held.leader_changes += 1
@@ -838,6 +839,13 @@ class StorageNode:
                 held.replica, lambda: election.check_writable().epoch, self.config.kafka, topics=self.config.topics
             ).start()
             log.info("node %s leads %s", self.config.server_id, held.replica.name)
+
+    def _listed(self, held: HeldPartition) -> bool:
+        """Whether the table's current METADATA (read from ZooKeeper and the store now, not this node's
+        copy, which may not show a SPLIT_FINALIZE yet) lists ``held``'s partition."""
+        assert self._client is not None
+        file = self._client.coordinator.current(held.table.name)
+        return any(p.partition_id == held.partition_id for p in file.partitions)
 
     def _in_sync(self, held: HeldPartition, election: PartitionElection) -> InSyncKeeper:
         """The in-sync bookkeeping of one leader term, its ZooKeeper writes fenced by the term's epoch."""

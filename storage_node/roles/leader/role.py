@@ -141,14 +141,19 @@ class PartitionLeader(Worker):
         key_range: KeyRange | None = None,
         peers: Callable[[], Sequence[int]] | None = None,
         sync: InSyncKeeper | None = None,
+        listed: Callable[[], bool] | None = None,
     ) -> None:
         """``peers``: the partition's other placement ids (for Tail); None = never truncate.
-        ``sync``: the partition's in-sync set (out-of-sync peers do not hold the Tail)."""
+        ``sync``: the partition's in-sync set (out-of-sync peers do not hold the Tail).
+        ``listed``: whether the current METADATA (read at the source, after this term's epoch was
+        taken) still lists the partition; None = not checked. A split parent that SPLIT_FINALIZE
+        retired is led paused: its ingest topic is the straggler forwarder's (DESIGN.md section 8)."""
         super().__init__(f"leader-{replica.partition_id[:8]}")
         self.replica = replica
         self.config = config
         self.peers = peers
         self.sync = sync
+        self.listed = listed
         self._epoch = epoch
         topics = config.topics
         self.partition_id = replica.partition_id
@@ -327,6 +332,15 @@ class PartitionLeader(Worker):
                 peers=self.peers,
                 submit=self._merges.put,
             ).start()
+        if self.listed is not None and not self.listed():
+            # SPLIT_FINALIZE is fenced by the parent's epoch, and this term's epoch was taken before
+            # this read: a finalize this read does not show can no longer commit. Rows accepted here
+            # would reach no child; the forwarder takes them from the ingest topic instead.
+            log.warning(
+                "%s: METADATA no longer lists this partition (its split was finalized): leading with ingest paused",
+                self.replica.name,
+            )
+            self.ingest_paused.set()
         consumer = clients.consumer(
             config.kafka,
             group_id=self.group_id,

@@ -12,11 +12,13 @@ from node_it_support import LeaderFixture, committed, produce, produce_rows, rea
 from metadata.metadata_file import Placement
 from metadata.operations import create_file
 from producer import MessagesRefusedError, Producer, ProducerConfig
-from shoal.kafka.settings import ConnectionSettings
+from shoal.kafka.settings import ConnectionSettings, KafkaSettings
 from shoal.wire.arrow_ipc import encode_batch
 from shoal.wire.records import GENESIS_HASH, WalRecord, verify_chain
 from shoal_app.testing.wait import wait_until
-from storage_node.replica import KeyFilter
+from storage_node.config import LeaderConfig
+from storage_node.replica import KeyFilter, PartitionReplica
+from storage_node.roles.leader import PartitionLeader
 
 pytestmark = pytest.mark.integration
 
@@ -129,5 +131,38 @@ def test_sync_reports_the_messages_the_leader_refused(cluster: Any, topic_prefix
             assert [r.reason for r in theirs.value.refusals] == ["oversized"]
         assert leader.stats.deadlettered == 2
         assert sorted(leader.replica.scan().column("k").to_pylist()) == [1, 2, 3]
+    finally:
+        leader.stop()
+
+
+def test_a_partition_metadata_no_longer_lists_is_led_with_ingest_paused(
+    cluster: Any, topic_prefix: str, tmp_path: Path
+) -> None:
+    """A split parent whose leadership is granted again after SPLIT_FINALIZE (its node's METADATA not
+    updated yet) must not accept rows: no child would ever get them. The straggler forwarder takes
+    them from the ingest topic instead; the leader's group offset stays where it was."""
+    f = LeaderFixture(cluster.bootstrap_servers, topic_prefix, tmp_path)
+    asked: list[bool] = []
+
+    def listed() -> bool:
+        asked.append(False)
+        return False
+
+    first = f.start()
+    produce_rows(cluster.bootstrap_servers, f.ingest, rows(f.table, [1], ["before"]))
+    assert wait_until(lambda: first.stats.rows == 1, 30)
+    first.stop()
+    replica = PartitionReplica(f.table, f.partition_id, 1, f.data_dir)
+    leader = PartitionLeader(
+        replica, LeaderConfig(KafkaSettings(f.bootstrap), f.topics, f.flush), lambda: 2, listed=listed
+    ).start()
+    try:
+        leader.wait_ready(60)
+        produce_rows(cluster.bootstrap_servers, f.ingest, rows(f.table, [2], ["after"]))
+        assert wait_until(leader.ingest_quiesced.is_set, 30)
+        assert not wait_until(lambda: leader.stats.rows > 0, 3)
+        assert asked and leader.ingest_paused.is_set()
+        assert committed(cluster.bootstrap_servers, f.topics.leader_group(f.partition_id), f.ingest) == 1
+        assert replica.scan().column("k").to_pylist() == [1]
     finally:
         leader.stop()
