@@ -12,6 +12,16 @@ so its committed offsets there are its acks of pushed segments) and decides per 
   and deletes it (:meth:`PartitionReplica.merge_detached`); ack once that is durable;
 - INVALID: reported, not acked.
 
+A pushed segment whose bytes are corrupt or whose merge fails (a full disk, a SQLite error) is not
+skipped: the channel is sought back to its manifest and read again after ``retry_pause_s``. Going on
+would ack the next segment's offset, past the failed one, and the Tail would then delete it from the
+pusher's channel.
+
+At a channel's end with every delivered record acked, the Ack moves past the transaction markers
+(as a follower's does): a pusher waits for an Ack at its channel's end before it counts a push as
+merged (:mod:`storage_node.roles.lifecycle`), and the last record of a transaction is followed by
+its commit marker.
+
 The receiver runs on its own :class:`~shoal.worker.Worker` thread ``merge-<pid[:8]>``; merges run on the
 leader's thread (between ingest batches) so they never race a flush for the root.
 """
@@ -71,6 +81,7 @@ class MergeStats:
     merged: int = 0
     exists: int = 0
     invalid: int = 0
+    retries: int = 0
 
 
 class PeerSegmentReceiver(Worker):
@@ -84,8 +95,10 @@ class PeerSegmentReceiver(Worker):
         topics: TopicNames,
         peers: Callable[[], Sequence[int]],
         submit: Callable[[MergeJob], None],
+        retry_pause_s: float = 2.0,
     ) -> None:
         super().__init__(f"merge-{replica.partition_id[:8]}")
+        self.retry_pause_s = retry_pause_s
         self.replica = replica
         self.kafka = kafka
         self.topics = topics
@@ -96,6 +109,10 @@ class PeerSegmentReceiver(Worker):
         self._owners: dict[str, int] = {}
         self._assembling: dict[str, _Assembly] = {}
         """Per peer channel (topic): the pushed segment whose chunks are arriving."""
+        self._delivered: dict[str, int] = {}
+        """Per peer channel: one past the last record delivered."""
+        self._acked: dict[str, int] = {}
+        """Per peer channel: the offset last committed."""
 
     def start(self) -> PeerSegmentReceiver:
         super().start()
@@ -127,7 +144,7 @@ class PeerSegmentReceiver(Worker):
         consumer = clients.consumer(
             self.kafka,
             group_id=self.topics.replica_group(pid, self.replica.placement_id),
-            **consumer_overrides(),
+            **{**consumer_overrides(), "enable.partition.eof": True},
         )
         tps = [TopicPartition(t, 0) for t in self._owners]
         if tps:
@@ -140,12 +157,25 @@ class PeerSegmentReceiver(Worker):
     def _poll(self, timeout: float) -> Message | None:
         assert self._consumer is not None
         msg = self._consumer.poll(timeout)
-        if msg is None or msg.error() is not None:
-            err = None if msg is None else msg.error()
-            if err is not None and err.code() != KafkaError._PARTITION_EOF:
+        if msg is None:
+            return None
+        err = msg.error()
+        if err is not None:
+            if err.code() == KafkaError._PARTITION_EOF:
+                self._ack_past_markers(str(msg.topic()), int(msg.offset() or 0))
+            else:
                 log.warning("%s: peer segments consumer: %s", self.replica.name, err)
             return None
+        self._delivered[str(msg.topic())] = int(msg.offset() or 0) + 1
         return msg
+
+    def _ack_past_markers(self, topic: str, eof: int) -> None:
+        """At ``topic``'s end with every delivered record acked: Ack = the position past the markers."""
+        if topic not in self._owners or topic in self._assembling:
+            return
+        acked = self._acked.get(topic, -1)
+        if self._delivered.get(topic, -1) <= acked < eof:
+            self._ack(topic, eof)
 
     def _handle(self, msg: Message) -> None:
         """One message of a peer's segments channel. Each channel has its own assembly state, so
@@ -240,6 +270,7 @@ class PeerSegmentReceiver(Worker):
         except (ChecksumMismatchError, CorruptSegmentError) as exc:
             self.stats.invalid += 1
             log.error("%s: pushed segment %s is corrupt: %s", self.replica.name, wire.segment_id, exc)
+            self._again(topic, assembly.manifest_offset)
             return
         finally:
             assembly.discard()
@@ -254,14 +285,31 @@ class PeerSegmentReceiver(Worker):
                 return
         if job.error is not None:
             log.error("%s: merging pushed segment %s failed: %s", self.replica.name, wire.segment_id, job.error)
+            self._again(topic, assembly.manifest_offset)
             return
         self.stats.merged += 1
         log.info("%s: merged segment %s pushed by placement %d", self.replica.name, wire.segment_id, assembly.sender)
         self._ack(topic, assembly.last_offset + 1)
 
+    def _again(self, topic: str, manifest_offset: int) -> None:
+        """Read ``topic`` again from a failed segment's manifest, after a pause: never ack past it."""
+        assert self._consumer is not None
+        self.stats.retries += 1
+        log.warning(
+            "%s: reading %s again from offset %d in %.1fs",
+            self.replica.name,
+            topic,
+            manifest_offset,
+            self.retry_pause_s,
+        )
+        self._consumer.seek(TopicPartition(topic, 0, manifest_offset))
+        self._delivered[topic] = manifest_offset + 1  # delivered, not acked: no Ack past markers until it is
+        self.stopping.wait(self.retry_pause_s)
+
     def _ack(self, topic: str, next_offset: int) -> None:
         assert self._consumer is not None
         self._consumer.commit(offsets=[TopicPartition(topic, 0, next_offset)], asynchronous=False)
+        self._acked[topic] = next_offset
 
 
 class _Assembly:
@@ -285,6 +333,7 @@ class _Assembly:
         self.sender = sender
         self.entry = entry
         self.keep = keep
+        self.manifest_offset = manifest_offset
         self.last_offset = manifest_offset
         self.next_index = 0
         self._spool: IO[bytes] | None = None

@@ -1,12 +1,15 @@
-"""The leader's receiver of pushed segments with two peers' chunk streams interleaved (DESIGN.md section 7)."""
+"""The leader's receiver of pushed segments with two peers' chunk streams interleaved, and a merge
+that fails (DESIGN.md section 7)."""
 
 from __future__ import annotations
 
 import queue
+import sqlite3
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+from confluent_kafka import KafkaError
 
 from metadata.table import Column, ColumnType, TableDefinition
 from shoal.ids import new_partition_id
@@ -27,9 +30,15 @@ TOPICS = TopicNames("t")
 CHUNK = 512
 
 
+class _Eof:
+    def code(self) -> int:
+        return KafkaError._PARTITION_EOF
+
+
 class FakeMessage:
-    def __init__(self, topic: str, offset: int, kind: bytes, value: bytes) -> None:
+    def __init__(self, topic: str, offset: int, kind: bytes, value: bytes, *, eof: bool = False) -> None:
         self._topic, self._offset, self._kind, self._value = topic, offset, kind, value
+        self._eof = eof
 
     def topic(self) -> str:
         return self._topic
@@ -43,8 +52,8 @@ class FakeMessage:
     def value(self) -> bytes:
         return self._value
 
-    def error(self) -> None:
-        return None
+    def error(self) -> _Eof | None:
+        return _Eof() if self._eof else None
 
 
 class FakeConsumer:
@@ -59,6 +68,17 @@ class FakeConsumer:
 
     def commit(self, *, offsets: list[Any], asynchronous: bool) -> None:
         self.commits += [(tp.topic, tp.offset) for tp in offsets]
+
+
+class SeekingConsumer(FakeConsumer):
+    """One channel's messages, with ``seek`` (Kafka's position moved back)."""
+
+    def __init__(self, messages: list[FakeMessage]) -> None:
+        super().__init__(messages)
+        self.all = list(messages)
+
+    def seek(self, tp: Any) -> None:
+        self.messages = [m for m in self.all if m.offset() >= tp.offset]
 
 
 def _segment(tmp: Path, pid: str, placement: int, keys: range, epoch: int) -> tuple[PartitionReplica, SegmentRecord]:
@@ -143,3 +163,82 @@ def test_a_chunk_out_of_order_drops_only_that_peers_segment(tmp_path: Path) -> N
         assert msg is not None
         receiver._handle(msg)
     assert receiver.stats.invalid == 1 and consumer.commits == []
+
+
+def test_a_failed_merge_is_read_again_and_never_acked_past(tmp_path: Path) -> None:
+    """Placement 2 pushes X then Y on its channel; X's merge fails once (a full disk). Going on would
+    ack Y's offset, past X, and the Tail would delete X from the pusher's channel."""
+    pid = new_partition_id()
+    leader = PartitionReplica(TABLE, pid, 1, tmp_path / "p1")
+    peer = PartitionReplica(TABLE, pid, 2, tmp_path / "p2")
+    records = []
+    for keys, epoch in ((range(0, 10), 2), (range(10, 20), 2)):
+        rows = pa.table(
+            {"k": pa.array(list(keys), pa.uint64()), "v": [f"v{k}" for k in keys], "_shoal_deleted": [False] * 10},
+            schema=ingest_schema(TABLE.arrow_schema()),
+        )
+        peer.append(versioned_rows(rows, Gtid(epoch, keys.start)), keys.start)
+        record = peer.flush(epoch)
+        assert record is not None
+        records.append(record)
+    topic = TOPICS.segments(pid, 2)
+    messages, offset, ends = [], 0, []
+    for record in records:
+        for kind, value in _messages(peer, record):
+            messages.append(FakeMessage(topic, offset, kind, value))
+            offset += 1
+        ends.append(offset)
+        offset += 1  # the transaction's commit marker
+    real = leader._list.add_detached
+    fail = [1]
+
+    def add_detached(record: SegmentRecord) -> None:
+        if fail[0]:
+            fail[0] -= 1
+            raise sqlite3.OperationalError("database or disk is full")
+        real(record)
+
+    leader._list.add_detached = add_detached  # type: ignore[method-assign]
+    jobs: queue.Queue[MergeJob] = queue.Queue()
+
+    def submit(job: MergeJob) -> None:
+        jobs.put(job)
+        drain_merges(jobs, leader, 4)
+
+    receiver = PeerSegmentReceiver(
+        leader, KafkaSettings("localhost:1"), topics=TOPICS, peers=lambda: (2,), submit=submit, retry_pause_s=0
+    )
+    # the channel's end (past Y's commit marker) comes after each pass over the records
+    end = FakeMessage(topic, ends[1] + 1, b"", b"", eof=True)
+    consumer = SeekingConsumer([*messages, end])
+    receiver._consumer = consumer  # type: ignore[assignment]
+    receiver._owners = {topic: 2}
+    while consumer.messages:
+        msg = receiver._poll(0)
+        if msg is not None:
+            receiver._handle(msg)
+    assert receiver.stats.retries == 1 and receiver.stats.merged == 2
+    # X acked first, once merged; then Y; then past Y's commit marker, which the pusher waits for
+    assert consumer.commits == [(topic, ends[0]), (topic, ends[1]), (topic, ends[1] + 1)]
+    assert sorted(leader.scan().column("k").to_pylist()) == list(range(20))
+
+
+def test_no_ack_past_markers_while_a_segment_is_unacked(tmp_path: Path) -> None:
+    """The end of the channel moves the Ack past the markers only when every delivered record is acked."""
+    pid = new_partition_id()
+    leader = PartitionReplica(TABLE, pid, 1, tmp_path / "p1")
+    peer2, seg2 = _segment(tmp_path, pid, 2, range(0, 10), epoch=2)
+    topic = TOPICS.segments(pid, 2)
+    msgs = [FakeMessage(topic, i, *m) for i, m in enumerate(_messages(peer2, seg2))]
+    receiver = PeerSegmentReceiver(
+        leader, KafkaSettings("localhost:1"), topics=TOPICS, peers=lambda: (2,), submit=lambda job: None
+    )
+    receiver._owners = {topic: 2}
+    # the manifest only (its chunks not delivered yet), then an end-of-partition event: no Ack
+    consumer = FakeConsumer([msgs[0], FakeMessage(topic, 1, b"", b"", eof=True)])
+    receiver._consumer = consumer  # type: ignore[assignment]
+    while consumer.messages:
+        msg = receiver._poll(0)
+        if msg is not None:
+            receiver._handle(msg)
+    assert consumer.commits == []
