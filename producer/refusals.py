@@ -14,8 +14,12 @@ it sends to the children, so a child's refusal is found too. :class:`DeadletterW
 deadletter topic's end before the producer's first message, and each :meth:`DeadletterWatch.read`
 reads on from there up to the end the topic has after the acceptance, with
 ``isolation.level=read_committed``. The offset commit and the deadletter record are in one
-transaction, so a refused message seen as accepted has its record below that end; a read-committed
-consumer waits for the transaction's marker on the deadletter partition before it returns the record.
+transaction, so a refused message seen as accepted has its record below that end. The end is the
+high watermark (an admin ``ListOffsets`` read uncommitted): a read-committed consumer's own
+watermark query answers the last stable offset, which stays below the record until the
+transaction's marker reaches the deadletter partition, and Kafka writes that marker and the one
+that makes the offset commit visible in no set order. The read-committed consumer then waits for
+the marker before it returns the record.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from shoal.errors import KafkaOperationError
 from shoal.kafka import clients
 from shoal.kafka.errors import classify
+from shoal.kafka.indexes import IndexQuery, close_offset_readers, read_indexes
 from shoal.kafka.readers import READ_CONFIG
 from shoal.kafka.settings import KafkaSettings
 from shoal.topics import TopicNames
@@ -106,6 +111,8 @@ class DeadletterWatch:
         self.topic, self.group = topics.deadletter, topics.refusals_group
         self._lock = threading.Lock()
         self._consumer: Any = None
+        self._admin: Any = None
+        self._exists = False
         self._position: int | None = None
 
     def _client(self) -> Any:
@@ -118,18 +125,19 @@ class DeadletterWatch:
         return self._consumer
 
     def _end(self, timeout_s: float) -> tuple[int, int]:
-        try:
-            low, high = self._client().get_watermark_offsets(TopicPartition(self.topic, 0), timeout=timeout_s)
-        except KafkaException as exc:
-            err = exc.args[0] if exc.args else None
-            if isinstance(err, KafkaError) and err.code() in (
-                KafkaError.UNKNOWN_TOPIC_OR_PART,
-                KafkaError._UNKNOWN_TOPIC,
-                KafkaError._UNKNOWN_PARTITION,
-            ):
-                return 0, 0  # no leader has refused anything yet: the leaders create the topic
-            raise classify(exc, f"cannot read the offsets of the deadletter topic {self.topic}") from exc
-        return int(low), int(high)
+        """(log start, high watermark) of the deadletter topic; (0, 0) while it does not exist (the
+        leaders create it: no leader has refused anything yet)."""
+        if self._admin is None:
+            self._admin = clients.admin(self.settings)
+        if not self._exists:
+            try:  # all topics: a metadata request naming the topic could create it
+                self._exists = self.topic in self._admin.list_topics(timeout=timeout_s).topics
+            except KafkaException as exc:
+                raise classify(exc, f"cannot list topics to find the deadletter topic {self.topic}") from exc
+            if not self._exists:
+                return 0, 0
+        found = read_indexes(self._admin, [IndexQuery(self.topic)], timeout_s=timeout_s).get(self.topic)
+        return (0, 0) if found is None else (found.tail, found.append)
 
     def start(self, timeout_s: float) -> None:
         """Note where the deadletter topic ends now: call before this producer's first message."""
@@ -191,6 +199,9 @@ class DeadletterWatch:
 
     def close(self) -> None:
         with self._lock:
+            if self._admin is not None:
+                close_offset_readers(self._admin)
+                self._admin = None
             if self._consumer is not None:
                 with contextlib.suppress(KafkaException, RuntimeError):
                     self._consumer.close()
