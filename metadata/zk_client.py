@@ -32,12 +32,15 @@ def make_client(hosts: str, security: ZkSecurity = OPEN, *, timeout: float = 10.
     """A kazoo client authenticated with ``security`` whose default ACL is shoal's ACL."""
     if not isinstance(hosts, str) or not hosts.strip():
         raise ConfigError("ZooKeeper hosts must be a non-empty 'host:port[,host:port][/chroot]' string")
-    client = KazooClient(
-        hosts=hosts,
-        timeout=timeout,
-        auth_data=security.auth_data() or None,
-        default_acl=security.acls(),
-    )
+    try:
+        client = KazooClient(
+            hosts=hosts,
+            timeout=timeout,
+            auth_data=security.auth_data() or None,
+            default_acl=security.acls(),
+        )
+    except ValueError as exc:  # kazoo parses the connect string: a bad port or host
+        raise ConfigError(f"ZooKeeper hosts {hosts!r:.200}: {exc}") from None
     if start:
         try:
             client.start(timeout=timeout)

@@ -269,7 +269,10 @@ class Collector:
             lag, lag_s = end - pos, None  # the record could not be read in time: offsets only
         else:
             assert isinstance(info, RecordInfo)
-            lag, lag_s = end - info.offset, max(0.0, ctx.now - info.timestamp_ms / 1000.0)
+            if info.offset >= end:  # past the end listed first: aborted records and markers skipped
+                lag, lag_s = 0, 0.0
+            else:
+                lag, lag_s = end - info.offset, max(0.0, ctx.now - info.timestamp_ms / 1000.0)
         raw_lag = lag
         if settled is not None:
             lag, lag_s = 0, 0.0

@@ -36,6 +36,13 @@ class ProcessRecord:
     metrics_port: int | None = None
     """A storage node's Prometheus ``/metrics`` port (None for other processes)."""
 
+    def __post_init__(self) -> None:
+        # ``stop``/``down`` signal the pid's process group once the marker matches its command line
+        if isinstance(self.pid, bool) or not isinstance(self.pid, int) or self.pid <= 0:
+            raise ValueError(f"process {self.name!r}: pid must be a positive integer, got {self.pid!r:.40}")
+        if not isinstance(self.marker, str) or not self.marker.strip():
+            raise ValueError(f"process {self.name!r}: an empty marker would match any process")
+
     def to_json(self) -> dict[str, Any]:
         return _PROCESS.dump_python(self, mode="json")
 
@@ -105,8 +112,10 @@ def read(path: Path) -> ClusterInfo:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError as exc:
         raise ClusterFileError(f"no cluster file at {path}: start a local cluster with `shoal up`") from exc
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ClusterFileError(f"cannot read cluster file {path}: {exc}") from exc
     try:
         data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ClusterFileError(f"cluster file {path} is not valid JSON: {exc}") from exc
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError, a 5000-digit number, deep nesting
+        raise ClusterFileError(f"cluster file {path} is not valid JSON: {str(exc)[:200]}") from exc
     return ClusterInfo.from_json(data)

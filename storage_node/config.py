@@ -7,6 +7,7 @@ resolved once at the edge by ``shoal node``); every Kafka client of the node is 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,7 +31,7 @@ class FlushPolicy:
     max_age_s: float = 10.0
 
     def __post_init__(self) -> None:
-        if self.max_rows <= 0 or self.max_bytes <= 0 or self.max_age_s <= 0:
+        if not (self.max_rows > 0 and self.max_bytes > 0 and 0 < self.max_age_s < math.inf):  # NaN too
             raise ConfigError(f"flush thresholds must be positive, got {self}")
 
     def due(self, rows: int, nbytes: int, age_s: float) -> bool:
@@ -52,7 +53,11 @@ class ReplicaLagPolicy:
     max_lag_bytes: int = 128 * 1024 * 1024
 
     def __post_init__(self) -> None:
-        if isinstance(self.max_lag_s, bool) or not isinstance(self.max_lag_s, (int, float)) or self.max_lag_s <= 0:
+        if (
+            isinstance(self.max_lag_s, bool)
+            or not isinstance(self.max_lag_s, (int, float))
+            or not 0 < self.max_lag_s < math.inf
+        ):
             raise ConfigError(f"replica max_lag_s must be a positive number of seconds, got {self.max_lag_s!r:.40}")
         if isinstance(self.max_lag_bytes, bool) or not isinstance(self.max_lag_bytes, int) or self.max_lag_bytes <= 0:
             raise ConfigError(f"replica max_lag_bytes must be a positive int, got {self.max_lag_bytes!r:.40}")

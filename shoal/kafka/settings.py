@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from shoal import cluster_file
-from shoal.errors import ClusterFileError, ConfigError
+from shoal.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -484,11 +484,13 @@ def write_secrets_file(path: Path, secrets: Mapping[str, Secret]) -> None:
 
 
 def _from_cluster_file(path: Path) -> dict[str, str]:
-    try:
-        info = cluster_file.read(path)
-    except ClusterFileError as exc:
-        log.debug("no cluster defaults from %s: %s", path, exc)
+    """The defaults a cluster file gives; none when there is no file. A file that is there but cannot
+    be read is an error (``ClusterFileError``): ignoring it would connect to the built-in defaults, which
+    may be another cluster."""
+    if not path.exists() and not path.is_symlink():
+        log.debug("no cluster defaults: no cluster file at %s", path)
         return {}
+    info = cluster_file.read(path)
     out = {"bootstrap_servers": info.bootstrap_servers, "zk_hosts": info.zk_connect, "topic_prefix": info.topic_prefix}
     security = info.extra.get(SECURITY_EXTRA)
     if isinstance(security, dict):

@@ -132,9 +132,9 @@ def node_command(
         base = obj.data_dir if obj is not None else Path.home() / ".shoal" / "local"
         defaults = FlushPolicy()
         flush = FlushPolicy(
-            max_rows=flush_rows or defaults.max_rows,
+            max_rows=defaults.max_rows if flush_rows is None else flush_rows,
             max_bytes=defaults.max_bytes,
-            max_age_s=flush_age or defaults.max_age_s,
+            max_age_s=defaults.max_age_s if flush_age is None else flush_age,
         )
         config = NodeConfig(
             server_id=server_id,

@@ -84,6 +84,11 @@ def up(config: LocalClusterConfig, progress: Progress = _quiet) -> ClusterInfo:
                 f"a local cluster is already running from {data_dir} (see `shoal status`; stop it with `shoal down`)"
             )
     if config.fresh and data_dir.exists():
+        if not data_dir.is_dir() or (any(data_dir.iterdir()) and not config.cluster_file.exists()):
+            # a typo (``--data-dir ~``) must not wipe a directory shoal did not make
+            raise RuntimeLaunchError(
+                f"--fresh: {data_dir} is not a shoal data dir (no {CLUSTER_FILE_NAME} in it); refusing to delete it"
+            )
         shutil.rmtree(data_dir)
     data_dir.mkdir(parents=True, exist_ok=True)
 

@@ -39,8 +39,8 @@ def spawn(
     metrics_port: int | None = None,
 ) -> ProcessRecord:
     """Start ``argv`` detached in its own session, logging to ``log_path``."""
-    if marker not in " ".join(argv):
-        raise RuntimeLaunchError(f"marker {marker!r} must appear in the command line of {name}")
+    if not carries(argv, marker):
+        raise RuntimeLaunchError(f"marker {marker!r} must be an argument (or follow '=') of the command line of {name}")
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as out:
         try:
@@ -91,7 +91,7 @@ def _process(record: ProcessRecord) -> psutil.Process | None:
             else:
                 _KNOWN.pop(key, None)
                 proc = psutil.Process(record.pid)
-                if record.marker not in " ".join(_settled_cmdline(proc)):
+                if not carries(_settled_cmdline(proc), record.marker):
                     return None
             if proc.status() == psutil.STATUS_ZOMBIE:
                 return None
@@ -100,6 +100,12 @@ def _process(record: ProcessRecord) -> psutil.Process | None:
         return None
     _KNOWN[key] = proc
     return proc
+
+
+def carries(args: Sequence[str], marker: str) -> bool:
+    """Whether ``marker`` is one whole argument of ``args``, or the value of one (``--opt=MARKER``):
+    never a substring, so a marker such as ``sleep`` or ``""`` does not match somebody's shell job."""
+    return bool(marker) and (marker in args or any(a.endswith(f"={marker}") for a in args))
 
 
 def _settled_cmdline(proc: psutil.Process, wait_s: float = 1.0) -> list[str]:

@@ -71,3 +71,51 @@ def test_tail(tmp_path: Path) -> None:
     log.write_text("".join(f"line {i}\n" for i in range(100)))
     assert tail(log, 2) == "line 98\nline 99"
     assert tail(tmp_path / "missing.log") == "(no log)"
+
+
+def test_a_marker_that_is_only_part_of_an_argument_never_matches(tmp_path: Path) -> None:
+    """A cluster file naming a word ("sleep", "python") or "" as a marker must not let ``shoal down``
+    signal somebody's process group: the marker is one whole argument (or ``--opt=MARKER``)."""
+    marker = str(tmp_path / "whole-marker")
+    proc = subprocess.Popen([*SLEEPER, marker], start_new_session=True)
+    try:
+        assert is_running(ProcessRecord("other", proc.pid, marker, "/nonexistent.log"))
+        for part in (marker[:-3], "time", "python"):
+            rec = ProcessRecord("other", proc.pid, part, "/nonexistent.log")
+            assert not is_running(rec), part
+            assert stop(rec, timeout_s=0.1) is False
+        assert proc.poll() is None  # never signalled
+    finally:
+        proc.kill()
+        proc.wait()
+    for bad in ({"marker": ""}, {"marker": "  "}, {"pid": 0}, {"pid": -1}):
+        fields = {"name": "x", "pid": 5, "marker": "m", "log_path": "/l", **bad}
+        with pytest.raises(ValueError, match=r"marker|pid"):
+            ProcessRecord(**fields)  # type: ignore[arg-type]
+
+
+def test_up_fresh_refuses_a_directory_shoal_did_not_make(tmp_path: Path) -> None:
+    from shoal.errors import RuntimeLaunchError
+    from shoal_app.runtime import launcher
+
+    project = tmp_path / "project"
+    (project / "src").mkdir(parents=True)
+    (project / "src" / "important.txt").write_text("keep me")
+    config = launcher.LocalClusterConfig(data_dir=project, cache_dir=tmp_path / "cache", fresh=True)
+    with pytest.raises(RuntimeLaunchError, match="not a shoal data dir"):
+        launcher.up(config)
+    assert (project / "src" / "important.txt").read_text() == "keep me"
+
+
+def test_a_cluster_file_that_cannot_be_read_is_a_cluster_file_error(tmp_path: Path) -> None:
+    from shoal.cluster_file import read
+    from shoal.errors import ClusterFileError
+
+    (tmp_path / "adir.json").mkdir()
+    (tmp_path / "deep.json").write_text("[" * 100_000 + "]" * 100_000)
+    (tmp_path / "latin1.json").write_bytes(b'{"a": "\xff"}')
+    for name in ("adir.json", "deep.json", "latin1.json", "file.json/below"):
+        if name == "file.json/below":
+            (tmp_path / "file.json").write_text("{}")
+        with pytest.raises(ClusterFileError):
+            read(tmp_path / name)
