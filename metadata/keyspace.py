@@ -62,6 +62,10 @@ class Keyspace(enum.Enum):
             stripped = text.strip()
             if not stripped.isdigit() or not stripped.isascii():
                 raise InvalidKeyError(f"a UINT64 key must be a non-negative decimal integer, got {text!r:.80}")
+            if len(stripped.lstrip("0")) > 20:  # above 2**64 - 1 (20 digits); int() refuses > 4300 digits
+                raise InvalidKeyError(
+                    f"a UINT64 key must be below 2**64, got {stripped:.40}... ({len(stripped)} digits)"
+                )
             return self.encode(int(stripped))
         return self.encode(text)
 

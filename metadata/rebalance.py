@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import time
 from collections.abc import Callable, Mapping
@@ -31,6 +32,7 @@ from metadata.placements import preferred_leader
 from metadata.security import OPEN, ZkSecurity
 from metadata.zk_client import ensure_path, zk_errors
 from metadata.zk_layout import ZkLayout
+from shoal.errors import ConfigError
 from shoal.ids import validate_table_name
 from shoal.worker import Deadline
 
@@ -154,6 +156,8 @@ def request_rebalance(
     zk: Any, layout: ZkLayout, table: str, *, ttl_s: float = 120.0, security: ZkSecurity = OPEN
 ) -> RebalanceRequest:
     """Ask the leaders of ``table`` to hand leadership to their caught-up preferred leaders now."""
+    if not 0 < ttl_s < math.inf:
+        raise ConfigError(f"a rebalance request's ttl must be a finite number of seconds > 0, got {ttl_s!r}")
     now = int(time.time() * 1000)
     req = RebalanceRequest(validate_table_name(table), os.urandom(8).hex(), now, now + int(ttl_s * 1000))
     path = request_path(layout, table)

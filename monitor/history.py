@@ -11,7 +11,6 @@ The file's shape is :class:`monitor.models.HistoryFile` (``version`` 1).
 
 from __future__ import annotations
 
-import json
 import os
 import tempfile
 from collections import deque
@@ -23,6 +22,7 @@ from pydantic import ValidationError
 from monitor.errors import HistoryFileError
 from monitor.models import HISTORY_VERSION, HistoryFile, PartitionMemoryFile
 from monitor.status import Sample
+from shoal import jsonio
 
 FILE_NAME = "monitor-history.json"
 VERSION = HISTORY_VERSION
@@ -130,8 +130,8 @@ class History:
         if not path.exists():
             return hist
         try:
-            obj = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            obj = jsonio.read_checked(path)
+        except (OSError, jsonio.BadJson) as exc:
             raise HistoryFileError(f"history file {path} is unreadable: {exc}; remove it to start afresh") from exc
         if not isinstance(obj, dict) or obj.get("version") != VERSION:
             raise HistoryFileError(

@@ -21,6 +21,7 @@ from typing import Any
 from pydantic import ConfigDict, TypeAdapter, ValidationError
 from pydantic.dataclasses import dataclass
 
+from shoal import jsonio
 from shoal.errors import ClusterFileError
 
 FORMAT_VERSION = 1
@@ -109,13 +110,11 @@ def write(path: Path, info: ClusterInfo) -> None:
 
 def read(path: Path) -> ClusterInfo:
     try:
-        text = path.read_text(encoding="utf-8")
+        data = jsonio.read_checked(path)
     except FileNotFoundError as exc:
         raise ClusterFileError(f"no cluster file at {path}: start a local cluster with `shoal up`") from exc
-    except (OSError, UnicodeDecodeError) as exc:
+    except OSError as exc:
         raise ClusterFileError(f"cannot read cluster file {path}: {exc}") from exc
-    try:
-        data = json.loads(text)
-    except (ValueError, RecursionError) as exc:  # JSONDecodeError, a 5000-digit number, deep nesting
-        raise ClusterFileError(f"cluster file {path} is not valid JSON: {str(exc)[:200]}") from exc
+    except jsonio.BadJson as exc:
+        raise ClusterFileError(f"cluster file {path} is {exc.reason}") from exc
     return ClusterInfo.from_json(data)

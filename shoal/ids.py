@@ -15,6 +15,9 @@ from shoal.errors import InvalidIdError
 _HEX128 = re.compile(r"^[0-9a-f]{32}$")
 _SERVER_ID = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
 _TABLE_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,127}$")
+_TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]{1,249}")
+"""Kafka's own rule for a topic name (``org.apache.kafka.common.internals.Topic.validate``)."""
+_SASL_USER = re.compile(r"[A-Za-z0-9._@-]{1,255}")
 
 
 def new_hex128() -> str:
@@ -59,6 +62,23 @@ def validate_table_name(value: object) -> str:
         raise InvalidIdError(
             f"table name must match {_TABLE_NAME.pattern} (a letter, then letters, digits or '_'), got {value!r:.80}"
         )
+    return value
+
+
+def validate_topic_name(value: object) -> str:
+    """A name Kafka accepts for a topic: 1-249 of ``[A-Za-z0-9._-]``, not ``.`` or ``..``."""
+    if not isinstance(value, str) or not _TOPIC_NAME.fullmatch(value) or value in (".", ".."):
+        raise InvalidIdError(
+            f"a Kafka topic name is 1-249 characters of letters, digits, '.', '_', '-' (not '.' or '..'), "
+            f"got {value!r:.80}"
+        )
+    return value
+
+
+def validate_sasl_user(value: object) -> str:
+    """A SASL user name shoal writes into an ACL principal (``User:NAME``): letters, digits, ``._@-``."""
+    if not isinstance(value, str) or not _SASL_USER.fullmatch(value):
+        raise InvalidIdError(f"a user name is 1-255 of letters, digits, '.', '_', '@', '-', got {value!r:.80}")
     return value
 
 

@@ -71,7 +71,7 @@ class ScanRequest:
             if not isinstance(obj, dict) or set(obj) - _TICKET_FIELDS:
                 raise ValueError("unexpected fields")
             return cls(**obj)
-        except (ValueError, TypeError, UnicodeDecodeError) as exc:
+        except (ValueError, TypeError, UnicodeDecodeError, RecursionError) as exc:
             raise WireFormatError(f"malformed scan ticket: {exc}") from exc
 
 

@@ -20,6 +20,8 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Self
 
+from shoal.errors import ConfigError
+
 log = logging.getLogger(__name__)
 
 
@@ -39,6 +41,8 @@ class Deadline:
     __slots__ = ("_end", "timeout_s")
 
     def __init__(self, timeout_s: float) -> None:
+        if timeout_s != timeout_s:  # NaN: it would never expire, and remaining() would be 0 forever
+            raise ConfigError("a timeout must be a number, got nan")
         self.timeout_s = timeout_s
         self._end = time.monotonic() + timeout_s
 

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import datetime as dt
 import io
-import json
 from collections.abc import Iterator
 from typing import Any
 
 import pyarrow as pa
 
 from metadata.table import ColumnType, TableDefinition
+from shoal import jsonio
 from spark_jobs.deadletter import ERROR_COLUMN, META_COLUMNS, VALUE_COLUMN
 from spark_jobs.errors import IngestError
 from spark_jobs.schema_map import spark_arrow_type
@@ -27,8 +27,8 @@ def parse_schema(text: str) -> Any:
     import fastavro
 
     try:
-        return fastavro.parse_schema(json.loads(text))
-    except (ValueError, TypeError, KeyError, fastavro.schema.SchemaParseException) as exc:
+        return fastavro.parse_schema(jsonio.loads_checked(text))
+    except (ValueError, TypeError, KeyError, RecursionError, fastavro.schema.SchemaParseException) as exc:
         raise IngestError(f"the Avro schema is not valid: {exc}") from exc
 
 

@@ -97,7 +97,7 @@ from metadata.node_registry import node_path, register_node
 from metadata.notify import TableWatcher
 from metadata.placements import preferred_leader
 from metadata.table import TableDefinition
-from shoal.errors import KafkaOperationError, PartitionUnavailableError, ShoalError
+from shoal.errors import ConfigError, KafkaOperationError, PartitionUnavailableError, ShoalError
 from shoal.kafka.indexes import channel_indexes
 from shoal.worker import Deadline, Worker, stop_all
 from storage_node.allocator import use_arrow_memory_pool
@@ -316,7 +316,10 @@ class StorageNode:
             # stuck node waits on without stopping it
             faulthandler.register(signal.SIGUSR1, all_threads=True)
         use_arrow_memory_pool(self.config.arrow_memory_pool)
-        self.config.data_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            self.config.data_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:  # a file in the way, a path under a file, no permission
+            raise ConfigError(f"cannot create the node data dir {self.config.data_dir}: {exc.strerror}") from None
         with contextlib.ExitStack() as stack:
             client = stack.enter_context(MetadataClient(self.metadata_config))
             self._client = client

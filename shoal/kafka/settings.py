@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from shoal import cluster_file
+from shoal import cluster_file, jsonio
 from shoal.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -130,10 +130,10 @@ class TopicPolicy:
 def _positive_int(name: str, text: str | None) -> int | None:
     if text is None or str(text).strip() == "":
         return None
-    try:
-        return int(str(text).strip())
-    except ValueError:
-        raise ConfigError(f"topic_{name} must be an int >= 1, got {text!r:.40}") from None
+    digits = str(text).strip()
+    if not (digits.isascii() and digits.isdigit()) or len(digits) > 9:  # not '1_0', '٣' or 5000 digits
+        raise ConfigError(f"topic_{name} must be an int >= 1, got {text!r:.40}")
+    return int(digits)
 
 
 @dataclass(frozen=True)
@@ -453,15 +453,15 @@ def read_secrets_file(path: Path) -> dict[str, str]:
     not be readable by group or others (mode 0600, as ssh insists for its keys)."""
     try:
         mode = path.stat().st_mode
-        text = path.read_text(encoding="utf-8")
+        raw = path.read_bytes()
     except OSError as exc:
         raise ConfigError(f"cannot read the secrets file {path}: {exc.strerror}") from None
     if mode & 0o077:
         raise ConfigError(f"the secrets file {path} is readable by others (mode {mode & 0o777:o}); chmod 600 it")
     try:
-        data = json.loads(text)
-    except json.JSONDecodeError:
-        raise ConfigError(f"the secrets file {path} is not a JSON object") from None
+        data = jsonio.loads_checked(raw)
+    except jsonio.BadJson as exc:
+        raise ConfigError(f"the secrets file {path} is {exc.reason}") from None
     if not isinstance(data, dict) or not all(isinstance(v, str) for v in data.values()):
         raise ConfigError(f"the secrets file {path} must be a JSON object of strings")
     unknown = set(data) - SECRET_KEYS

@@ -8,11 +8,13 @@ from typing import Any
 import click
 
 from metadata.client import MetadataClient
-from shoal.errors import ShoalError
-from shoal.security.acls import cluster_plan, principal, table_plan
+from shoal.errors import InvalidIdError, ShoalError
+from shoal.ids import validate_sasl_user, validate_topic_name
+from shoal.security.acls import ROLES, cluster_plan, principal, table_plan
 from shoal.topics import TopicNames
 from shoal_app.cli.connection import connection_options, metadata_config
 from shoal_app.cli.context import new_table, output_option, show
+from shoal_app.cli.params import TABLE_NAME
 
 
 @click.group("acl")
@@ -21,7 +23,7 @@ def acl_group() -> None:
 
 
 @acl_group.command("plan")
-@click.argument("table_name", required=False)
+@click.argument("table_name", required=False, type=TABLE_NAME)
 @click.option(
     "--principal",
     "principals",
@@ -43,7 +45,17 @@ def plan_command(
         role, sep, user = item.partition("=")
         if not sep or not user:
             raise click.BadParameter(f"expected ROLE=USER, got {item!r}", param_hint="--principal")
-        who[role] = principal(user)
+        if role not in ROLES:
+            raise click.BadParameter(f"unknown role {role!r}; roles: {', '.join(ROLES)}", param_hint="--principal")
+        try:
+            who[role] = principal(validate_sasl_user(user))
+        except InvalidIdError as exc:
+            raise click.BadParameter(str(exc), param_hint="--principal") from None
+    for topic in source_topic:
+        try:
+            validate_topic_name(topic)
+        except InvalidIdError as exc:
+            raise click.BadParameter(str(exc), param_hint="--source-topic") from None
     try:
         config = metadata_config(conn, check_access=table_name is not None)  # the cluster plan needs no Kafka
         topics = TopicNames(config.topic_prefix)

@@ -9,6 +9,7 @@ import click
 from shoal.errors import ShoalError
 from shoal_app.cli.connection import connection_options, connection_settings
 from shoal_app.cli.context import CliContext, emit, new_table, output_option, progress, show
+from shoal_app.cli.params import FiniteFloatRange
 from shoal_app.cli.replication import fix_replication
 
 
@@ -20,7 +21,7 @@ def admin_group() -> None:
 @admin_group.command("fix-replication")
 @click.option("--wait", is_flag=True, help="Wait until the new replicas are in sync, then set min.insync.replicas.")
 @click.option(
-    "--timeout", type=click.FloatRange(1), default=600.0, show_default=True, help="Seconds to wait with --wait."
+    "--timeout", type=FiniteFloatRange(1), default=600.0, show_default=True, help="Seconds to wait with --wait."
 )
 @output_option
 @connection_options

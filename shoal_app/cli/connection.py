@@ -9,6 +9,7 @@ from typing import Any, TypeVar
 import click
 
 from metadata.client import MetadataConfig
+from shoal.errors import ConfigError
 from shoal.kafka import clients
 from shoal.kafka.settings import ConnectionSettings
 from shoal_app.cli.context import CliContext
@@ -43,6 +44,8 @@ def connection_settings(
     ctx = click.get_current_context(silent=True)
     obj = ctx.find_object(CliContext) if ctx is not None else None
     path = obj.cluster_file_path if obj is not None else None
+    if obj is not None and obj.cluster_file_named and not obj.cluster_file_path.exists():
+        raise ConfigError(f"the cluster file {path} (from --cluster-file or SHOAL_CLUSTER_FILE) does not exist")
     settings = ConnectionSettings.resolve(conn, os.environ if environ is None else environ, path)
     if check_access and settings.kafka.secured:
         clients.check_access(settings.kafka)

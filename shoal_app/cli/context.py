@@ -25,7 +25,7 @@ from rich.table import Table
 
 from shoal import cluster_file
 from shoal.cluster_file import ClusterInfo
-from shoal.errors import ShoalError
+from shoal.errors import ConfigError, ShoalError
 from shoal.jvm import jars
 
 DEFAULT_DATA_DIR = Path.home() / ".shoal" / "local"
@@ -36,21 +36,54 @@ class CliContext:
     data_dir: Path
     cache_dir: Path
     cluster_file_path: Path
+    cluster_file_named: bool = False
+    """The path came from ``--cluster-file`` or ``SHOAL_CLUSTER_FILE``: it must then exist."""
 
     def cluster(self) -> ClusterInfo:
         return cluster_file.read(self.cluster_file_path)
 
 
 def context_from_env(data_dir: str | None, cluster_file_opt: str | None) -> CliContext:
-    data = Path(data_dir or os.environ.get("SHOAL_DATA_DIR") or DEFAULT_DATA_DIR).expanduser()
-    cache = jars.cache_dir_from(os.environ)
-    cf = Path(cluster_file_opt or os.environ.get("SHOAL_CLUSTER_FILE") or data / "cluster.json").expanduser()
-    return CliContext(data_dir=data, cache_dir=cache, cluster_file_path=cf)
+    """Where the data dir, jar cache and cluster file are: options, then the environment, then defaults.
+    A ``~user`` that names no user is a ConfigError naming where the path came from."""
+    data = _expanded(data_dir, "--data-dir") or _expanded(os.environ.get("SHOAL_DATA_DIR"), "SHOAL_DATA_DIR")
+    data = data or DEFAULT_DATA_DIR
+    try:
+        cache = jars.cache_dir_from(os.environ)
+    except RuntimeError as exc:
+        raise ConfigError(f"SHOAL_CACHE_DIR: cannot expand {os.environ.get('SHOAL_CACHE_DIR')!r}: {exc}") from None
+    named = _expanded(cluster_file_opt, "--cluster-file") or _expanded(
+        os.environ.get("SHOAL_CLUSTER_FILE"), "SHOAL_CLUSTER_FILE"
+    )
+    return CliContext(
+        data_dir=data,
+        cache_dir=cache,
+        cluster_file_path=named or data / "cluster.json",
+        cluster_file_named=named is not None,
+    )
+
+
+def _expanded(text: str | None, source: str) -> Path | None:
+    if not text:
+        return None
+    try:
+        return Path(text).expanduser()
+    except RuntimeError as exc:  # "~nosuchuser/x": Path.expanduser cannot find the user
+        raise ConfigError(f"{source}: cannot expand {text!r}: {exc}") from None
 
 
 def configure_logging(verbose: int) -> None:
+    """Warnings and up on stderr (``-v`` info, ``-vv`` debug). Without ``-v``, kazoo's own warnings
+    (a line per dropped connection attempt) are left out: a command that cannot reach ZooKeeper says
+    so in its one error line. ``shoal node`` keeps them (:func:`node_logging`)."""
     level = logging.WARNING if verbose == 0 else logging.INFO if verbose == 1 else logging.DEBUG
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    logging.getLogger("kazoo").setLevel(logging.ERROR if verbose == 0 else logging.NOTSET)
+
+
+def node_logging() -> None:
+    """A long-running server logs kazoo's connection warnings: an operator reads them in its log."""
+    logging.getLogger("kazoo").setLevel(logging.NOTSET)
 
 
 class JsonShape(Protocol):

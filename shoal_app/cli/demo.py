@@ -18,6 +18,7 @@ from shoal.cluster_file import ClusterInfo
 from shoal.errors import ClusterFileError, ShoalError
 from shoal_app.cli.context import CliContext, console, emit, output_option, progress, show
 from shoal_app.cli.models import DemoSummary, Roundtrip, RoundtripStep, Stopped
+from shoal_app.cli.params import FiniteFloatRange
 from shoal_app.demo.report import fmt_count
 from shoal_app.runtime import launcher
 from shoal_app.runtime.extras import require_extra
@@ -55,7 +56,7 @@ def _echo_err(line: str) -> None:
     help="Events the generator writes.",
 )
 @click.option(
-    "--rate", type=click.FloatRange(1, 1_000_000), default=400.0, show_default=True, help="Events per second."
+    "--rate", type=FiniteFloatRange(1, 1_000_000), default=400.0, show_default=True, help="Events per second."
 )
 @click.option(
     "--partitions",
@@ -66,7 +67,7 @@ def _echo_err(line: str) -> None:
 )
 @click.option(
     "--kill-at",
-    type=click.FloatRange(0.01, 0.99),
+    type=FiniteFloatRange(0.01, 0.99),
     default=0.4,
     show_default=True,
     help="Kill a leader once this fraction of the events is in shoal (or the generator is nearly done).",

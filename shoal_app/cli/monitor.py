@@ -18,10 +18,11 @@ from shoal.errors import ShoalError
 from shoal_app.cli.connection import connection_options
 from shoal_app.cli.context import CliContext
 from shoal_app.cli.offsets import open_collector
+from shoal_app.cli.params import TABLE_NAME, FiniteFloatRange
 
 
 @click.command("monitor")
-@click.argument("table", required=False)
+@click.argument("table", required=False, type=TABLE_NAME)
 @click.option(
     "--port", type=click.IntRange(0, 65535), default=9400, show_default=True, help="HTTP port (0: any free port)."
 )
@@ -33,7 +34,7 @@ from shoal_app.cli.offsets import open_collector
     help="Where the window is kept across restarts (default DATA_DIR/monitor).",
 )
 @click.option(
-    "--interval", type=click.FloatRange(0.05, 3600), default=10.0, show_default=True, help="Seconds between polls."
+    "--interval", type=FiniteFloatRange(0.05, 3600), default=10.0, show_default=True, help="Seconds between polls."
 )
 @click.option(
     "--window", type=click.IntRange(2, 10_000), default=30, show_default=True, help="Polls in the status window."

@@ -22,15 +22,16 @@ from metadata.metadata_file import MetadataFile
 from metadata.table import ColumnType, TableDefinition
 from shoal.errors import SchemaError, ShoalError
 from shoal_app.cli.connection import connection_options, metadata_config
-from shoal_app.cli.context import CliContext, emit, output_option, progress
+from shoal_app.cli.context import CliContext, emit, node_logging, output_option, progress
 from shoal_app.cli.models import DrainMove, DrainResult
+from shoal_app.cli.params import SERVER_ID, TABLE_NAME, FiniteFloatRange, timeout_option
 from storage_node.allocator import ARROW_MEMORY_POOLS, ARROW_POOL_ENV, DEFAULT_ARROW_MEMORY_POOL
 
 log = logging.getLogger(__name__)
 
 
 @click.group("node", invoke_without_command=True)
-@click.option("--id", "server_id", default=None, help="This node's server id (e.g. node-1).")
+@click.option("--id", "server_id", type=SERVER_ID, default=None, help="This node's server id (e.g. node-1).")
 @click.option(
     "--data-dir",
     "node_data_dir",
@@ -41,7 +42,12 @@ log = logging.getLogger(__name__)
 @click.option("--flight-host", default="127.0.0.1", show_default=True, help="Address to serve scans on.")
 @click.option("--flight-port", type=int, default=0, show_default=True, help="Port for scans (0 = any free port).")
 @click.option("--flush-rows", type=int, default=None, help="Flush the memtable at this many rows.")
-@click.option("--flush-age", type=float, default=None, help="Flush the memtable at this age in seconds.")
+@click.option(
+    "--flush-age",
+    type=FiniteFloatRange(0, min_open=True),
+    default=None,
+    help="Flush the memtable at this age in seconds.",
+)
 @click.option(
     "--metrics-port",
     type=click.IntRange(0, 65535),
@@ -59,7 +65,7 @@ log = logging.getLogger(__name__)
 @click.option(
     "--minor-stall",
     "minor_stall_s",
-    type=click.FloatRange(0, 60),
+    type=FiniteFloatRange(0, 60),
     default=0.2,
     show_default=True,
     help="Seconds the leader sleeps per batch while stalled (0 = never stall).",
@@ -67,7 +73,7 @@ log = logging.getLogger(__name__)
 @click.option(
     "--leader-rebalance-delay",
     "leader_rebalance_delay_s",
-    type=click.FloatRange(0, 86_400),
+    type=FiniteFloatRange(0, 86_400),
     default=30.0,
     show_default=True,
     help="Seconds a partition's preferred leader must be caught up before leadership moves back to it.",
@@ -75,7 +81,7 @@ log = logging.getLogger(__name__)
 @click.option(
     "--replica-lag-max",
     "replica_lag_max_s",
-    type=click.FloatRange(0, min_open=True),
+    type=FiniteFloatRange(0, min_open=True),
     default=30.0,
     show_default=True,
     help="Seconds a follower may stay behind (or dead) before its leader marks it out of sync.",
@@ -120,6 +126,7 @@ def node_command(
         return
     if server_id is None:
         raise click.UsageError("give --id (this node's server id), or a subcommand (drain)")
+    node_logging()
     from storage_node.config import FlushPolicy, NodeConfig, ReplicaLagPolicy
     from storage_node.node import StorageNode
 
@@ -168,16 +175,35 @@ def _exec_with_arrow_pool(pool: str) -> None:
     os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], {**os.environ, ARROW_POOL_ENV: pool})
 
 
+_INTEGER_KEYS = (ColumnType.INT32, ColumnType.INT64, ColumnType.UINT64, ColumnType.TIMESTAMP_MS)
+
+
 def _parse_key(table: TableDefinition, text: str | None) -> int | str | None:
+    """A ``--key``/``--from``/``--to`` value for the first primary-key column: ASCII decimal digits
+    (with an optional ``-``) that the column's integer type holds (milliseconds since the epoch for a
+    timestamp), or UTF-8 text for a string column. Other key types cannot be scanned by key (scan
+    the whole table instead)."""
     if text is None:
         return None
     col = table.column(table.primary_key[0])
-    if col.type in (ColumnType.STRING,):
+    if col.type is ColumnType.STRING:
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            raise SchemaError(f"key column {col.name!r}: {text!a:.80} is not valid text") from None
         return text
+    if col.type not in _INTEGER_KEYS:
+        raise SchemaError(
+            f"key column {col.name!r} is {col.type.value}: scan --key/--from/--to take integer or string keys"
+        )
+    digits = text.removeprefix("-")
+    if not (digits.isascii() and digits.isdigit()) or len(digits) > 20:
+        raise SchemaError(f"key column {col.name!r} is {col.type.value}: {text!r:.60} is not a decimal integer")
     try:
-        return int(text)
-    except ValueError as exc:
-        raise SchemaError(f"key column {col.name!r} is {col.type.value}: {text!r} is not an integer") from exc
+        pa.scalar(int(text), col.type.arrow())
+    except (OverflowError, pa.ArrowInvalid):
+        raise SchemaError(f"key column {col.name!r} is {col.type.value}: {text} is out of its range") from None
+    return int(text)
 
 
 def _json_value(value: object) -> object:
@@ -196,7 +222,7 @@ def _json_value(value: object) -> object:
 
 
 @click.command("scan")
-@click.argument("table_name")
+@click.argument("table_name", type=TABLE_NAME)
 @click.option("--node", "server_id", default=None, help="Ask this node (its replicas) instead of the leaders.")
 @click.option("--key", default=None, help="Only the row(s) with this first primary-key value.")
 @click.option("--from", "low", default=None, help="First primary-key value (inclusive).")
@@ -391,9 +417,9 @@ def drain_node(client: MetadataClient, server_id: str, *, wait: bool, timeout_s:
 
 
 @node_command.command("drain")
-@click.option("--id", "server_id", required=True, help="The node to drain (server id).")
+@click.option("--id", "server_id", type=SERVER_ID, required=True, help="The node to drain (server id).")
 @click.option("--wait", is_flag=True, help="Wait until every old replica is removed (progress on stderr).")
-@click.option("--timeout", type=float, default=600.0, show_default=True, help="Seconds each wait may take.")
+@timeout_option(600.0, "Seconds each wait may take.")
 @output_option
 @connection_options
 def drain_command(server_id: str, wait: bool, timeout: float, output: str, **conn: Any) -> None:

@@ -33,6 +33,7 @@ from monitor.topology import read_topology
 from shoal.errors import ShoalError
 from shoal_app.cli.connection import connection_options, metadata_config
 from shoal_app.cli.context import emit, output_option
+from shoal_app.cli.params import TABLE_NAME, FiniteFloatRange
 from shoal_app.cli.replication import topic_problems
 
 
@@ -59,10 +60,16 @@ def open_collector(
         )
     except ShoalError as exc:
         raise click.ClickException(f"{type(exc).__name__}: {exc}") from exc
-    client = MetadataClient(meta)
+    try:
+        client = MetadataClient(meta)
+    except ShoalError as exc:
+        raise click.ClickException(f"{type(exc).__name__}: {exc}") from exc
     try:
         if table is not None:
-            client.coordinator.head(table)  # an unknown table is an error now, not an empty report
+            try:
+                client.coordinator.head(table)  # an unknown table is an error now, not an empty report
+            except ShoalError as exc:
+                raise click.ClickException(f"{type(exc).__name__}: {exc}") from exc
         collector = Collector(config, lambda: read_topology(config.topics, client.coordinator, table))
         try:
             yield collector
@@ -153,10 +160,10 @@ def format_table(snap: Snapshot) -> str:
 
 
 @click.command("offsets")
-@click.argument("table", required=False)
+@click.argument("table", required=False, type=TABLE_NAME)
 @click.option("--watch", is_flag=True, help="Poll again every --interval seconds until interrupted.")
 @click.option(
-    "--interval", type=click.FloatRange(0.05, 3600), default=5.0, show_default=True, help="Seconds between polls."
+    "--interval", type=FiniteFloatRange(0.05, 3600), default=5.0, show_default=True, help="Seconds between polls."
 )
 @click.option(
     "--window", type=click.IntRange(2, 10_000), default=12, show_default=True, help="Polls in the status window."

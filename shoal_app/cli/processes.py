@@ -10,13 +10,14 @@ from shoal import cluster_file
 from shoal.errors import ShoalError
 from shoal_app.cli.context import CliContext, emit, output_option, progress, show
 from shoal_app.cli.models import Started, Stopped
+from shoal_app.cli.params import FiniteFloatRange
 from shoal_app.runtime import restart
 from shoal_app.runtime.process import is_running
 
 
 @click.command("stop")
 @click.argument("name")
-@click.option("--timeout", type=click.FloatRange(1), default=20.0, show_default=True, help="Seconds before SIGKILL.")
+@click.option("--timeout", type=FiniteFloatRange(1), default=20.0, show_default=True, help="Seconds before SIGKILL.")
 @output_option
 @click.pass_obj
 def stop_command(obj: CliContext, name: str, timeout: float, output: str) -> None:
@@ -37,7 +38,7 @@ def stop_command(obj: CliContext, name: str, timeout: float, output: str) -> Non
 
 @click.command("start")
 @click.argument("name")
-@click.option("--timeout", type=click.FloatRange(1), default=120.0, show_default=True, help="Seconds to serve.")
+@click.option("--timeout", type=FiniteFloatRange(1), default=120.0, show_default=True, help="Seconds to serve.")
 @output_option
 @click.pass_obj
 def start_command(obj: CliContext, name: str, timeout: float, output: str) -> None:

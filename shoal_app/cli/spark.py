@@ -23,6 +23,7 @@ from shoal.errors import ShoalError
 from shoal_app.cli.connection import connection_options, metadata_config
 from shoal_app.cli.context import CliContext, emit, new_table, output_option, show
 from shoal_app.cli.models import Compactions, IngestSummary
+from shoal_app.cli.params import TABLE_NAME, FiniteFloatRange
 from shoal_app.runtime.extras import require_extra
 
 log = logging.getLogger(__name__)
@@ -100,7 +101,7 @@ def spark_group() -> None:
 
 @spark_group.command("ingest")
 @click.option("--topic", "source_topic", required=True, help="The external Kafka topic to read.")
-@click.option("--table", required=True, help="The shoal table to write to.")
+@click.option("--table", type=TABLE_NAME, required=True, help="The shoal table to write to.")
 @click.option(
     "--format",
     "fmt",
@@ -178,6 +179,12 @@ def ingest_command(
     if avro_schema is not None and fmt != "avro":
         raise click.UsageError("--avro-schema is only used with --format avro")
     name = query_name or f"ingest-{table}"
+    schema_text: str | None = None
+    if avro_schema is not None:
+        try:
+            schema_text = avro_schema.read_bytes().decode("utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise click.BadParameter(f"cannot read {avro_schema}: {exc}", param_hint="--avro-schema") from None
     try:
         config = IngestConfig(
             source_topic=source_topic,
@@ -186,7 +193,7 @@ def ingest_command(
             checkpoint=checkpoint or _context().data_dir / "spark" / "ingest" / name,
             query_name=name,
             format=SourceFormat(fmt),
-            avro_schema=avro_schema.read_text(encoding="utf-8") if avro_schema is not None else None,
+            avro_schema=schema_text,
             source_bootstrap_servers=source_bootstrap_servers,
             starting_offsets=starting_offsets,
             max_offsets_per_trigger=max_offsets_per_trigger,
@@ -227,7 +234,7 @@ def ingest_command(
 
 
 @spark_group.command("compact")
-@click.option("--table", default=None, help="Only this table (default: every table with segments).")
+@click.option("--table", type=TABLE_NAME, default=None, help="Only this table (default: every table with segments).")
 @click.option("--once", is_flag=True, help="Read the segments channels now, compact what is due, wait, exit.")
 @click.option(
     "--min-minors",
@@ -245,7 +252,7 @@ def ingest_command(
 )
 @click.option(
     "--max-age",
-    type=click.FloatRange(min=0, min_open=True),
+    type=FiniteFloatRange(min=0, min_open=True),
     default=3600.0,
     show_default=True,
     help="... or whose oldest such minor is older than this many seconds.",
@@ -258,14 +265,14 @@ def ingest_command(
 )
 @click.option(
     "--check-interval",
-    type=click.FloatRange(min=0, min_open=True),
+    type=FiniteFloatRange(min=0, min_open=True),
     default=30.0,
     show_default=True,
     help="Seconds between checks of the age threshold (the service mode).",
 )
 @click.option(
     "--commit-timeout",
-    type=click.FloatRange(min=0, min_open=True),
+    type=FiniteFloatRange(min=0, min_open=True),
     default=120.0,
     show_default=True,
     help="Seconds to wait for the leader to commit a published major.",

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
-import json
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -26,6 +25,7 @@ from metadata.rebalance import (
     request_rebalance,
 )
 from metadata.table import Column, TableDefinition
+from shoal import jsonio
 from shoal.errors import ShoalError
 from shoal_app.cli.connection import connection_options, metadata_config
 from shoal_app.cli.context import emit, new_table, output_option, show
@@ -49,6 +49,7 @@ from shoal_app.cli.models import (
     TableList,
     TableRebalance,
 )
+from shoal_app.cli.params import SERVER_ID, TABLE_NAME, FiniteFloatRange, timeout_option
 
 
 @contextmanager
@@ -76,13 +77,15 @@ def table_group() -> None:
 
 
 @table_group.command("create")
-@click.argument("name")
+@click.argument("name", type=TABLE_NAME)
 @click.option("--column", "columns", multiple=True, metavar="NAME:TYPE[:not_null]", help="A column (repeatable).")
-@click.option("--schema-file", type=click.File("r"), help="JSON table definition {columns, primary_key, ...}.")
+@click.option("--schema-file", type=click.File("rb"), help="JSON table definition {columns, primary_key, ...}.")
 @click.option("--primary-key", "primary_key", multiple=True, help="Primary key column (repeatable, in order).")
 @click.option("--partition-key", help="The partition key column (uint64 or string; part of the primary key).")
 @click.option("--replication-factor", type=int, default=None, help="Replicas per partition (default 3).")
-@click.option("--server", "servers", multiple=True, required=True, help="A server to place partitions on.")
+@click.option(
+    "--server", "servers", type=SERVER_ID, multiple=True, required=True, help="A server to place partitions on."
+)
 @click.option("--split-point", "split_points", multiple=True, help="Initial split point (repeatable, ascending).")
 @connection_options
 def create(
@@ -100,9 +103,9 @@ def create(
     try:
         if schema_file is not None:
             try:
-                data = json.load(schema_file)
-            except json.JSONDecodeError as exc:
-                raise click.BadParameter(f"not JSON: {exc}", param_hint="--schema-file") from exc
+                data = jsonio.loads_checked(schema_file.read())
+            except jsonio.BadJson as exc:
+                raise click.BadParameter(exc.reason, param_hint="--schema-file") from None
             if not isinstance(data, dict):
                 raise click.BadParameter("must be a JSON object", param_hint="--schema-file")
             data = {**data, "name": name}
@@ -205,7 +208,7 @@ def _bound(value: int | str | None, unbounded: str) -> str:
 
 
 @table_group.command("describe")
-@click.argument("name")
+@click.argument("name", type=TABLE_NAME)
 @output_option
 @connection_options
 def describe(name: str, output: str, **conn: Any) -> None:
@@ -299,7 +302,7 @@ def _history_row(f: MetadataFile) -> HistoryEntry:
 
 
 @table_group.command("history")
-@click.argument("name")
+@click.argument("name", type=TABLE_NAME)
 @output_option
 @connection_options
 def history(name: str, output: str, **conn: Any) -> None:
@@ -386,12 +389,12 @@ def rebalance_table(
 
 
 @table_group.command("rebalance")
-@click.argument("name")
+@click.argument("name", type=TABLE_NAME)
 @click.option("--wait", is_flag=True, help="Wait until every partition is led by its preferred leader.")
 @click.option(
     "--timeout",
     "timeout_s",
-    type=click.FloatRange(1, 3600),
+    type=FiniteFloatRange(1, 3600),
     default=120.0,
     show_default=True,
     help="How long --wait waits (and how long the request stays in force).",
@@ -469,13 +472,13 @@ def _split_progress(client: MetadataClient, file: MetadataFile, partition_id: st
 
 
 @table_group.command("split")
-@click.argument("name")
+@click.argument("name", type=TABLE_NAME)
 @click.option("--at", "at", required=True, help="The split point: a partition key value (the high child's first key).")
 @click.option(
     "--partition", "partition_id", default=None, help="The partition to split (default: the one holding --at)."
 )
 @click.option("--wait", is_flag=True, help="Wait until the split is finalized (progress on stderr).")
-@click.option("--timeout", type=float, default=300.0, show_default=True, help="Seconds --wait waits at most.")
+@timeout_option(300.0, "Seconds --wait waits at most.")
 @output_option
 @connection_options
 def split_command(
@@ -777,10 +780,10 @@ def _replica_change_command(action: Literal["add-replica", "remove-replica"]) ->
 
 def _lifecycle_options(f: Any) -> Any:
     f = connection_options(output_option(f))
-    f = click.option("--timeout", type=float, default=300.0, show_default=True, help="Seconds --wait waits.")(f)
+    f = timeout_option(300.0, "Seconds --wait waits.")(f)
     f = click.option("--wait", is_flag=True, help="Wait until the operation finished (progress on stderr).")(f)
-    f = click.option("--server", required=True, help="The storage node (server id).")(f)
-    return click.argument("table")(click.argument("partition")(f))
+    f = click.option("--server", type=SERVER_ID, required=True, help="The storage node (server id).")(f)
+    return click.argument("table", type=TABLE_NAME)(click.argument("partition")(f))
 
 
 add_replica_command = table_group.command("add-replica")(_lifecycle_options(_replica_change_command("add-replica")))

@@ -69,6 +69,7 @@ from shoal_app.cli.models import (
     Verification,
     WalChannelCheck,
 )
+from shoal_app.cli.params import TABLE_NAME
 from shoal_app.cli.verify_coverage import ChannelSegment, Rows, WalFloors, floor_problems, replicas_missing
 from shoal_app.cli.verify_gtids import (
     SegmentsOrder,
@@ -594,7 +595,7 @@ def _first_error(r: RetiredVerification) -> str:
 
 
 @click.command("verify")
-@click.argument("table_name")
+@click.argument("table_name", type=TABLE_NAME)
 @output_option
 @connection_options
 def verify_command(table_name: str, output: str, **conn: Any) -> None:

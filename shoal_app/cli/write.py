@@ -16,14 +16,17 @@ from typing import IO, Any
 import click
 
 from producer import DeliveryReport, Producer, ProducerConfig, RowValidationError
+from shoal import jsonio
 from shoal.errors import ShoalError
 from shoal_app.cli.connection import connection_options, connection_settings
 from shoal_app.cli.context import emit, output_option, show
 from shoal_app.cli.models import WriteResult
+from shoal_app.cli.params import TABLE_NAME, timeout_option
 
 
 class UndecodableInput(click.ClickException):
-    """Input bytes that are not UTF-8 text (or text that cannot be encoded again): exit code 2."""
+    """An input line that is not a JSON object shoal can read (not UTF-8, not JSON, a number out of
+    range, nested too deeply): exit code 2, like every other bad input."""
 
     exit_code = 2
 
@@ -60,9 +63,9 @@ def _chunks(stream: IO[bytes], chunk_rows: int) -> Any:
         if not line.strip():
             continue
         try:
-            value = json.loads(line, parse_float=_finite_float)
-        except json.JSONDecodeError as exc:
-            raise click.ClickException(f"line {number}: not valid JSON: {exc.msg}") from exc
+            value = jsonio.loads_checked(line, parse_float=_finite_float)
+        except jsonio.BadJson as exc:
+            raise UndecodableInput(f"line {number}: {exc.reason}") from None
         except _NumberOutOfRange as exc:
             raise UndecodableInput(f"line {number}: the number {exc.text:.60} is beyond a float64's range") from None
         try:
@@ -72,7 +75,7 @@ def _chunks(stream: IO[bytes], chunk_rows: int) -> Any:
                 f"line {number}: not valid Unicode text ({exc.reason}: {exc.object[exc.start : exc.end]!a})"
             ) from None
         if not isinstance(value, dict):
-            raise click.ClickException(f"line {number}: expected a JSON object, got {type(value).__name__}")
+            raise UndecodableInput(f"line {number}: expected a JSON object, got {type(value).__name__}")
         rows.append(value)
         lines.append(number)
         if chunk_rows and len(rows) >= chunk_rows:
@@ -83,7 +86,7 @@ def _chunks(stream: IO[bytes], chunk_rows: int) -> Any:
 
 
 @click.command("write")
-@click.argument("table")
+@click.argument("table", type=TABLE_NAME)
 @click.argument("file", type=click.File("rb"), default="-")
 @click.option("--delete", "delete", is_flag=True, help="Each line is a primary key (a JSON object) to delete.")
 @click.option(
@@ -94,7 +97,7 @@ def _chunks(stream: IO[bytes], chunk_rows: int) -> Any:
     help="Validate and send this many lines at a time (0 = the whole input at once).",
 )
 @click.option("--sync/--no-sync", "do_sync", default=False, help="Wait until the leaders accepted the rows.")
-@click.option("--timeout", type=float, default=60.0, show_default=True, help="Seconds for flush and sync.")
+@timeout_option(60.0, "Seconds for flush and sync.")
 @output_option
 @connection_options
 def write_command(

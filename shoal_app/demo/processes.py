@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from shoal import cluster_file
+from shoal import cluster_file, jsonio
 from shoal.cluster_file import ClusterInfo, ProcessRecord
 from shoal.errors import RuntimeLaunchError, ShoalError
 from shoal.worker import Deadline, poll_until
@@ -71,11 +71,13 @@ def write_state(data_dir: Path, state: dict[str, Any]) -> None:
 def read_state(data_dir: Path) -> dict[str, Any]:
     path = data_dir / DEMO_MARKER
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = jsonio.read_checked(path)
     except FileNotFoundError as exc:
         raise DemoError(f"{data_dir} holds no demo ({path} is missing)") from exc
-    except json.JSONDecodeError as exc:
-        raise DemoError(f"{path} is not valid JSON: {exc}") from exc
+    except OSError as exc:
+        raise DemoError(f"cannot read {path}: {exc.strerror}") from exc
+    except jsonio.BadJson as exc:
+        raise DemoError(f"{path} is {exc.reason}") from exc
     if not isinstance(data, dict):
         raise DemoError(f"{path} must hold a JSON object")
     return data

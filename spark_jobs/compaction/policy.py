@@ -10,6 +10,7 @@ keeps such a row from bringing the deleted key back.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -27,8 +28,8 @@ class CompactionPolicy:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(f"compaction {name} must be an integer >= 1, got {value!r:.40}")
-        if not isinstance(self.max_age_s, int | float) or self.max_age_s <= 0:
-            raise ConfigError(f"compaction max_age_s must be > 0, got {self.max_age_s!r:.40}")
+        if not isinstance(self.max_age_s, int | float) or not self.max_age_s > 0 or math.isinf(self.max_age_s):
+            raise ConfigError(f"compaction max_age_s must be a finite number > 0, got {self.max_age_s!r:.40}")
 
 
 @dataclass(frozen=True)

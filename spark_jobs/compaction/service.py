@@ -20,6 +20,7 @@ on), so the query uses a fresh checkpoint and nothing is lost across restarts.
 from __future__ import annotations
 
 import logging
+import math
 import re
 import shutil
 import tempfile
@@ -72,8 +73,8 @@ class CompactionConfig:
     def __post_init__(self) -> None:
         if self.table is not None:
             validate_table_name(self.table)
-        if self.check_interval_s <= 0 or self.commit_timeout_s <= 0:
-            raise ConfigError("check_interval_s and commit_timeout_s must be > 0")
+        if not all(0 < s < math.inf for s in (self.check_interval_s, self.commit_timeout_s)):
+            raise ConfigError("check_interval_s and commit_timeout_s must be finite numbers > 0")
         if self.local_max_bytes < 0:
             raise ConfigError("local_max_bytes must be >= 0")
 

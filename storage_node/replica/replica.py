@@ -24,6 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from metadata.table import TableDefinition
+from shoal.errors import SchemaError
 from shoal.ids import new_segment_id, validate_partition_id, validate_placement_id
 from shoal.segments import (
     MajorContentError,
@@ -71,19 +72,28 @@ class KeyFilter:
         return self.low, self.high
 
     def mask(self, col: pa.ChunkedArray) -> pa.ChunkedArray | None:
+        """The rows' mask; SchemaError when a bound is not a value of the column's type (a scan
+        request names a key the column cannot hold)."""
         if self.empty:
             return None
         conds = []
         if self.key is not None:
-            conds.append(pc.equal(col, pa.scalar(self.key, col.type)))
+            conds.append(pc.equal(col, _scalar(self.key, col.type)))
         if self.low is not None:
-            conds.append(pc.greater_equal(col, pa.scalar(self.low, col.type)))
+            conds.append(pc.greater_equal(col, _scalar(self.low, col.type)))
         if self.high is not None:
-            conds.append(pc.less(col, pa.scalar(self.high, col.type)))
+            conds.append(pc.less(col, _scalar(self.high, col.type)))
         out = conds[0]
         for c in conds[1:]:
             out = pc.and_(out, c)
         return out
+
+
+def _scalar(value: object, dtype: pa.DataType) -> pa.Scalar:
+    try:
+        return pa.scalar(value, dtype)
+    except (OverflowError, UnicodeEncodeError, TypeError, pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+        raise SchemaError(f"scan key {value!r:.60} is not a {dtype} value: {exc}") from None
 
 
 def replica_dir(data_dir: Path, partition_id: str, placement_id: int) -> Path:

@@ -124,8 +124,8 @@ class ScanServer(flight.FlightServerBase):
                 raise WireFormatError('describe body must be {"table": NAME}')
             table = validate_table_name(body["table"])
             out = self._describe(table)
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise flight.FlightServerError(f"malformed describe request: {exc}") from exc
+        except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+            raise flight.FlightServerError(f"malformed describe request: {exc!s:.200}") from exc
         except ShoalError as exc:
             raise flight.FlightServerError(f"{type(exc).__name__}: {exc}") from exc
         yield flight.Result(json.dumps(out).encode())
