@@ -354,7 +354,8 @@ class LeaveServer:
 
     The leaving replica pushes its unreplicated data to the remaining ones (UNLOAD) and is then
     dropped from the leaving list by :class:`FinalizeLeave`. A partition never loses its last
-    live server, and does not fall below the replication factor unless ``allow_under_replication``.
+    live server, and its LIVE servers do not fall below the replication factor unless
+    ``allow_under_replication`` (joining servers do not count; removing a joining one is always allowed).
     """
 
     partition_id: str
@@ -385,11 +386,15 @@ class LeaveServer:
                 f"server {self.server_id} is the last live server of partition {self.partition_id}; "
                 "add (or force-join) another server first"
             )
-        if len(servers) + len(joining) < base.table.replication_factor and not self.allow_under_replication:
+        # only LIVE replicas count: a joining one may still be catching up, and removing a LIVE
+        # replica on its account would leave fewer copies than the replication factor until it is
+        # LIVE (or for good, if it never gets there). Cancelling a join removes no LIVE replica.
+        rf = base.table.replication_factor
+        if list_name == "servers" and len(servers) < rf and not self.allow_under_replication:
+            waiting = f" ({len(joining)} more joining, not LIVE yet: wait for them)" if joining else ""
             raise InvalidOperationError(
                 f"removing {self.server_id} leaves partition {self.partition_id} with "
-                f"{len(servers) + len(joining)} replica(s), below the replication factor "
-                f"{base.table.replication_factor}"
+                f"{len(servers)} LIVE replica(s), below the replication factor {rf}{waiting}"
             )
         new = replace(
             entry, servers=servers, servers_joining=joining, servers_leaving=(*entry.servers_leaving, placement)

@@ -53,7 +53,7 @@ def test_leave_is_unload_then_final() -> None:
     pid = f.partitions[0].partition_id
     p1 = f.partitions[0].servers[0]
     f = JoinServer(pid, ids.place("node-3")[0]).apply(f)
-    f = LeaveServer(pid, "node-1").apply(f)
+    f = LeaveServer(pid, "node-1", allow_under_replication=True).apply(f)  # node-3 is still joining
     held = HeldReplica(pid, p1.placement_id, FULL)
     d = discover_one(f, "node-1", held)
     assert d.state is ReplicaState.UNLOAD

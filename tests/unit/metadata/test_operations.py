@@ -127,6 +127,23 @@ def test_join_finalize_leave_force_join() -> None:
         JoinServer(pid, Placement("node-7", p1b.placement_id)).apply(f)
 
 
+def test_a_joining_replica_does_not_count_toward_the_replication_factor() -> None:
+    """Removing a LIVE replica while its replacement still catches up left fewer copies than the
+    replication factor (for good, if the join never finished). Cancelling the join stays possible."""
+    ids = Ids()
+    f = new_file(rf=3, ids=ids)
+    pid = f.partitions[0].partition_id
+    (p4,) = ids.place("node-4")
+    f = JoinServer(pid, p4).apply(f)
+    with pytest.raises(InvalidOperationError, match=r"2 LIVE replica\(s\), below the replication factor 3 \(1 more"):
+        LeaveServer(pid, "node-1").apply(f)
+    cancelled = LeaveServer(pid, "node-4").apply(f)
+    assert cancelled.partitions[0].servers_leaving == (p4,) and len(cancelled.partitions[0].servers) == 3
+    f = FinalizeJoin(pid, p4.placement_id).apply(f)
+    f = LeaveServer(pid, "node-1").apply(f)
+    assert [p.server_id for p in f.partitions[0].servers] == ["node-2", "node-3", "node-4"]
+
+
 def test_unknown_partition() -> None:
     f = new_file()
     with pytest.raises(UnknownPartitionError):

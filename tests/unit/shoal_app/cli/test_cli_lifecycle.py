@@ -9,7 +9,14 @@ import pytest
 
 from metadata.errors import InvalidOperationError
 from metadata.metadata_file import MetadataFile, Placement
-from metadata.operations import JoinServer, LeaveServer, LifecycleConflictError, SplitPartition, create_file
+from metadata.operations import (
+    FinalizeJoin,
+    JoinServer,
+    LeaveServer,
+    LifecycleConflictError,
+    SplitPartition,
+    create_file,
+)
 from metadata.table import Column, ColumnType, TableDefinition
 from shoal_app.cli.node import DrainError, plan_drain
 from shoal_app.cli.table import (
@@ -45,6 +52,11 @@ class FakeCoordinator:
         self.committed.append("join")
         return self.file
 
+    def finalize_join(self, pid: str, placement_id: int) -> MetadataFile:
+        self.file = FinalizeJoin(pid, placement_id).apply(self.file)
+        self.committed.append("finalize_join")
+        return self.file
+
     def leave(self, _table: str, pid: str, server: str) -> MetadataFile:
         self.file = LeaveServer(pid, server).apply(self.file)
         self.committed.append("leave")
@@ -75,6 +87,9 @@ def test_add_and_remove_a_replica() -> None:
     client, pid = _client()
     file, placement = add_replica(client, "events", pid[:6], "node-3")
     assert replica_state(file, pid, placement.placement_id) == "LOAD"
+    with pytest.raises(InvalidOperationError, match="not LIVE yet"):
+        remove_replica(client, "events", pid, "node-1")
+    client.coordinator.finalize_join(pid, placement.placement_id)  # the leader, once node-3 caught up
     file, left = remove_replica(client, "events", pid, "node-1")
     assert replica_state(file, pid, left.placement_id) == "UNLOAD"
     assert replica_state(file, pid, 999) == "REMOVED"
@@ -119,14 +134,15 @@ def test_removing_the_last_replica_is_refused() -> None:
 
 def test_a_second_leave_of_the_same_server_conflicts() -> None:
     client, pid = _client()
-    add_replica(client, "events", pid, "node-3")
+    _file, placement = add_replica(client, "events", pid, "node-3")
+    client.coordinator.finalize_join(pid, placement.placement_id)
     remove_replica(client, "events", pid, "node-1")
     with pytest.raises(
         LifecycleConflictError, match=r"node-1 does not serve partition .*: it is already leaving"
     ) as info:
         remove_replica(client, "events", pid, "node-1")
     assert info.value.conflict == "servers_leaving"
-    assert client.coordinator.committed == ["join", "leave"]
+    assert client.coordinator.committed == ["join", "finalize_join", "leave"]
 
 
 def test_drain_plan_moves_leaders_last_and_refuses_when_no_server_is_free() -> None:
