@@ -98,7 +98,7 @@ class MetadataCoordinator:
         self.layout = layout or ZkLayout()
         self.security = security
         self.retry = retry or cas_retry()
-        self.placements = PlacementAllocator(zk, self.layout, security)
+        self.placements = PlacementAllocator(zk, self.layout, security, floor=self._highest_placement_id)
 
     # -- reading --------------------------------------------------------------------------------
 
@@ -125,6 +125,11 @@ class MetadataCoordinator:
                 f"table {head.table}: stored file {file.txnid}@{file.sequence} does not match the znode "
                 f"{head.metadata_txnid}@{head.metadata_sequence}"
             )
+
+    def _highest_placement_id(self) -> int:
+        """The highest placement id in any stored METADATA version of any table (0 with none)."""
+        tables = set(self.list_tables()) | self.store.tables()
+        return max((p for t in tables for f in self.store.versions(t) for p in f.placement_ids()), default=0)
 
     def list_tables(self) -> list[str]:
         with zk_errors("list tables"):

@@ -20,7 +20,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
@@ -38,26 +38,40 @@ MAX_BATCH = 10_000
 
 
 class PlacementAllocator:
+    """Allocates placement ids from the counter znode.
+
+    ``floor`` returns the highest placement id any stored METADATA version holds: a counter znode
+    that is missing (a new cluster, or one whose ZooKeeper data was lost while the METADATA files
+    in Kafka were not) is created at that value, so no id is ever handed out twice. An id used
+    again would let a new replica take an old one's consumer groups and channels (the ABA case).
+    """
+
     def __init__(
         self,
         zk: Any,
         layout: ZkLayout | None = None,
         security: ZkSecurity = OPEN,
         retry: KazooRetry | None = None,
+        floor: Callable[[], int] | None = None,
     ) -> None:
         self._zk = zk
         self._layout = layout or ZkLayout()
         self._security = security
         self._retry = retry or cas_retry(max_tries=200, deadline=60.0)
+        self._floor = floor
 
     def _ensure_counter(self) -> None:
         path = self._layout.placements
         with zk_errors("placement counter"):
             if self._zk.exists(path):
                 return
+        start = self._floor() if self._floor is not None else 0
+        if start:
+            log.warning("placement counter %s was missing: recreated at %d, the highest id stored", path, start)
+        with zk_errors("placement counter"):
             ensure_path(self._zk, self._layout.root, self._security)
             with contextlib.suppress(NodeExistsError):
-                self._zk.create(path, b"0", acl=self._security.acls())
+                self._zk.create(path, str(start).encode("ascii"), acl=self._security.acls())
 
     def allocate(self, count: int = 1) -> list[int]:
         """``count`` fresh placement ids (consecutive), never returned to anyone else."""

@@ -44,6 +44,10 @@ class FileStore(Protocol):
 
     def versions(self, table: str) -> list[MetadataFile]: ...
 
+    def tables(self) -> set[str]:
+        """Every table with a stored, not tombstoned version."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -125,6 +129,10 @@ class MemoryFileStore:
     def versions(self, table: str) -> list[MetadataFile]:
         with self._lock:
             return self._index.versions(table)
+
+    def tables(self) -> set[str]:
+        with self._lock:
+            return self._index.tables()
 
     def close(self) -> None:
         pass
@@ -378,6 +386,12 @@ class KafkaFileStore:
         with self._lock:
             self.catch_up()
             return self._index.versions(table)
+
+    def tables(self) -> set[str]:
+        """Every table with a stored, not tombstoned version (read up to the end first)."""
+        with self._lock:
+            self.catch_up()
+            return self._index.tables()
 
     def raw_records(self, table: str) -> dict[str, bytes | None]:
         """txnid -> stored value (None = tombstone) for ``table``, as read so far (for tests/tools)."""

@@ -132,6 +132,22 @@ def test_create_describe_list_history_and_bad_input(cluster: Any, zk: Any, zk_ho
         make_table("bad", rf=0)
 
 
+def test_a_lost_placement_counter_starts_above_every_stored_placement(cluster: Any, zk: Any, topic_prefix: str) -> None:
+    """ZooKeeper lost the counter (and the table znodes) while the METADATA files in Kafka were kept:
+    the counter is recreated above the highest stored id, so no placement id is handed out twice."""
+    with make_store(cluster, topic_prefix) as store:
+        coord = MetadataCoordinator(zk, store)
+        coord.create_table(make_table("counted", rf=2), ["node-1", "node-2"])
+        coord.join("counted", coord.current("counted").partitions[0].partition_id, "node-3")
+        used = max(coord.current("counted").placement_ids())
+        assert used >= 3
+        zk.delete(coord.layout.placements)
+        zk.delete(coord.layout.table("counted"))
+        assert coord.list_tables() == []
+        again = MetadataCoordinator(zk, store)
+        assert again.placements.allocate_one() == used + 1
+
+
 def test_undecodable_metadata_file_is_a_clear_error(cluster: Any, zk: Any, topic_prefix: str) -> None:
     with make_store(cluster, topic_prefix) as store:
         coord = MetadataCoordinator(zk, store)
