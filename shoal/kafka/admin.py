@@ -24,12 +24,12 @@ from shoal.worker import Deadline
 log = logging.getLogger(__name__)
 
 FIX_REPLICATION_COMMAND = "shoal admin fix-replication --wait"
-
-TRUNCATED_BY_TAIL: Mapping[str, str] = {"retention.ms": "-1"}
-"""Config of a topic whose records shoal deletes itself, with ``delete_records`` below its Ack
-indexes (ingest, WAL and segments channels: storage_node.replication.tail): never by time, which
-could delete what a replica or leader that is down has not taken yet."""
 """The command that raises shoal's topics to the topic policy (named by every warning)."""
+
+TRUNCATED_BY_TAIL: Mapping[str, str] = {"retention.ms": "-1", "retention.bytes": "-1"}
+"""Config of a topic whose records shoal deletes itself, with ``delete_records`` below its Ack
+indexes (ingest, WAL and segments channels: storage_node.replication.tail): never by time or size,
+which could delete what a replica or leader that is down has not taken yet."""
 
 
 def live_brokers(admin: AdminClient, timeout_s: float = 10.0) -> int:
@@ -140,6 +140,42 @@ def ensure_topic_config(admin: AdminClient, name: str, config: Mapping[str, str]
         return False
     log.warning("shoal: topic %s had %s; set to %s", name, {k: current[k].value for k in wrong if k in current}, wrong)
     return True
+
+
+DELETING_CONFIGS = (("retention.ms", "-1"), ("retention.bytes", "-1"))
+"""The settings with which Kafka never deletes records of a topic shoal truncates itself."""
+
+
+def time_retained(admin: AdminClient, topics: Iterable[str], *, timeout_s: float = 10.0) -> dict[str, str]:
+    """The topics of ``topics`` (those that exist) that Kafka deletes records of by time or size:
+    topic -> the settings that do (``retention.ms=604800000``). One DescribeConfigs request."""
+    from confluent_kafka.admin import ConfigResource
+
+    resources = [ConfigResource(ConfigResource.Type.TOPIC, t) for t in sorted(set(topics))]
+    out: dict[str, str] = {}
+    if not resources:
+        return out
+    try:
+        futures = admin.describe_configs(resources, request_timeout=timeout_s)
+        for resource, future in futures.items():
+            try:
+                current = future.result(timeout=timeout_s)
+            except KafkaException as exc:
+                if error_code(exc) == KafkaError.UNKNOWN_TOPIC_OR_PART:
+                    continue  # not created (yet), or deleted since
+                raise
+            deleting = [
+                f"{k}={current[k].value}"
+                for k, keep in DELETING_CONFIGS
+                if k in current and str(current[k].value) != keep
+            ]
+            if deleting:
+                out[resource.name] = ", ".join(deleting)
+    except KafkaException as exc:
+        raise classify(exc, "cannot read the topics' retention settings") from exc
+    except TimeoutError as exc:
+        raise KafkaOperationError(f"cannot read the topics' retention settings within {timeout_s}s") from exc
+    return out
 
 
 _checked: set[str] = set()

@@ -418,14 +418,20 @@ class RetiredVerification(Shape):
 
 class Verification(Shape):
     """``shoal verify``: ``ok`` when every partition's replicas agree and hold only keys of its range,
-    every WAL chain is intact, every channel's GTIDs are in order, and every write on the channels
-    (the listed partitions' and the ``retired`` ones') is held by the replicas that should hold it."""
+    every WAL chain is intact, every channel's GTIDs are in order, every write on the channels
+    (the listed partitions' and the ``retired`` ones') is held by the replicas that should hold it,
+    and Kafka deletes none of those topics' records by time or size (``time_retained``)."""
 
     table: str
     ok: bool
     partitions: list[PartitionVerification]
     retired: list[RetiredVerification] = []
     """Split parents whose channels verify read (each one's, until they are deleted)."""
+    time_retained: dict[str, str] = {}
+    """Topics shoal truncates itself (ingest topics, WAL and segments channels, retired ones too) that
+    Kafka deletes records of by time or size: topic -> those settings. Records could expire before a
+    replica took them, and a channel truncated that way looks like one the Tail truncated, so
+    ``ok`` is false while any is listed."""
 
 
 # -- shoal spark -------------------------------------------------------------------------------

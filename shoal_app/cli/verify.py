@@ -41,7 +41,7 @@ from __future__ import annotations
 import logging
 import sys
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, TypeVar
 
@@ -51,7 +51,7 @@ import pyarrow as pa
 from metadata.client import MetadataClient
 from metadata.errors import InvalidKeyError
 from metadata.keyspace import KeyRange, Keyspace
-from metadata.metadata_file import PartitionEntry, Placement, retired_partitions
+from metadata.metadata_file import MetadataFile, PartitionEntry, Placement, retired_partitions
 from metadata.table import TableDefinition
 from shoal.errors import KafkaOperationError, ShoalError
 from shoal.kafka.errors import TRANSIENT_CODES, ChannelTruncatedError
@@ -144,6 +144,12 @@ class KafkaChannels:
         if meta.error is not None:  # it exists, but its metadata says what cannot be read now
             raise KafkaOperationError(f"{topic}: {meta.error.str()}", meta.error)
         return log_start_and_end(self.kafka, topic)
+
+    def time_retained(self, topics: Sequence[str]) -> dict[str, str]:
+        """The topics of ``topics`` Kafka deletes records of by time or size (topic -> the settings)."""
+        from shoal.kafka.admin import time_retained
+
+        return time_retained(self._admin, topics)
 
     def wal_records(self, topic: str, start: int) -> Iterator[ChannelRecord]:
         from shoal.kafka.readers import read_wal_channel
@@ -457,18 +463,31 @@ def verify(
     channels: ChannelSource | None = None,
     describe: Callable[[str], list[dict[str, Any]]] | None = None,
     rows: Callable[[str, str], pa.Table] | None = None,
+    retention: Callable[[Sequence[str]], Mapping[str, str]] | None = None,
 ) -> Verification:
     """Every partition of ``table``: do its replicas agree, are its channels' hash chains intact and
-    their GTIDs in order, does every replica hold every write still on its channels?
+    their GTIDs in order, does every replica hold every write still on its channels, and does Kafka
+    keep every record of them until shoal truncates it?
     ``describe(server_id)``: that node's ``describe replica`` of ``table``; ``rows(server_id,
     partition_id)``: that replica's rows with their GTID columns (the coverage check is skipped when
-    ``describe`` is given without ``rows``)."""
+    ``describe`` is given without ``rows``); ``retention(topics)``: the topics Kafka deletes records
+    of by time or size (Kafka's settings by default; skipped when ``channels`` is given without it).
+
+    The retention check is what keeps the others honest: a channel whose records Kafka deletes by
+    time looks like one the Tail truncated, so writes gone that way would pass every other check."""
     from metadata.node_registry import lookup_node
     from shoal.scan import OPEN_SCAN, ScanRequest, describe_remote, scan_remote
 
     file = client.coordinator.current(table)
+    history = client.coordinator.history(table)
     topics = TopicNames(client.config.topic_prefix)
-    source = channels if channels is not None else KafkaChannels(client.config.kafka)
+    source: ChannelSource
+    retained_of: Callable[[Sequence[str]], Mapping[str, str]] | None
+    if channels is None:
+        kafka_source = KafkaChannels(client.config.kafka)
+        source, retained_of = kafka_source, retention or kafka_source.time_retained
+    else:
+        source, retained_of = channels, retention
     scan = client.config.connection.scan if client.config.kafka is not None else OPEN_SCAN
 
     def remote(server: str) -> list[dict[str, Any]]:
@@ -544,11 +563,29 @@ def verify(
         )
     retired = [
         verify_retired(source, topics, file.table, r.entry, r.key_range, listed, rows_of, listed_epochs)
-        for r in retired_partitions(client.coordinator.history(table))
+        for r in retired_partitions(history)
     ]
+    retained = dict(retained_of(_truncated_topics(topics, history))) if retained_of is not None else {}
     ok = all(p.agree and p.wal_chains_ok and p.gtids_ok and p.in_range and p.covered is not False for p in partitions)
-    ok = ok and all(r.channels_ok and r.covered is not False for r in retired)
-    return Verification(table=table, ok=ok, partitions=partitions, retired=retired)
+    ok = ok and all(r.channels_ok and r.covered is not False for r in retired) and not retained
+    return Verification(table=table, ok=ok, partitions=partitions, retired=retired, time_retained=retained)
+
+
+def _truncated_topics(topics: TopicNames, history: Sequence[MetadataFile]) -> list[str]:
+    """Every topic of the table that shoal truncates itself: each partition's ingest topic and each
+    placement's WAL and segments channels, over every METADATA version (retired ones too)."""
+    out: set[str] = set()
+    for file in history:
+        for entry in file.partitions:
+            out.add(topics.ingest(entry.partition_id))
+            for p in entry.all_placements():
+                out.update(
+                    (
+                        topics.wal(entry.partition_id, p.placement_id),
+                        topics.segments(entry.partition_id, p.placement_id),
+                    )
+                )
+    return sorted(out)
 
 
 def verify_retired(
@@ -640,6 +677,11 @@ def verify_command(table_name: str, output: str, **conn: Any) -> None:
                     c.topic, str(c.records), f"[{c.tail}, {c.append})", state + (f" ({c.error})" if c.error else "")
                 )
             show(replicas, channels)
+        for topic, settings in sorted(report.time_retained.items()):
+            show(
+                f"  topic {topic}: Kafka deletes its records by {settings}; "
+                "shoal needs retention.ms=-1 and retention.bytes=-1"
+            )
         for retired in report.retired:
             left = [c for c in (*retired.wal_channels, *retired.segments_channels) if c.tail is not None]
             show(

@@ -38,7 +38,7 @@ from confluent_kafka.admin import AdminClient
 
 from shoal.errors import KafkaOperationError, ShoalError
 from shoal.kafka import clients
-from shoal.kafka.admin import create_topic
+from shoal.kafka.admin import TRUNCATED_BY_TAIL, create_topic
 from shoal.kafka.errors import ends_producer
 from shoal.kafka.indexes import close_offset_readers
 from shoal.kafka.readers import read_manifests
@@ -64,7 +64,7 @@ from storage_node.replication.tail import InSyncKeeper, TailDecision, chain_segm
 
 log = logging.getLogger(__name__)
 
-SEGMENTS_TOPIC_CONFIG = {"retention.ms": "-1", "max.message.bytes": str(2 * 1024 * 1024)}
+SEGMENTS_TOPIC_CONFIG = {**TRUNCATED_BY_TAIL, "max.message.bytes": str(2 * 1024 * 1024)}
 
 
 @dataclass
@@ -187,7 +187,10 @@ class SegmentPublisher(Worker):
         self._channel.close()
 
     def _open(self) -> None:
-        create_topic(clients.admin(self.kafka), self.topic, policy=self.kafka.topics, config=SEGMENTS_TOPIC_CONFIG)
+        # the publisher owns its channel: an existing one with time retention is set right
+        create_topic(
+            clients.admin(self.kafka), self.topic, policy=self.kafka.topics, config=SEGMENTS_TOPIC_CONFIG, repair=True
+        )
         self._claim()
 
     def _claim(self) -> None:

@@ -269,7 +269,8 @@ class PartitionLeader(Worker):
                 admin,
                 self.wal_topic,
                 policy=policy,
-                config={"max.message.bytes": str(config.wal_max_message_bytes), "retention.ms": "-1"},
+                config={"max.message.bytes": str(config.wal_max_message_bytes), **TRUNCATED_BY_TAIL},
+                repair=True,  # its own channel: Kafka must not delete what the Tail has not passed
             )
 
         def claim() -> None:

@@ -245,3 +245,51 @@ def test_a_record_naming_another_channel_and_a_segment_published_twice_with_othe
     other = replace(seg, checksum="1" * 64)
     with pytest.raises(GtidOrderError, match="published again with another checksum"):
         check_manifests(enumerate([seg, other]), topic="s", placement_id=1, own_wal_topic=TOPICS.wal(pid, 1))
+
+
+def test_a_topic_kafka_deletes_by_time_or_size_is_a_mismatch() -> None:
+    """A channel whose records Kafka deletes by ``retention.ms`` looks exactly like one the Tail
+    truncated: every other check passes on what is left. Verify asks Kafka about every topic shoal
+    truncates itself (ingest, WAL and segments of every placement, in every METADATA version)."""
+    file = _file()
+    pid = file.partitions[0].partition_id
+    asked: list[list[str]] = []
+
+    def retention(topics: Any) -> dict[str, str]:
+        asked.append(list(topics))
+        return {TOPICS.wal(pid, 1): "retention.ms=604800000"} if len(asked) == 1 else {}
+
+    def run() -> Any:
+        return verify(
+            _client(file),
+            "events",
+            channels=FakeChannels({}, {}),
+            describe=lambda _s: [_described(pid)],
+            retention=retention,
+        )
+
+    report = run()
+    assert not report.ok and report.time_retained == {TOPICS.wal(pid, 1): "retention.ms=604800000"}
+    assert all(p.agree and p.wal_chains_ok and p.gtids_ok for p in report.partitions)  # nothing else shows it
+    placements = [p.placement_id for p in file.partitions[0].all_placements()]
+    expected = {TOPICS.ingest(pid)} | {t for p in placements for t in (TOPICS.wal(pid, p), TOPICS.segments(pid, p))}
+    assert set(asked[0]) == expected
+    assert run().ok  # the same table once the topic keeps its records
+
+
+def test_the_text_output_names_a_topic_kafka_deletes_by_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    from click.testing import CliRunner
+
+    file = _file()
+    pid = file.partitions[0].partition_id
+    channels = FakeChannels({}, {})
+    channels.retained = {TOPICS.ingest(pid): "retention.ms=604800000, retention.bytes=1073741824"}
+    monkeypatch.setattr(verify_module, "MetadataClient", fake_metadata_client(file))
+    monkeypatch.setattr(verify_module, "KafkaChannels", lambda _kafka: channels)
+    monkeypatch.setattr("metadata.node_registry.lookup_node", lambda _zk, _layout, server: server)
+    monkeypatch.setattr("shoal.scan.describe_remote", lambda server, _t: [_described(pid)])
+    monkeypatch.setattr("shoal.scan.scan_remote", lambda *_a, **_k: _replica([]))
+    res = CliRunner().invoke(verify_module.verify_command, ["events", "--zk", "z:1", "--bootstrap-servers", "b:1"])
+    assert res.exit_code == 1, res.output
+    assert "table events: MISMATCH" in res.output
+    assert f"topic {TOPICS.ingest(pid)}: Kafka deletes its records by retention.ms=604800000" in res.output

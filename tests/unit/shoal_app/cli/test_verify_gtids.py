@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import replace
 from types import SimpleNamespace
 from typing import Any
@@ -87,6 +87,11 @@ class FakeChannels:
         files: dict[str, bytes] | None = None,
     ) -> None:
         self.wal, self.published, self.files = wal, segments, files or {}
+        self.retained: dict[str, str] = {}
+        """Topics that Kafka deletes records of by time or size (``KafkaChannels.time_retained``)."""
+
+    def time_retained(self, topics: Iterable[str]) -> dict[str, str]:
+        return {t: s for t, s in self.retained.items() if t in set(topics)}
 
     def bounds(self, topic: str) -> tuple[int, int] | None:
         if topic in self.wal:
