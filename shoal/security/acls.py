@@ -98,7 +98,8 @@ def _rules(role: str, who: str, resource: str, names: Iterable[str], pattern: st
 
 
 _NODE_TOPIC_OPS = ("CREATE", "READ", "WRITE", "DESCRIBE", "DESCRIBE_CONFIGS", "ALTER_CONFIGS", "DELETE")
-"""ALTER_CONFIGS: a node sets ``retention.ms=-1`` on an ingest topic made without it (``create_topic(repair=True)``)."""
+"""ALTER_CONFIGS: a leader sets ``retention.ms=-1``/``retention.bytes=-1`` on its ingest topic and its
+own channels when they were made without them (``create_topic(repair=True)``)."""
 _NODE_GROUP_OPS = ("READ", "DESCRIBE")
 _TXN_OPS = ("WRITE", "DESCRIBE")
 _INGEST_WRITE_OPS = ("CREATE", "WRITE", "DESCRIBE")
