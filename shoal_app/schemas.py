@@ -37,6 +37,7 @@ SCHEMAS: dict[str, Callable[[], dict[str, Any]]] = {
     "cli-admin-fix-replication": _model(cli.ReplicationFix),
     "cli-jars": _model(cli.Jars),
     "cli-table-describe": _model(cli.TableDescription),
+    "cli-acl-plan": _model(cli.AclPlan),
     "cli-table-list": _model(cli.TableList),
     "cli-table-history": _model(cli.TableHistory),
     "cli-table-rebalance": _model(cli.TableRebalance),

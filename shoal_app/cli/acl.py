@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import click
@@ -13,7 +12,8 @@ from shoal.ids import validate_sasl_user, validate_topic_name
 from shoal.security.acls import ROLES, cluster_plan, principal, table_plan
 from shoal.topics import TopicNames
 from shoal_app.cli.connection import connection_options, metadata_config
-from shoal_app.cli.context import new_table, output_option, show
+from shoal_app.cli.context import emit, new_table, output_option, show
+from shoal_app.cli.models import AclPlan, AclRuleJson
 from shoal_app.cli.params import TABLE_NAME
 
 
@@ -71,7 +71,7 @@ def plan_command(
     except ShoalError as exc:
         raise click.ClickException(f"{type(exc).__name__}: {exc}") from exc
     if output == "json":
-        click.echo(json.dumps([r.to_json() for r in rules], indent=2))
+        emit(AclPlan([AclRuleJson.model_validate(r.to_json()) for r in rules]), sort_keys=False)
         return
     table = new_table("role", "principal", "resource", "name", "pattern", "operation")
     for r in rules:

@@ -434,6 +434,27 @@ class Verification(Shape):
     ``ok`` is false while any is listed."""
 
 
+# -- shoal acl ---------------------------------------------------------------------------------
+
+
+class AclRuleJson(Shape):
+    """One ALLOW ACL (:class:`shoal.security.acls.AclRule`): ``principal`` may ``operation`` on the
+    resource, from any host."""
+
+    role: Literal["writer", "node", "monitor", "spark-ingest", "admin"]
+    principal: str
+    resource_type: Literal["TOPIC", "GROUP", "TRANSACTIONAL_ID", "CLUSTER"]
+    name: str
+    pattern: Literal["LITERAL", "PREFIXED"]
+    operation: str
+    permission: Literal["ALLOW"]
+    host: Literal["*"]
+
+
+class AclPlan(ShapeRoot[list[AclRuleJson]]):
+    """``shoal acl plan --output json``: the ACLs each role needs, sorted."""
+
+
 # -- shoal spark -------------------------------------------------------------------------------
 
 

@@ -87,6 +87,7 @@ def table_group() -> None:
     "--server", "servers", type=SERVER_ID, multiple=True, required=True, help="A server to place partitions on."
 )
 @click.option("--split-point", "split_points", multiple=True, help="Initial split point (repeatable, ascending).")
+@output_option
 @connection_options
 def create(
     name: str,
@@ -97,9 +98,11 @@ def create(
     replication_factor: int | None,
     servers: tuple[str, ...],
     split_points: tuple[str, ...],
+    output: str,
     **conn: Any,
 ) -> None:
-    """Create table NAME with one partition, or one more than the given split points."""
+    """Create table NAME with one partition, or one more than the given split points
+    (``--output json``: the new table as ``shoal table describe`` prints it)."""
     try:
         if schema_file is not None:
             try:
@@ -134,6 +137,9 @@ def create(
     with _coordinator(**conn) as coord:
         try:
             file = coord.create_table(table, servers, points)
+            if output == "json":
+                emit(describe_table(coord, file.table.name))
+                return
         except ShoalError as exc:
             raise click.ClickException(f"{type(exc).__name__}: {exc}") from exc
     click.echo(f"created table {file.table.name}: txnid {file.txnid}, {len(file.partitions)} partition(s)")

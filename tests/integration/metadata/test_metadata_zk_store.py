@@ -107,10 +107,15 @@ def test_create_describe_list_history_and_bad_input(cluster: Any, zk: Any, zk_ho
             "node-1",
             "--split-point",
             "m",
+            "--output",
+            "json",
             *conn,
         ],
     )
     assert res.exit_code == 0, res.output
+    created = json.loads(res.output)  # the new table, as `table describe -o json` prints it
+    validate("cli-table-describe", created)
+    assert created["table"]["name"] == "cli_t" and [p["begin"] for p in created["partitions"]] == [None, "m"]
     res = runner.invoke(
         table_group,
         [

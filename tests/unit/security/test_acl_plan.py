@@ -97,5 +97,8 @@ def test_cli_prints_the_cluster_plan_as_json() -> None:
     )
     assert result.exit_code == 0, result.output
     rules = json.loads(result.stdout)
+    from shoal_app.schemas import validate
+
+    validate("cli-acl-plan", rules)  # a list of ACL objects, as docs/schemas/cli-acl-plan.json says
     assert {r["role"] for r in rules} == {"writer", "node", "monitor", "spark-ingest"}
     assert any(r["principal"] == "User:app" and r["name"] == "pfx.ingest." for r in rules)

@@ -453,6 +453,21 @@ def test_cli_examples_match_their_schemas() -> None:
                     gtid_error="epoch 2 was used by two leaders: a and b",
                 )
             ],
+            time_retained={"p.wal.x.1": "retention.ms=604800000"},
+        ),
+        "cli-acl-plan": cli.AclPlan(
+            [
+                cli.AclRuleJson(
+                    role="node",
+                    principal="User:node",
+                    resource_type="TOPIC",
+                    name="p.",
+                    pattern="PREFIXED",
+                    operation="ALTER_CONFIGS",
+                    permission="ALLOW",
+                    host="*",
+                )
+            ]
         ),
         "cli-jars": cli.Jars({"kafka": cli.JarBundle(version="4.1.1", dir="/c/kafka", cached=True, jars=93)}),
         "cli-table-replica-change": cli.ReplicaChange(
