@@ -271,7 +271,8 @@ class TableDefinition:
 
     @classmethod
     def from_json(cls, data: object) -> TableDefinition:
-        """Build from the JSON form (``to_json``); ``keyspace`` may be omitted."""
+        """Build from the JSON form (``to_json``); ``keyspace`` may be omitted, and ``partition_key``
+        is the first primary-key column when omitted (as ``table create --column`` does)."""
         if not isinstance(data, Mapping):
             raise SchemaError(f"a table definition must be a JSON object, got {type(data).__name__}")
         unknown = sorted(set(data) - _TABLE_KEYS, key=str)
@@ -290,13 +291,14 @@ class TableDefinition:
                 raise SchemaError(
                     f"column {c.get('name')!r:.60}: 'nullable' must be true or false, got {c.get('nullable')!r:.60}"
                 )
+        primary_key = _str_list(data.get("primary_key"), "primary_key")
         record = {
             "name": data.get("name"),
             "columns": [
                 {"name": c.get("name"), "type": c.get("type"), "nullable": c.get("nullable", True)} for c in columns
             ],
-            "primary_key": _str_list(data.get("primary_key"), "primary_key"),
-            "partition_key": data.get("partition_key"),
+            "primary_key": primary_key,
+            "partition_key": data.get("partition_key", primary_key[0] if primary_key else None),
             "keyspace": data.get("keyspace"),
             "replication_factor": data.get("replication_factor", 3),
         }

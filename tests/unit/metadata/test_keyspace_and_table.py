@@ -150,3 +150,19 @@ def test_a_table_definition_json_is_read_strictly() -> None:
         TableDefinition.from_json({**good, "columns": [{"name": "k", "type": "uint64", "nulable": False}]})
     with pytest.raises(SchemaError, match="'nullable' must be true or false, got 'false'"):
         TableDefinition.from_json({**good, "columns": [{"name": "k", "type": "uint64", "nullable": "false"}]})
+
+
+def test_a_schema_file_without_partition_key_takes_the_first_primary_key_column() -> None:
+    """As ``table create --column`` does; it said "partition key None is not a column"."""
+    from metadata.table import TableDefinition
+
+    data = {
+        "name": "t",
+        "columns": [
+            {"name": "k", "type": "string", "nullable": False},
+            {"name": "n", "type": "uint64", "nullable": False},
+        ],
+        "primary_key": ["k", "n"],
+    }
+    assert TableDefinition.from_json(data).partition_key == "k"
+    assert TableDefinition.from_json({**data, "partition_key": "n"}).partition_key == "n"
