@@ -23,6 +23,7 @@ from pydantic.dataclasses import dataclass
 
 from shoal import jsonio
 from shoal.errors import ClusterFileError
+from shoal.shapes import validation_summary
 
 FORMAT_VERSION = 1
 
@@ -86,7 +87,7 @@ class ClusterInfo:
         try:
             return _CLUSTER.validate_python({k: v for k, v in data.items() if k != "version"})
         except ValidationError as exc:
-            raise ClusterFileError(f"cluster file is missing or has a bad field: {exc}") from exc
+            raise ClusterFileError(f"cluster file has missing or bad fields: {validation_summary(exc)}") from exc
 
 
 _PROCESS = TypeAdapter(ProcessRecord)

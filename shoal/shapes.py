@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Generic, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, RootModel
+from pydantic import BaseModel, ConfigDict, Field, RootModel, ValidationError
 
 T = TypeVar("T")
 
@@ -27,6 +27,14 @@ class ShapeRoot(RootModel[T], Generic[T]):
 
     def to_json(self) -> Any:
         return self.model_dump(mode="json")
+
+
+def validation_summary(exc: ValidationError, limit: int = 5) -> str:
+    """A pydantic ValidationError on one line: ``field.path: message`` for each error (the first
+    ``limit``), without pydantic's documentation links or the input values it echoes."""
+    parts = [f"{'.'.join(str(p) for p in e['loc']) or '(document)'}: {e['msg']}" for e in exc.errors(include_url=False)]
+    more = f" (and {len(parts) - limit} more)" if len(parts) > limit else ""
+    return "; ".join(parts[:limit]) + more
 
 
 def _is_none(value: object) -> bool:

@@ -166,3 +166,17 @@ def test_spark_ingest_avro_schema_file_that_is_not_utf8(tmp_path: Path) -> None:
     result = CliRunner().invoke(cli, argv, env={"SHOAL_CLUSTER_FILE": ""})
     assert result.exit_code == 2, result.output
     assert "--avro-schema" in result.output and "utf-8" in result.output and "Traceback" not in result.output
+
+
+def test_a_cluster_file_with_bad_fields_is_one_line_naming_them(tmp_path: Path) -> None:
+    """It was pydantic's multi-line dump with a documentation link per field."""
+    from shoal import cluster_file
+    from shoal.errors import ClusterFileError
+
+    path = tmp_path / "cluster.json"
+    path.write_text('{"version": 1, "brokers": "three"}')
+    with pytest.raises(ClusterFileError) as info:
+        cluster_file.read(path)
+    message = str(info.value)
+    assert "\n" not in message and "pydantic.dev" not in message
+    assert "bootstrap_servers: Field required" in message and "brokers: Input should be a valid integer" in message
