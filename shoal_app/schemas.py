@@ -106,6 +106,8 @@ def main(argv: list[str] | None = None) -> int:
         for path in write(args.dir):
             print(path)
         return 0
+    if not args.dir.is_dir():
+        parser.error(f"--dir {args.dir}: no such directory")
     bad = stale(args.dir)
     for name in bad:
         print(f"stale: {name} (run python -m shoal_app.schemas --write)", file=sys.stderr)
