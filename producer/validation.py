@@ -207,8 +207,9 @@ def _cast_values(
                 return pa.array(values, type=dtype)
         except _ERRORS as exc:
             row, reason = _find_bad_row(values, dtype, len(values))
+            value = values[row] if row is not None else None
             raise RowValidationError(
-                table.name, f"value does not fit type {dtype}: {reason or exc}", row=row, column=name
+                table.name, _does_not_fit(kind, dtype, value, reason or str(exc)), row=row, column=name
             ) from exc
     arr = values
     if arr.type.equals(dtype):
@@ -228,9 +229,37 @@ def _cast_values(
         return pc.cast(arr, dtype, safe=True)
     except _ERRORS as exc:
         row, reason = _find_bad_row(arr, dtype, len(arr))
+        value = _python_value(arr, row)
         raise RowValidationError(
-            table.name, f"value does not fit type {dtype}: {reason or exc}", row=row, column=name
+            table.name, _does_not_fit(kind, dtype, value, reason or str(exc)), row=row, column=name
         ) from exc
+
+
+def _python_value(arr: pa.Array | pa.ChunkedArray, row: int | None) -> object:
+    """``arr[row]`` as Python, or None when Python cannot hold it (a timestamp past year 9999)."""
+    if row is None:
+        return None
+    try:
+        return arr[row].as_py()
+    except (OverflowError, ValueError, pa.ArrowException):
+        return None
+
+
+def _does_not_fit(kind: str, dtype: pa.DataType, value: object, arrow_reason: str) -> str:
+    """Why ``value`` does not fit ``dtype``, in shoal's words rather than Arrow's or CPython's
+    ("PyLong is too large to fit int64", "cast to timestamp without timezone, then call
+    assume_timezone"); Arrow's own reason stays for any other case."""
+    shown = f"{value!r:.60}" if value is not None else "the value"
+    if kind == "timestamp" and isinstance(value, str):
+        return (
+            f"{shown} is not a time shoal reads: give ISO 8601 with a zone offset, "
+            "such as 2020-01-01T00:00:00Z, or integer milliseconds since 1970"
+        )
+    if kind == "float" and isinstance(value, int) and "exactly representable" in arrow_reason:
+        return f"the integer {shown} cannot be stored exactly as {dtype}; write it as a float if rounding is fine"
+    if kind in ("int", "float") and isinstance(value, int | float):
+        return f"{shown} is outside the range of {dtype}"
+    return f"value does not fit type {dtype}: {arrow_reason}"
 
 
 _UNIT_NAMES = {"s": "second", "ms": "millisecond", "us": "microsecond", "ns": "nanosecond"}
