@@ -291,26 +291,14 @@ def test_arrow_data_the_leader_would_refuse_is_refused_here() -> None:
     [
         ({"k": -1}, "column 'k': -1 is outside the range of uint64"),
         ({"k": 2**64}, "column 'k': 18446744073709551616 is outside the range of uint64"),
-        ({"k": 1, "f32": 10**23}, "column 'f32': 100000000000000000000000 is outside the range of float"),
-        ({"k": 1, "f": 2**53 + 1}, "the integer 9007199254740993 cannot be stored exactly as double"),
-        ({"k": 1, "ts": "2020-01-01T00:00:00"}, "give ISO 8601 with a zone offset, such as 2020-01-01T00:00:00Z"),
+        ({"k": 1, "f": 10**23}, "column 'f': 100000000000000000000000 is outside the range of float"),
+        ({"k": 1, "d": 2**53 + 1}, "the integer 9007199254740993 cannot be stored exactly as double"),
+        ({"k": 1, "at": "2020-01-01T00:00:00"}, "give ISO 8601 with a zone offset, such as 2020-01-01T00:00:00Z"),
     ],
 )
 def test_values_that_do_not_fit_are_explained_without_arrow_internals(row: dict[str, Any], expected: str) -> None:
     """Arrow's and CPython's words ("PyLong is too large to fit int64", "cast to timestamp without
     timezone, then call assume_timezone") told a ``shoal write`` user nothing they could act on."""
-    table = TableDefinition(
-        "t",
-        (
-            Column("k", ColumnType.UINT64, False),
-            Column("f32", ColumnType.FLOAT32),
-            Column("f", ColumnType.FLOAT64),
-            Column("ts", ColumnType.TIMESTAMP_MS),
-        ),
-        ("k",),
-        "k",
-        1,
-    )
     with pytest.raises(RowValidationError) as info:
-        validate_rows(table, [row])
+        validate_rows(FLOATS, [row])
     assert expected in str(info.value) and "PyLong" not in str(info.value) and "assume_timezone" not in str(info.value)
