@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from metadata.client import MetadataClient, MetadataConfig
-from metadata.table import TableDefinition
+from metadata.table import ColumnType, TableDefinition
 from shoal.errors import ConfigError
 from shoal.ids import validate_table_name
 from shoal.kafka.clients import spark_kafka_options
@@ -189,8 +189,18 @@ def parse_json(raw: DataFrame, table: TableDefinition) -> DataFrame:
         F.when(F.col(VALUE_COLUMN).isNull(), F.lit("empty (null) Kafka record value"))
         .when(F.col("r").isNull(), F.lit("not a JSON object"))
         .when(F.col(f"r.{_CORRUPT}").isNotNull(), F.lit("malformed JSON, or a value that does not fit its column"))
-        .otherwise(F.lit(None).cast("string"))
     )
+    text = F.col(VALUE_COLUMN).cast("string")
+    for c in table.columns:
+        if c.type not in (ColumnType.FLOAT32, ColumnType.FLOAT64):
+            continue
+        # Spark reads a JSON number beyond the column's range (1e400) as an infinity; only the
+        # `Infinity` token (which `shoal write` takes too) means one. Column names are identifiers.
+        value = F.col(f"r.`{c.name}`")
+        infinite = value.isin(float("inf"), float("-inf"))
+        token = text.rlike(rf'"{c.name}"\s*:\s*[-+]?(Infinity|INF)')
+        error = error.when(infinite & ~token, F.lit(f"column '{c.name}': a number beyond the range of {c.type.value}"))
+    error = error.otherwise(F.lit(None).cast("string"))
     return parsed.select(
         *[F.col(f"r.`{c.name}`").alias(c.name) for c in table.columns],
         error.alias(ERROR_COLUMN),

@@ -185,3 +185,38 @@ def test_avro_ingest_with_garbage(spark: Any, cluster: Any, zk_hosts: str, topic
         dead = _read(bs, TopicNames(topic_prefix).deadletter)
         assert [m.value() for m in dead] == [b"\xff\xfe garbage", enc({"k": -1, "v": "neg", "n": 1})]
         assert b"Avro decoding failed" in dict(dead[0].headers())["shoal.detail"]
+
+
+def test_json_numbers_beyond_a_float_column_are_refused_not_stored_as_infinity(spark: Any) -> None:
+    """Spark reads ``1e400`` as an infinity (float32 columns are parsed as doubles, and the sink
+    refuses a finite value beyond float32), which would be stored; only the ``Infinity`` token
+    (which ``shoal write`` takes too) means one."""
+    from metadata.table import Column, ColumnType, TableDefinition
+    from spark_jobs.deadletter import ERROR_COLUMN
+    from spark_jobs.ingest import parse_json
+
+    table = TableDefinition(
+        "floats",
+        (Column("k", ColumnType.UINT64, False), Column("d", ColumnType.FLOAT64), Column("f", ColumnType.FLOAT32)),
+        ("k",),
+        "k",
+        1,
+    )
+    values = [
+        b'{"k": 1, "d": 1e400}',
+        b'{"k": 2, "d": -1e400}',
+        b'{"k": 3, "f": 1e400}',
+        b'{"k": 4, "d": Infinity, "f": -Infinity}',
+        b'{"k": 5, "d": 1.5e308, "f": 3.0e38}',
+        b'{"k": 6, "d": Infinity, "f": 1e400}',
+    ]
+    raw = spark.createDataFrame(
+        [(v, "src", 0, i) for i, v in enumerate(values)], "value binary, topic string, partition int, offset bigint"
+    )
+    rows = {r["k"]: r for r in parse_json(raw, table).collect()}
+    assert rows[1][ERROR_COLUMN] == "column 'd': a number beyond the range of float64"
+    assert rows[2][ERROR_COLUMN] == "column 'd': a number beyond the range of float64"
+    assert rows[3][ERROR_COLUMN] == "column 'f': a number beyond the range of float32"
+    assert rows[4][ERROR_COLUMN] is None and rows[4]["d"] == float("inf") and rows[4]["f"] == float("-inf")
+    assert rows[5][ERROR_COLUMN] is None and rows[5]["d"] == 1.5e308
+    assert rows[6][ERROR_COLUMN] == "column 'f': a number beyond the range of float32"  # the token is d's
