@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import io
+import struct
 from collections.abc import Iterator
 from typing import Any
 
@@ -32,12 +33,28 @@ def parse_schema(text: str) -> Any:
         raise IngestError(f"the Avro schema is not valid: {exc}") from exc
 
 
+_INTEGERS = (ColumnType.UINT64, ColumnType.INT64, ColumnType.INT32)
+_FLOATS = (ColumnType.FLOAT32, ColumnType.FLOAT64)
+
+
 def _convert(value: Any, ctype: ColumnType) -> Any:
+    """An Avro value as the column's Python value; ValueError (the row is deadlettered with it) for
+    a value ``shoal write`` would refuse too: a float in an integer or timestamp column (Arrow would
+    truncate 1.7 to key 1), a boolean in a number column, an integer a float column cannot hold
+    exactly. The checks are the producer's (:mod:`producer.validation`), so both paths agree."""
     if value is None:
         return None
-    if ctype in (ColumnType.UINT64, ColumnType.INT64, ColumnType.INT32) and isinstance(value, bytes | bytearray):
+    if ctype in _INTEGERS and isinstance(value, bytes | bytearray):
         return int.from_bytes(value, "big")  # the table's Avro form of uint64: 8 big-endian bytes
-    if ctype is ColumnType.TIMESTAMP_MS and isinstance(value, int) and not isinstance(value, bool):
+    if ctype in (*_INTEGERS, ColumnType.TIMESTAMP_MS, *_FLOATS) and isinstance(value, bool):
+        raise ValueError(f"a boolean ({value}) is not a {ctype.value} value")
+    if ctype in (*_INTEGERS, ColumnType.TIMESTAMP_MS) and isinstance(value, float):
+        raise ValueError(f"a float ({value!r:.40}) is not a {ctype.value} value; it would be truncated")
+    if ctype in _FLOATS and isinstance(value, int) and not _exact_float(value, ctype):
+        raise ValueError(f"the integer {value} cannot be stored exactly as {ctype.value}")
+    if ctype is ColumnType.BOOL and not isinstance(value, bool):
+        raise ValueError(f"{value!r:.40} is not a bool value")
+    if ctype is ColumnType.TIMESTAMP_MS and isinstance(value, int):
         # integer arithmetic: ``fromtimestamp(value / 1000)`` goes through a float and lands a
         # microsecond early for most dates after 2100 and before 1970, a millisecond early once cast
         try:
@@ -48,6 +65,21 @@ def _convert(value: Any, ctype: ColumnType) -> Any:
 
 
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+
+
+def _exact_float(value: int, ctype: ColumnType) -> bool:
+    """Whether the integer ``value`` is a float32/float64 value exactly (in range, nothing rounded)."""
+    try:
+        as_double = float(value)
+    except OverflowError:
+        return False
+    if ctype is ColumnType.FLOAT64:
+        return int(as_double) == value
+    try:
+        (single,) = struct.unpack("f", struct.pack("f", as_double))
+    except OverflowError:
+        return False
+    return int(as_double) == value and single == as_double
 
 
 def decode_batches(

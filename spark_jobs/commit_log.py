@@ -3,8 +3,16 @@
 ``<zk_root>/spark/sinks/<query_id>`` holds ``{"batch_id": N, "table": T}``: the newest batch the
 driver committed for that query (the query id is Spark's, stable across restarts from the same
 checkpoint). The driver's ``commit(messages, batchId)`` raises it by compare-and-swap on the
-znode version; executors read it and skip a batch at or below it, so a batch that Spark replays
-after a crash (its commit-log entry lost) changes nothing: Paimon's open issue #9666 avoided.
+znode version; executors read it before they write (:meth:`BatchCommitLog.check`):
+
+- the batch id equals it: Spark replays the last batch after a crash lost its commit-log entry, over
+  the same offsets (``offsets/N`` is written before batch N runs): skipped, so it changes nothing
+  (Paimon's open issue #9666 avoided);
+- the batch id is below it: the checkpoint went back (restored from a backup, files lost), and
+  Spark planned an old batch id again, maybe over other offsets. Skipping it would drop its rows
+  and writing it would put older values over newer ones: :class:`~spark_jobs.errors.SinkCommitError`;
+- the record names another table: a checkpoint copied from another query (same query id):
+  :class:`~spark_jobs.errors.SinkCommitError`.
 """
 
 from __future__ import annotations
@@ -52,13 +60,37 @@ class BatchCommitLog:
 
     def committed(self, query_id: str) -> int | None:
         """The newest committed batch id of the query, or None if it never committed."""
+        found = self._read(query_id)
+        return None if found is None else found[0]
+
+    def check(self, query_id: str, batch_id: int, table: str) -> bool:
+        """Whether a write task of ``batch_id`` must skip its rows (the replay of the last committed
+        batch). SinkCommitError for a batch id below the committed one, or a record of another table."""
+        found = self._read(query_id)
+        if found is None:
+            return False
+        committed, recorded_table = found
+        if recorded_table is not None and recorded_table != table:
+            raise SinkCommitError(
+                f"streaming query {query_id} committed batches to table {recorded_table}, not {table}: "
+                "a query writing another table needs its own checkpoint"
+            )
+        if batch_id < committed:
+            raise SinkCommitError(
+                f"streaming query {query_id}: batch {batch_id} is below batch {committed}, which it already "
+                f"committed to {table}; its checkpoint went back (restored, or files lost). Neither skipping "
+                "nor writing that batch is safe: restart the query from a checkpoint that is not behind"
+            )
+        return batch_id == committed
+
+    def _read(self, query_id: str) -> tuple[int, str | None] | None:
         path = self.path(query_id)
         with zk_errors(f"read sink commit {path}"):
             try:
                 data, _ = self.zk.get(path)
             except NoNodeError:
                 return None
-        return self._decode(path, data)
+        return self._decode(path, data), self._table(path, data)
 
     @staticmethod
     def _decode(path: str, data: bytes) -> int:
@@ -69,6 +101,13 @@ class BatchCommitLog:
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise SinkCommitError(f"{path}: bad batch id {value!r:.40}")
         return value
+
+    @staticmethod
+    def _table(path: str, data: bytes) -> str | None:
+        table = json.loads(data.decode()).get("table")
+        if table is not None and not isinstance(table, str):
+            raise SinkCommitError(f"{path}: bad table {table!r:.40}")
+        return table
 
     def record(self, query_id: str, batch_id: int, *, table: str) -> bool:
         """Raise the query's committed batch id to ``batch_id`` (CAS); False if it already was >= it."""

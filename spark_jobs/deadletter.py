@@ -95,8 +95,14 @@ def refusals(batch: pa.RecordBatch, table: TableDefinition, why: pa.Array) -> pa
 def split_and_deadletter(
     batches: Iterator[pa.RecordBatch], table: TableDefinition, target: DeadletterTarget, counter: Any = None
 ) -> Iterator[pa.RecordBatch]:
-    """Yield the writable rows (table columns only); produce the others to deadletter first."""
+    """Yield the writable rows (table columns only); produce the others to deadletter first.
+
+    Every deadletter record's delivery is checked: one that fails (or is not delivered within 60 s)
+    fails the task, so Spark runs it again and the batch is not committed with a bad row in no topic.
+    A value too large for a Kafka message is deadlettered cut to :data:`MAX_DEADLETTER_VALUE` bytes,
+    with its length in the ``shoal.value.bytes`` header (it failed the query on every retry)."""
     producer = None
+    failed: list[str] = []
     names = [c.name for c in table.columns]
     try:
         for batch in batches:
@@ -106,8 +112,9 @@ def split_and_deadletter(
             if n_bad:
                 if producer is None:
                     producer = _producer(target)
+                    on_delivery = _delivery_check(failed)
                 rejected = pa.Table.from_batches([batch]).filter(bad)
-                _produce(producer, target, rejected, why.filter(bad))
+                _produce(producer, target, rejected, why.filter(bad), on_delivery)
                 if counter is not None:
                     counter.add(n_bad)
                 log.warning("spark ingest: %d malformed source records of %s -> %s", n_bad, target.table, target.topic)
@@ -119,6 +126,8 @@ def split_and_deadletter(
             remaining = producer.flush(60)
             if remaining:
                 raise RuntimeError(f"{remaining} deadletter records not delivered to {target.topic}")
+            if failed:
+                raise RuntimeError(f"{len(failed)} deadletter records to {target.topic} failed: {failed[0]}")
     finally:
         producer = None
 
@@ -140,7 +149,22 @@ def _producer(target: DeadletterTarget) -> Any:
     return clients.producer(target.kafka)
 
 
-def _produce(producer: Any, target: DeadletterTarget, rejected: pa.Table, why: pa.Array) -> None:
+MAX_DEADLETTER_VALUE = 512 * 1024
+"""The most bytes of a refused source value a deadletter record carries (a Kafka message is at most
+``message.max.bytes``, 1 MB by default, headers included)."""
+
+
+def _delivery_check(failed: list[str]) -> Any:
+    def on_delivery(err: Any, msg: Any) -> None:
+        if err is not None:
+            failed.append(str(err))
+
+    return on_delivery
+
+
+def _produce(
+    producer: Any, target: DeadletterTarget, rejected: pa.Table, why: pa.Array, on_delivery: Any = None
+) -> None:
     values = rejected.column(VALUE_COLUMN).to_pylist()
     topics = rejected.column(META_COLUMNS[0]).to_pylist()
     partitions = rejected.column(META_COLUMNS[1]).to_pylist()
@@ -148,7 +172,11 @@ def _produce(producer: Any, target: DeadletterTarget, rejected: pa.Table, why: p
     for value, reason, topic, partition, offset in zip(
         values, why.to_pylist(), topics, partitions, offsets, strict=True
     ):
-        headers = [
+        size = len(value) if value is not None else 0
+        headers = [("shoal.value.bytes", str(size).encode())] if size > MAX_DEADLETTER_VALUE else []
+        if size > MAX_DEADLETTER_VALUE:
+            value = value[:MAX_DEADLETTER_VALUE]
+        headers += [
             ("shoal.reason", REASON.encode()),
             ("shoal.detail", str(reason)[:2000].encode("utf-8", "replace")),
             ("shoal.source.topic", str(topic).encode()),
@@ -158,7 +186,7 @@ def _produce(producer: Any, target: DeadletterTarget, rejected: pa.Table, why: p
         ]
         while True:
             try:
-                producer.produce(target.topic, value=value, headers=headers)
+                producer.produce(target.topic, value=value, headers=headers, on_delivery=on_delivery)
                 break
             except BufferError:
                 producer.poll(0.5)

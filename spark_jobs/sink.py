@@ -141,11 +141,11 @@ class ShoalStreamWriter(DataSourceStreamWriter, DataSourceArrowWriter):
         query_id, batch_id = _task_batch()
         if query_id is not None and batch_id is not None:
             with BatchCommitLog(self.settings.connection) as commits:
-                committed = commits.committed(query_id)
-            if committed is not None and batch_id <= committed:
-                for _ in iterator:  # Spark replays a batch the sink already committed: write nothing
+                replay = commits.check(query_id, batch_id, self.settings.table)
+            if replay:
+                for _ in iterator:  # Spark replays the batch the sink committed last: write nothing
                     pass
-                log.warning("query %s batch %d already committed (<= %d): skipped", query_id, batch_id, committed)
+                log.warning("query %s batch %d was committed already: replay skipped", query_id, batch_id)
                 return ShoalCommitMessage(query_id, batch_id, 0, 0, skipped=True)
         rows, messages = write_batches(self.settings, self.file, iterator)
         return ShoalCommitMessage(query_id, batch_id, rows, messages)

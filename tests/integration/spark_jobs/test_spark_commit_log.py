@@ -38,3 +38,20 @@ def test_commits_only_move_forward_even_when_racing(zk_hosts: str, cluster: obje
         log.zk.set(log.path(query), b"garbage")
         with pytest.raises(SinkCommitError, match="malformed"):
             log.committed(query)
+
+
+def test_a_write_task_skips_only_the_replay_of_the_last_batch(zk_hosts: str, cluster: object) -> None:
+    """Below the committed batch, the checkpoint went back: skipping dropped the rows of a batch
+    planned again over other offsets (and writing would put older values over newer ones), so it is
+    an error; so is a record of another table (a checkpoint copied from another query)."""
+    meta = MetadataConfig(zk_hosts=zk_hosts, bootstrap_servers="127.0.0.1:1")
+    query = str(uuid.uuid4())
+    with BatchCommitLog(meta) as log:
+        assert log.check(query, 0, "t") is False  # never committed: write
+        log.record(query, 5, table="t")
+        assert log.check(query, 6, "t") is False  # the next batch: write
+        assert log.check(query, 5, "t") is True  # the replay of the last one: skip
+        with pytest.raises(SinkCommitError, match="batch 3 is below batch 5"):
+            log.check(query, 3, "t")
+        with pytest.raises(SinkCommitError, match="committed batches to table t, not u"):
+            log.check(query, 6, "u")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+from typing import Any
 
 import fastavro
 import pyarrow as pa
@@ -187,3 +188,115 @@ def test_a_float32_column_is_parsed_as_double_and_its_range_checked() -> None:
     assert why[0] is None and why[1] is not None and "outside the range of float" in why[1]
     good = list(split_and_deadletter(iter([parsed.slice(0, 1)]), table, target=None))  # type: ignore[arg-type]
     assert good[0].schema.field("f").type == pa.float32() and good[0].column("f").to_pylist() == [0.5]
+
+
+def test_avro_values_shoal_write_refuses_are_deadlettered_not_truncated() -> None:
+    """A source schema of doubles for integer and timestamp columns: Arrow truncated 1.2 and 1.7 to
+    key 1 (one row overwrote the other), 2.99 to 2, and read 1700000000123.0 as microseconds."""
+    import json
+
+    table = TableDefinition(
+        "t",
+        (
+            Column("k", ColumnType.UINT64, False),
+            Column("ts", ColumnType.TIMESTAMP_MS),
+            Column("f", ColumnType.FLOAT32),
+            Column("g", ColumnType.FLOAT64),
+        ),
+        ("k",),
+        "k",
+        1,
+    )
+    schema = {
+        "type": "record",
+        "name": "R",
+        "fields": [
+            {"name": "k", "type": ["long", "double"]},
+            {"name": "ts", "type": ["null", "long", "double"]},
+            {"name": "f", "type": ["null", "long", "double"]},
+            {"name": "g", "type": ["null", "boolean", "long", "double"]},
+        ],
+    }
+    records = [
+        {"k": 1.2},
+        {"k": 1, "ts": 1700000000123.0},
+        {"k": 2, "f": 16_777_217},  # 2**24 + 1: a float32 would round it
+        {"k": 3, "g": True},
+        {"k": 4, "g": 2**53 + 1},
+        {"k": 5, "ts": 1700000000123, "f": 16_777_216, "g": 2.5},  # every value as it is
+    ]
+    batch = pa.RecordBatch.from_pydict(
+        {
+            "value": pa.array([_avro(schema, r) for r in records], pa.binary()),
+            "topic": ["s"] * len(records),
+            "partition": pa.array([0] * len(records), pa.int32()),
+            "offset": pa.array(range(len(records)), pa.int64()),
+        }
+    )
+    out = pa.Table.from_batches(list(decode_batches(iter([batch]), json.dumps(schema), table)))
+    errors = out.column(ERROR_COLUMN).to_pylist()
+    assert errors[0] == "column 'k': a float (1.2) is not a uint64 value; it would be truncated"
+    assert errors[1] == "column 'ts': a float (1700000000123.0) is not a timestamp_ms value; it would be truncated"
+    assert errors[2] == "column 'f': the integer 16777217 cannot be stored exactly as float32"
+    assert errors[3] == "column 'g': a boolean (True) is not a float64 value"
+    assert errors[4] == "column 'g': the integer 9007199254740993 cannot be stored exactly as float64"
+    assert errors[5] is None
+    assert out.slice(5).to_pylist()[0]["f"] == 16_777_216.0 and out.slice(5).to_pylist()[0]["g"] == 2.5
+
+
+def _malformed(values: list[bytes]) -> pa.RecordBatch:
+    """Parsed ingest rows that all failed to parse (the deadletter path)."""
+    n = len(values)
+    return pa.RecordBatch.from_pydict(
+        {
+            "k": pa.array([None] * n, pa.int64()),
+            "v": pa.array([None] * n, pa.string()),
+            ERROR_COLUMN: pa.array(["not a JSON object"] * n, pa.string()),
+            "_shoal_value": pa.array(values, pa.binary()),
+            "_shoal_topic": ["src"] * n,
+            "_shoal_partition": pa.array([0] * n, pa.int32()),
+            "_shoal_offset": pa.array(range(n), pa.int64()),
+        }
+    )
+
+
+def test_a_deadletter_record_that_is_not_delivered_fails_the_task(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its row was then in no topic while the batch committed. A real librdkafka producer to a
+    closed port; its message timeout stands for any delivery failure."""
+    from confluent_kafka import Producer
+
+    from spark_jobs import deadletter
+
+    table = TableDefinition("t", (Column("k", ColumnType.UINT64, False), Column("v", ColumnType.STRING)), ("k",), "k")
+    producer = Producer({"bootstrap.servers": "127.0.0.1:1", "message.timeout.ms": 1000, "log_level": 0})
+    monkeypatch.setattr(deadletter, "_producer", lambda _target: producer)
+    target = deadletter.DeadletterTarget(kafka=None, topic="p.deadletter", table="t")  # type: ignore[arg-type]
+    with pytest.raises(RuntimeError, match=r"1 deadletter records to p\.deadletter failed: .*timed out"):
+        list(deadletter.split_and_deadletter(iter([_malformed([b"{oops"])]), table, target))
+
+
+def test_a_source_value_too_large_for_a_message_is_deadlettered_cut(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``produce`` raised MSG_SIZE_TOO_LARGE for it, and the query failed on every retry."""
+    from spark_jobs import deadletter
+
+    sent: list[tuple[bytes, dict[str, bytes]]] = []
+
+    class Recorder:
+        def produce(self, _topic: str, *, value: bytes, headers: list[tuple[str, bytes]], on_delivery: Any) -> None:
+            sent.append((value, dict(headers)))
+            on_delivery(None, None)
+
+        def poll(self, _timeout: float) -> int:
+            return 0
+
+        def flush(self, _timeout: float) -> int:
+            return 0
+
+    table = TableDefinition("t", (Column("k", ColumnType.UINT64, False), Column("v", ColumnType.STRING)), ("k",), "k")
+    monkeypatch.setattr(deadletter, "_producer", lambda _target: Recorder())
+    target = deadletter.DeadletterTarget(kafka=None, topic="p.deadletter", table="t")  # type: ignore[arg-type]
+    big = b"{" + b"x" * 1_100_000
+    list(deadletter.split_and_deadletter(iter([_malformed([big, b"{small"])]), table, target))
+    (cut, cut_headers), (small, small_headers) = sent
+    assert cut == big[: deadletter.MAX_DEADLETTER_VALUE] and cut_headers["shoal.value.bytes"] == b"1100001"
+    assert small == b"{small" and "shoal.value.bytes" not in small_headers
