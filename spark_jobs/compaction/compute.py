@@ -28,7 +28,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -117,9 +117,14 @@ def decode_chunks(batches: Iterable[pa.RecordBatch], wanted: frozenset[str]) -> 
 
 
 def reassemble(
-    batches: Iterable[pa.RecordBatch], sources: Mapping[str, SegmentSource], table: TableDefinition
+    batches: Iterable[pa.RecordBatch],
+    sources: Mapping[str, SegmentSource],
+    table: TableDefinition,
+    on_segment: Callable[[str], None] | None = None,
 ) -> Iterator[pa.RecordBatch]:
-    """Rows sorted by (segment_id, idx) -> each segment's file checked and read, as versioned rows."""
+    """Rows sorted by (segment_id, idx) -> each segment's file checked and read, as versioned rows;
+    ``on_segment(segment_id)`` after each whole segment (a segment with no chunk in the read never
+    gets here: :func:`check_all_read` is what notices it)."""
     current: str | None = None
     parts: list[bytes] = []
     next_index = 0
@@ -132,6 +137,8 @@ def reassemble(
         if len(blob) != src.size_bytes or hashlib.sha256(blob).hexdigest() != src.sha256:
             raise CompactionJobError(f"segment {sid}: reassembled bytes do not match the manifest's size/sha256")
         rows = pq.read_table(io.BytesIO(blob))
+        if on_segment is not None:
+            on_segment(sid)
         return iter(_to_spark_types(rows, table).to_batches())
 
     for batch in batches:
@@ -272,7 +279,15 @@ def compute_major(
         lambda it: decode_chunks(it, wanted), "segment_id string, idx int, data binary"
     )
     ordered = chunks.repartition(min(len(sources), 8), "segment_id").sortWithinPartitions("segment_id", "idx")
-    rows = ordered.mapInArrow(lambda it: reassemble(it, by_id, table), f"{spark_ddl_nullable(table)}, {SYSTEM_DDL}")
+    # duck-typed AccumulatorParam: this module is imported without pyspark too (the CLI's models)
+    read: Any = spark.sparkContext.accumulator(frozenset(), _SetParam())  # type: ignore[arg-type]
+
+    def mark(sid: str) -> None:
+        read.add(frozenset((sid,)))
+
+    rows = ordered.mapInArrow(
+        lambda it: reassemble(it, by_id, table, mark), f"{spark_ddl_nullable(table)}, {SYSTEM_DDL}"
+    )
     # per key, the version with the greatest (epoch, seq, deleted): a hash aggregate, no sort of the rows
     gtid = F.struct(F.col(EPOCH_COLUMN), F.col(SEQ_COLUMN), F.col(DELETED_COLUMN))
     values = [c for c in rows.columns if c not in table.primary_key]
@@ -280,7 +295,32 @@ def compute_major(
     result = rows.groupBy(*table.primary_key).agg(newest).select(*table.primary_key, "_newest.*")
     if drop_tombstones:
         result = result.where(~F.col(DELETED_COLUMN))
-    return from_spark(result.toArrow(), table)
+    out = from_spark(result.toArrow(), table)
+    check_all_read(read.value, sources)
+    return out
+
+
+def check_all_read(read: Iterable[str], sources: Sequence[SegmentSource]) -> None:
+    """CompactionJobError unless every input segment was reassembled. The channel is read with
+    ``failOnDataLoss=false`` (Spark's Kafka source skips offsets the Tail deleted instead of failing),
+    so a segment whose chunks are gone yields no row at all, and the major would leave its rows out."""
+    missing = sorted({s.segment_id for s in sources} - set(read))
+    if missing:
+        where = {s.segment_id: s.topic for s in sources}
+        raise CompactionJobError(
+            f"{len(missing)} input segment(s) had no chunk in the read, e.g. {missing[0]} on {where[missing[0]]} "
+            "(truncated by the Tail, or not committed): the major would miss their rows"
+        )
+
+
+class _SetParam:
+    """A Spark accumulator of segment ids (a union; a task run twice adds the same ids again)."""
+
+    def zero(self, _value: frozenset[str]) -> frozenset[str]:
+        return frozenset()
+
+    def addInPlace(self, a: frozenset[str], b: frozenset[str]) -> frozenset[str]:
+        return a | b
 
 
 def from_spark(t: pa.Table, table: TableDefinition) -> pa.Table:

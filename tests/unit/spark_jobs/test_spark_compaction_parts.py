@@ -140,3 +140,31 @@ def test_the_service_reads_a_table_definition_once_when_its_manifests_arrive() -
     service.learn_tables()
     service.learn_tables()
     assert reads == ["t", "t"] and service._table("t") is TABLE
+
+
+def test_a_segment_with_no_chunk_in_the_read_fails_the_major() -> None:
+    """Spark's Kafka source reads the channel with ``failOnDataLoss=false``: a segment whose chunks the
+    Tail deleted yields no row, and reassembly alone (per segment it sees) cannot notice. The
+    segments it saw are reported; the job compares them with its inputs."""
+    from spark_jobs.compaction.compute import check_all_read
+
+    a, b = new_segment_id(), new_segment_id()
+    da = _segment_bytes([1, 2], ["x", "y"])
+    ca = _chunks(a, da, 100)
+    sources = {
+        a: SegmentSource(a, "p.segments.x.1", 0, len(ca), len(da), hashlib.sha256(da).hexdigest()),
+        b: SegmentSource(b, "p.segments.x.1", 9, 1, 10, "0" * 64),  # on the channel no more
+    }
+    batch = pa.RecordBatch.from_pydict(
+        {
+            "segment_id": [r[0] for r in ca],
+            "idx": pa.array([r[1] for r in ca], pa.int32()),
+            "data": pa.array([r[2] for r in ca], pa.binary()),
+        }
+    )
+    seen: list[str] = []
+    out = pa.Table.from_batches(list(reassemble([batch], sources, TABLE, seen.append)))
+    assert out.num_rows == 2 and seen == [a]
+    with pytest.raises(CompactionJobError, match=f"1 input segment.*e.g. {b} on p.segments.x.1"):
+        check_all_read(seen, list(sources.values()))
+    check_all_read([a, b], list(sources.values()))
