@@ -38,6 +38,28 @@ class DeadletterTarget:
     table: str
 
 
+_MILLIS = r"^-?[0-9]{1,18}$"
+"""The JSON text of an integer a timestamp column takes as milliseconds since 1970 (int64's range)."""
+
+
+def json_times(batch: pa.RecordBatch, table: TableDefinition) -> pa.RecordBatch:
+    """``batch`` with each timestamp column that arrives as JSON text (:func:`~spark_jobs.schema_map.
+    spark_ddl_json`) in the form ``shoal write`` reads: an integer is milliseconds since 1970, written
+    out as ISO 8601 text, and every other text stays for the producer's own parse (ISO 8601 with a zone
+    offset), which refuses what it cannot read. Columns of any other type are returned as they are."""
+    for col in table.columns:
+        if col.type is not ColumnType.TIMESTAMP_MS or batch.column(col.name).type != pa.string():
+            continue
+        text = batch.column(col.name)
+        millis = pc.fill_null(pc.match_substring_regex(text, _MILLIS), False)
+        if not pc.any(millis).as_py():
+            continue
+        ints = pc.cast(pc.if_else(millis, text, pa.scalar(None, pa.string())), pa.int64())
+        iso = pc.strftime(pc.cast(ints, pa.timestamp("ms", tz="UTC")), format="%Y-%m-%dT%H:%M:%S%z")
+        batch = batch.set_column(batch.schema.get_field_index(col.name), col.name, pc.if_else(millis, iso, text))
+    return batch
+
+
 def reasons(batch: pa.RecordBatch, table: TableDefinition) -> pa.Array:
     """Per row: why it cannot be written (string), or null when it can."""
     out = batch.column(ERROR_COLUMN)
@@ -106,6 +128,7 @@ def split_and_deadletter(
     names = [c.name for c in table.columns]
     try:
         for batch in batches:
+            batch = json_times(batch, table)
             why = refusals(batch, table, reasons(batch, table))
             bad = pc.is_valid(why)
             n_bad = pc.sum(bad).as_py() or 0

@@ -30,7 +30,7 @@ from spark_jobs.datasource import register
 from spark_jobs.deadletter import ERROR_COLUMN, META_COLUMNS, VALUE_COLUMN, DeadletterTarget, split_and_deadletter
 from spark_jobs.errors import IngestError
 from spark_jobs.offsets_mirror import OffsetsMirror
-from spark_jobs.schema_map import spark_ddl_nullable, spark_ddl_parsed
+from spark_jobs.schema_map import spark_ddl_json, spark_ddl_nullable, spark_ddl_parsed
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -174,7 +174,7 @@ def parse_json(raw: DataFrame, table: TableDefinition) -> DataFrame:
     from pyspark.sql import functions as F
     from pyspark.sql.types import StringType, StructType
 
-    parsed_schema = StructType.fromDDL(spark_ddl_parsed(table))
+    parsed_schema = StructType.fromDDL(spark_ddl_json(table))
     assert isinstance(parsed_schema, StructType)
     schema = parsed_schema.add(_CORRUPT, StringType())
     options = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": _CORRUPT}

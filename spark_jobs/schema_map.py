@@ -138,6 +138,21 @@ def spark_ddl_nullable(table: TableDefinition) -> str:
     return ", ".join(f"`{c.name}` {_SPARK_NAME[c.type]}" for c in table.columns)
 
 
+def spark_ddl_json(table: TableDefinition) -> str:
+    """The DDL the ingest parses JSON with: :func:`spark_ddl_parsed`, with timestamp and binary
+    columns read as their JSON text. Spark's own conversions are not shoal's: it reads an integer as
+    seconds since 1970 (``shoal write``: milliseconds) and a string as base64 for a binary column
+    (``shoal write``: its UTF-8 bytes). The ingest converts that text the way ``shoal write`` does
+    (:func:`spark_jobs.deadletter.json_times`, then the producer's validation)."""
+
+    def spark_type(ctype: ColumnType) -> str:
+        if ctype in (ColumnType.TIMESTAMP_MS, ColumnType.BINARY):
+            return "string"
+        return "double" if ctype is ColumnType.FLOAT32 else _SPARK_NAME[ctype]
+
+    return ", ".join(f"`{c.name}` {spark_type(c.type)}" for c in table.columns)
+
+
 def spark_ddl_parsed(table: TableDefinition) -> str:
     """The DDL the ingest parses JSON with: :func:`spark_ddl_nullable` with float32 columns read as
     double. Spark's JSON parser turns a number beyond a float's range into an infinity (``1e300`` is

@@ -220,3 +220,32 @@ def test_json_numbers_beyond_a_float_column_are_refused_not_stored_as_infinity(s
     assert rows[4][ERROR_COLUMN] is None and rows[4]["d"] == float("inf") and rows[4]["f"] == float("-inf")
     assert rows[5][ERROR_COLUMN] is None and rows[5]["d"] == 1.5e308
     assert rows[6][ERROR_COLUMN] == "column 'f': a number beyond the range of float32"  # the token is d's
+
+
+def test_json_times_and_binary_reach_the_ingest_as_their_json_text(spark: Any) -> None:
+    """Spark's JSON parser would read 1700000000123 in a timestamp column as seconds and "aGk=" in a
+    binary one as base64; read as text, the ingest converts them as ``shoal write`` does."""
+    from metadata.table import Column, ColumnType, TableDefinition
+    from spark_jobs.deadletter import ERROR_COLUMN
+    from spark_jobs.ingest import parse_json
+
+    table = TableDefinition(
+        "times",
+        (Column("k", ColumnType.UINT64, False), Column("ts", ColumnType.TIMESTAMP_MS), Column("b", ColumnType.BINARY)),
+        ("k",),
+        "k",
+        1,
+    )
+    values = [
+        b'{"k": 1, "ts": 1700000000123, "b": "aGk="}',
+        b'{"k": 2, "ts": "2020-01-01T00:00:00Z", "b": "h\\u00e9llo"}',
+        b'{"k": 3, "ts": -5}',
+    ]
+    raw = spark.createDataFrame(
+        [(v, "src", 0, i) for i, v in enumerate(values)], "value binary, topic string, partition int, offset bigint"
+    )
+    rows = {r["k"]: r for r in parse_json(raw, table).collect()}
+    assert all(r[ERROR_COLUMN] is None for r in rows.values())
+    assert (rows[1]["ts"], rows[1]["b"]) == ("1700000000123", "aGk=")
+    assert (rows[2]["ts"], rows[2]["b"]) == ("2020-01-01T00:00:00Z", "héllo")
+    assert rows[3]["ts"] == "-5" and rows[3]["b"] is None

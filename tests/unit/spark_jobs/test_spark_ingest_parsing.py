@@ -300,3 +300,63 @@ def test_a_source_value_too_large_for_a_message_is_deadlettered_cut(monkeypatch:
     (cut, cut_headers), (small, small_headers) = sent
     assert cut == big[: deadletter.MAX_DEADLETTER_VALUE] and cut_headers["shoal.value.bytes"] == b"1100001"
     assert small == b"{small" and "shoal.value.bytes" not in small_headers
+
+
+def test_json_times_and_binary_are_read_as_shoal_write_reads_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Spark's JSON parser reads an integer in a timestamp column as seconds and a string in a
+    binary column as base64; ``shoal write`` reads milliseconds and UTF-8 text. The ingest parses
+    both as text and converts it as ``shoal write`` does; a time it cannot read is deadlettered."""
+    import datetime as dt
+
+    from spark_jobs.deadletter import split_and_deadletter
+    from spark_jobs.schema_map import spark_ddl_json
+
+    table = TableDefinition(
+        "t",
+        (Column("k", ColumnType.UINT64, False), Column("ts", ColumnType.TIMESTAMP_MS), Column("b", ColumnType.BINARY)),
+        ("k",),
+        "k",
+        1,
+    )
+    assert spark_ddl_json(table) == "`k` bigint, `ts` string, `b` string"
+    times = ["1700000000123", "2020-01-01T00:00:00+05:00", "-5", None, "garbage", "2020-01-01T00:00:00"]
+    n = len(times)
+    batch = pa.RecordBatch.from_pydict(
+        {
+            "k": pa.array(range(n), pa.int64()),
+            "ts": pa.array(times, pa.string()),
+            "b": pa.array(["héllo", "aGk=", None, "x", "x", "x"], pa.string()),
+            ERROR_COLUMN: pa.array([None] * n, pa.string()),
+            "_shoal_value": pa.array([b"{}"] * n, pa.binary()),
+            "_shoal_topic": ["src"] * n,
+            "_shoal_partition": pa.array([0] * n, pa.int32()),
+            "_shoal_offset": pa.array(range(n), pa.int64()),
+        }
+    )
+    sent: list[str] = []
+
+    class Recorder:
+        def produce(self, _topic: str, *, value: bytes, headers: list[tuple[str, bytes]], on_delivery: Any) -> None:
+            sent.append(dict(headers)["shoal.detail"].decode())
+
+        def poll(self, _timeout: float) -> int:
+            return 0
+
+        def flush(self, _timeout: float) -> int:
+            return 0
+
+    from spark_jobs import deadletter
+
+    monkeypatch.setattr(deadletter, "_producer", lambda _target: Recorder())
+    target = deadletter.DeadletterTarget(kafka=None, topic="p.deadletter", table="t")  # type: ignore[arg-type]
+    good = pa.Table.from_batches(list(split_and_deadletter(iter([batch]), table, target)))
+    utc = dt.UTC
+    assert good.column("k").to_pylist() == [0, 1, 2, 3]
+    assert good.column("ts").to_pylist() == [
+        dt.datetime(2023, 11, 14, 22, 13, 20, 123000, tzinfo=utc),  # milliseconds, not seconds
+        dt.datetime(2019, 12, 31, 19, 0, tzinfo=utc),
+        dt.datetime(1969, 12, 31, 23, 59, 59, 995000, tzinfo=utc),
+        None,
+    ]
+    assert good.column("b").to_pylist() == ["héllo".encode(), b"aGk=", None, b"x"]  # UTF-8, not base64
+    assert len(sent) == 2 and all("is not a time shoal reads" in s for s in sent)
