@@ -31,9 +31,11 @@ the minors it replaced from its channel), and an epoch that went back from one l
 once the Tail truncated the predecessor's WAL records. A retired partition's channel deleted while
 verify reads it shows as a read error: verify again.
 
-Exit code 0 when everything agrees and every chain is intact, 1 otherwise (2 for errors such as an
-unknown table). Meant for a quiet table: rows still in a leader's memtable and not yet in a
-follower's overlay show up as a disagreement while writes are in flight.
+Exit code 0 when everything agrees and every chain is intact, 1 otherwise, and 1 for an error too
+(an unknown table, a cluster that cannot be reached): a script reads ``ok`` in ``--output json`` to
+tell the two apart (nothing is printed on stdout for an error). Meant for a quiet table: rows still
+in a leader's memtable and not yet in a follower's overlay show up as a disagreement while writes
+are in flight.
 """
 
 from __future__ import annotations
