@@ -187,13 +187,22 @@ def test_avro_ingest_with_garbage(spark: Any, cluster: Any, zk_hosts: str, topic
         assert b"Avro decoding failed" in dict(dead[0].headers())["shoal.detail"]
 
 
+def _parsed_json(spark: Any, table: Any, values: list[bytes]) -> dict[int, Any]:
+    """``parse_json`` over ``values`` as one source partition's records, by the key ``k``."""
+    from spark_jobs.ingest import parse_json
+
+    raw = spark.createDataFrame(
+        [(v, "src", 0, i) for i, v in enumerate(values)], "value binary, topic string, partition int, offset bigint"
+    )
+    return {r["k"]: r for r in parse_json(raw, table).collect()}
+
+
 def test_json_numbers_beyond_a_float_column_are_refused_not_stored_as_infinity(spark: Any) -> None:
     """Spark reads ``1e400`` as an infinity (float32 columns are parsed as doubles, and the sink
     refuses a finite value beyond float32), which would be stored; only the ``Infinity`` token
     (which ``shoal write`` takes too) means one."""
     from metadata.table import Column, ColumnType, TableDefinition
     from spark_jobs.deadletter import ERROR_COLUMN
-    from spark_jobs.ingest import parse_json
 
     table = TableDefinition(
         "floats",
@@ -210,10 +219,7 @@ def test_json_numbers_beyond_a_float_column_are_refused_not_stored_as_infinity(s
         b'{"k": 5, "d": 1.5e308, "f": 3.0e38}',
         b'{"k": 6, "d": Infinity, "f": 1e400}',
     ]
-    raw = spark.createDataFrame(
-        [(v, "src", 0, i) for i, v in enumerate(values)], "value binary, topic string, partition int, offset bigint"
-    )
-    rows = {r["k"]: r for r in parse_json(raw, table).collect()}
+    rows = _parsed_json(spark, table, values)
     assert rows[1][ERROR_COLUMN] == "column 'd': a number beyond the range of float64"
     assert rows[2][ERROR_COLUMN] == "column 'd': a number beyond the range of float64"
     assert rows[3][ERROR_COLUMN] == "column 'f': a number beyond the range of float32"
@@ -227,7 +233,6 @@ def test_json_times_and_binary_reach_the_ingest_as_their_json_text(spark: Any) -
     binary one as base64; read as text, the ingest converts them as ``shoal write`` does."""
     from metadata.table import Column, ColumnType, TableDefinition
     from spark_jobs.deadletter import ERROR_COLUMN
-    from spark_jobs.ingest import parse_json
 
     table = TableDefinition(
         "times",
@@ -241,10 +246,7 @@ def test_json_times_and_binary_reach_the_ingest_as_their_json_text(spark: Any) -
         b'{"k": 2, "ts": "2020-01-01T00:00:00Z", "b": "h\\u00e9llo"}',
         b'{"k": 3, "ts": -5}',
     ]
-    raw = spark.createDataFrame(
-        [(v, "src", 0, i) for i, v in enumerate(values)], "value binary, topic string, partition int, offset bigint"
-    )
-    rows = {r["k"]: r for r in parse_json(raw, table).collect()}
+    rows = _parsed_json(spark, table, values)
     assert all(r[ERROR_COLUMN] is None for r in rows.values())
     assert (rows[1]["ts"], rows[1]["b"]) == ("1700000000123", "aGk=")
     assert (rows[2]["ts"], rows[2]["b"]) == ("2020-01-01T00:00:00Z", "héllo")

@@ -244,6 +244,23 @@ def test_avro_values_shoal_write_refuses_are_deadlettered_not_truncated() -> Non
     assert out.slice(5).to_pylist()[0]["f"] == 16_777_216.0 and out.slice(5).to_pylist()[0]["g"] == 2.5
 
 
+class _Recorder:
+    """A deadletter producer that records what it is given and delivers it at once."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[bytes, dict[str, bytes]]] = []
+
+    def produce(self, _topic: str, *, value: bytes, headers: list[tuple[str, bytes]], on_delivery: Any) -> None:
+        self.sent.append((value, dict(headers)))
+        on_delivery(None, None)
+
+    def poll(self, _timeout: float) -> int:
+        return 0
+
+    def flush(self, _timeout: float) -> int:
+        return 0
+
+
 def _malformed(values: list[bytes]) -> pa.RecordBatch:
     """Parsed ingest rows that all failed to parse (the deadletter path)."""
     n = len(values)
@@ -279,25 +296,13 @@ def test_a_source_value_too_large_for_a_message_is_deadlettered_cut(monkeypatch:
     """``produce`` raised MSG_SIZE_TOO_LARGE for it, and the query failed on every retry."""
     from spark_jobs import deadletter
 
-    sent: list[tuple[bytes, dict[str, bytes]]] = []
-
-    class Recorder:
-        def produce(self, _topic: str, *, value: bytes, headers: list[tuple[str, bytes]], on_delivery: Any) -> None:
-            sent.append((value, dict(headers)))
-            on_delivery(None, None)
-
-        def poll(self, _timeout: float) -> int:
-            return 0
-
-        def flush(self, _timeout: float) -> int:
-            return 0
-
+    recorder = _Recorder()
     table = TableDefinition("t", (Column("k", ColumnType.UINT64, False), Column("v", ColumnType.STRING)), ("k",), "k")
-    monkeypatch.setattr(deadletter, "_producer", lambda _target: Recorder())
+    monkeypatch.setattr(deadletter, "_producer", lambda _target: recorder)
     target = deadletter.DeadletterTarget(kafka=None, topic="p.deadletter", table="t")  # type: ignore[arg-type]
     big = b"{" + b"x" * 1_100_000
     list(deadletter.split_and_deadletter(iter([_malformed([big, b"{small"])]), table, target))
-    (cut, cut_headers), (small, small_headers) = sent
+    (cut, cut_headers), (small, small_headers) = recorder.sent
     assert cut == big[: deadletter.MAX_DEADLETTER_VALUE] and cut_headers["shoal.value.bytes"] == b"1100001"
     assert small == b"{small" and "shoal.value.bytes" not in small_headers
 
@@ -333,21 +338,10 @@ def test_json_times_and_binary_are_read_as_shoal_write_reads_them(monkeypatch: p
             "_shoal_offset": pa.array(range(n), pa.int64()),
         }
     )
-    sent: list[str] = []
-
-    class Recorder:
-        def produce(self, _topic: str, *, value: bytes, headers: list[tuple[str, bytes]], on_delivery: Any) -> None:
-            sent.append(dict(headers)["shoal.detail"].decode())
-
-        def poll(self, _timeout: float) -> int:
-            return 0
-
-        def flush(self, _timeout: float) -> int:
-            return 0
-
+    recorder = _Recorder()
     from spark_jobs import deadletter
 
-    monkeypatch.setattr(deadletter, "_producer", lambda _target: Recorder())
+    monkeypatch.setattr(deadletter, "_producer", lambda _target: recorder)
     target = deadletter.DeadletterTarget(kafka=None, topic="p.deadletter", table="t")  # type: ignore[arg-type]
     good = pa.Table.from_batches(list(split_and_deadletter(iter([batch]), table, target)))
     utc = dt.UTC
@@ -359,4 +353,5 @@ def test_json_times_and_binary_are_read_as_shoal_write_reads_them(monkeypatch: p
         None,
     ]
     assert good.column("b").to_pylist() == ["héllo".encode(), b"aGk=", None, b"x"]  # UTF-8, not base64
-    assert len(sent) == 2 and all("is not a time shoal reads" in s for s in sent)
+    details = [headers["shoal.detail"].decode() for _value, headers in recorder.sent]
+    assert len(details) == 2 and all("is not a time shoal reads" in d for d in details)
