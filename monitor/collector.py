@@ -94,6 +94,9 @@ class Collector:
         self._snapshot: Snapshot | None = None
         self.polls = 0
         self.errors = 0
+        self.last_error: str | None = None
+        """``"<type>: <message>"`` of the last poll when it failed; None once a poll succeeds."""
+        self.last_error_at: float | None = None
 
     def close(self) -> None:
         self.kafka.close()
@@ -111,6 +114,26 @@ class Collector:
     def snapshot(self) -> Snapshot | None:
         with self._lock:
             return self._snapshot
+
+    def now(self) -> float:
+        """The collector's clock (seconds since the epoch)."""
+        return self._clock()
+
+    def served_snapshot(self) -> Snapshot | None:
+        """The snapshot to show: the last one, or, while the polls after it fail, that one marked
+        ERR with a ``monitor`` problem naming the failure and its age. A monitor that cannot reach
+        Kafka knows nothing about now, so it must not go on saying OK (None before any poll)."""
+        with self._lock:
+            snap, error, at = self._snapshot, self.last_error, self.last_error_at
+        if snap is None or error is None:
+            return snap
+        age = max(0.0, (at or snap.generated_at) - snap.generated_at)
+        problem = Problem(
+            where="monitor",
+            status=Status.ERR,
+            reason=f"the polls since this snapshot fail ({age:.0f} s old): {error}",
+        )
+        return snap.model_copy(update={"problems": [*snap.problems, problem], "status": Status.ERR})
 
     def history_view(self) -> HistoryView:
         """The lag series of every channel reader seen by this process, for the charts."""
@@ -130,12 +153,15 @@ class Collector:
         now = self._clock()
         try:
             snap = self._poll(now)
-        except Exception:
-            self.errors += 1
+        except Exception as exc:
+            with self._lock:
+                self.errors += 1
+                self.last_error, self.last_error_at = f"{type(exc).__name__}: {exc}", now
             raise
         with self._lock:
             self._snapshot = snap
             self.polls += 1
+            self.last_error = self.last_error_at = None
         if self.config.history_dir is not None:
             with self._lock:
                 self.history.save(self.config.history_dir, now)
@@ -145,6 +171,13 @@ class Collector:
         parts = self._topology()
         cluster_id, existing = self.kafka.cluster_and_topics()
         hist = self.history
+        with self._lock:
+            known = set(hist.topic_ids)
+        if any(c.topic not in existing and c.topic in known for p in parts for c in p.channels()):
+            # a channel seen before is gone: a placement's channels are deleted (UNLOAD_FINAL) only
+            # after a METADATA version without it, which may have come between the two reads above.
+            # The topology read after the topic list decides; absent from it too, it is an ERR.
+            parts = self._topology()
         with self._lock:
             if hist.cluster_id is not None and cluster_id is not None and cluster_id != hist.cluster_id:
                 hist.add_event(
@@ -375,11 +408,23 @@ class Collector:
         )
 
     def _liveness(self, p: PartitionTopology, ingest_key: str) -> Verdict | None:
-        """STOP "leaderless or stuck partition" when no replica leads, or when the leader's accepted
-        index (the ingest group's committed offset) has not moved for ``warn_after`` polls while the
-        ingest lag grew: writes are acknowledged but no leader accepts them."""
+        """STOP "leaderless or stuck partition" when no replica leads; when the elected leader is not
+        alive (its placement no longer heads the election) on two polls in a row, WARN on the first
+        (a normal election takes one); or when the leader's accepted index (the ingest group's
+        committed offset) has not moved for ``warn_after`` polls while the ingest lag grew: writes
+        are acknowledged but no leader accepts them. An idle partition is judged too: it has no lag
+        that could show a dead leader."""
         if p.leader_server_id is None:
             return Verdict(Status.STOP, "leaderless or stuck partition: no replica leads it")
+        dead_polls = self.history.note_leader_alive(p.partition_id, p.leader_alive)
+        if dead_polls:
+            who = (
+                f"leader {p.leader_server_id}#{p.leader_placement_id} of epoch {p.epoch} is not alive "
+                f"(no live election candidate holds the epoch) for {dead_polls} poll(s)"
+            )
+            if dead_polls >= 2:
+                return Verdict(Status.STOP, f"leaderless or stuck partition: {who}")
+            return Verdict(Status.WARN, f"leader election pending: {who}")
         window = self.history.window(ingest_key, self.config.warn_after)
         if len(window) < max(2, self.config.warn_after):
             return None

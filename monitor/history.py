@@ -33,6 +33,8 @@ class PartitionMemory:
     epoch: int
     leader: str | None
     leader_changes: int = 0
+    dead_polls: int = 0
+    """Polls in a row, in this process, whose elected leader was not alive."""
 
 
 @dataclass
@@ -73,13 +75,24 @@ class History:
             mem.epoch, mem.leader = epoch, leader
         return mem.leader_changes
 
+    def note_leader_alive(self, partition_id: str, alive: bool) -> int:
+        """Count the polls in a row whose elected leader was not alive; 0 once it is. Call after
+        :meth:`note_leader`, which creates the partition's memory."""
+        mem = self.partitions.get(partition_id)
+        if mem is None:
+            return 0 if alive else 1
+        mem.dead_polls = 0 if alive else mem.dead_polls + 1
+        return mem.dead_polls
+
     def prune(self, now: float) -> None:
+        """After a poll: forget the series no poll sampled for ``keep_s`` (a channel gone) and old
+        events. A series still sampled keeps its last ``keep_samples`` whatever their timestamps:
+        the verdicts count polls, not seconds, so a wall-clock step must not empty a window. A
+        non-finite timestamp counts as old."""
         cutoff = now - self.keep_s
         for key in list(self.series):
             dq = self.series[key]
-            while dq and dq[0].ts < cutoff:
-                dq.popleft()
-            if not dq:
+            if not dq or not dq[-1].ts >= cutoff:
                 del self.series[key]
         for key in list(self.events):
             kept = [e for e in self.events[key] if e[0] >= cutoff]
@@ -150,5 +163,16 @@ class History:
             key: deque((Sample(*row) for row in rows), maxlen=keep_samples) for key, rows in saved.series.items()
         }
         hist.events = {key: list(evs) for key, evs in saved.events.items()}
-        hist.prune(now)
+        hist.drop_older_than(now - keep_s)
         return hist
+
+    def drop_older_than(self, cutoff: float) -> None:
+        """Drop every sample and event taken before ``cutoff``: on load, a window saved long ago
+        says nothing about now."""
+        for key in list(self.series):
+            dq = self.series[key]
+            while dq and not dq[0].ts >= cutoff:
+                dq.popleft()
+            if not dq:
+                del self.series[key]
+        self.prune(cutoff + self.keep_s)

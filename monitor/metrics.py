@@ -5,9 +5,11 @@ Metric names (gauges unless marked counter; ``*_status_code``: 0 OK, 1 WARN, 2 S
 (the channel's owner), ``replica_placement`` / ``replica_server`` (the reader).
 
 ==============================================  =================================================
-``shoal_monitor_status_code``                    worst status of everything watched
+``shoal_monitor_status_code``                    worst status of everything watched; 5 (ERR)
+                                                 while the polls after the snapshot fail
+``shoal_monitor_up``                             1 when the last poll succeeded, else 0
 ``shoal_monitor_polls_total`` (counter)          polls done; ``shoal_monitor_poll_errors_total``
-``shoal_monitor_last_poll_timestamp_seconds``    when the snapshot was taken
+``shoal_monitor_last_poll_timestamp_seconds``    when the snapshot was taken (the last good poll)
 ``shoal_partition_leader_epoch``                 leader epoch (ZooKeeper)
 ``shoal_partition_leader_changes_total``         epoch changes seen by this monitor (counter)
 ``shoal_partition_status_code``                  worst status of the partition's channels
@@ -27,6 +29,9 @@ Metric names (gauges unless marked counter; ``*_status_code``: 0 OK, 1 WARN, 2 S
 ``shoal_spark_query_lag_records`` / ``_lag_seconds``  per Spark ingest query and source partition
 ``shoal_spark_query_status_code``                per query
 ==============================================  =================================================
+
+While polls fail, the per-partition gauges keep the values of the last good poll: alert on
+``shoal_monitor_status_code`` or ``shoal_monitor_up``, which say the monitor is blind.
 
 Fast-forward and merge counts are the storage node's own (:mod:`storage_node.metrics`).
 """
@@ -82,7 +87,10 @@ class SnapshotMetrics(PromCollector):
         c = self.collector
         f.counter("shoal_monitor_polls", "Polls the monitor has done.", []).add_metric([], c.polls)
         f.counter("shoal_monitor_poll_errors", "Polls that failed.", []).add_metric([], c.errors)
-        snap = c.snapshot
+        f.gauge("shoal_monitor_up", "1 when the monitor's last poll succeeded.", []).add_metric(
+            [], 0.0 if c.last_error is not None else 1.0
+        )
+        snap = c.served_snapshot()
         if snap is not None:
             _set(f.gauge("shoal_monitor_status_code", "Worst status (0 OK .. 5 ERR).", []), [], snap.status.code)
             _set(

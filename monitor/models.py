@@ -253,6 +253,10 @@ class PartitionMemoryFile(Shape):
     leader_changes: int
 
 
+Instant = Annotated[float, Field(allow_inf_nan=False)]
+"""A timestamp in a history file: NaN or an infinity would never age out of a window."""
+
+
 class HistoryFile(BaseModel):
     """``<history dir>/monitor-history.json``: the monitor's windows and events, kept across restarts.
 
@@ -260,12 +264,12 @@ class HistoryFile(BaseModel):
     are ``[ts, text]``. Unknown keys are ignored (a newer monitor may add some)."""
 
     version: Literal[1] = HISTORY_VERSION
-    saved_at: float
+    saved_at: Instant
     cluster_id: str | None
     topic_ids: dict[str, str]
     partitions: dict[str, PartitionMemoryFile]
-    series: dict[str, list[tuple[float, int | None, int, int, int, int]]]
-    events: dict[str, list[tuple[float, str]]]
+    series: dict[str, list[tuple[Instant, int | None, int, int, int, int]]]
+    events: dict[str, list[tuple[Instant, str]]]
 
     def to_json(self) -> dict[str, Any]:
         return self.model_dump(mode="json")

@@ -8,7 +8,12 @@ Routes (all GET):
 - ``/api/snapshot``  the latest snapshot (:class:`monitor.models.Snapshot`);
 - ``/api/history``   the lag series for the charts (:class:`monitor.models.HistoryView`);
 - ``/metrics``       Prometheus text format (names in :mod:`monitor.metrics`);
-- ``/healthz``       ``ok`` once a poll succeeded.
+- ``/healthz``       ``ok`` while the last poll succeeded and is fresh (at most 3 intervals and
+                     10 s old); 503 with the reason otherwise.
+
+While polls fail, the page, ``/api/snapshot`` and the metrics show the last snapshot marked ERR
+with a ``monitor`` problem naming the failure (:meth:`Collector.served_snapshot`): a monitor that
+cannot reach Kafka never goes on reporting OK.
 """
 
 from __future__ import annotations
@@ -50,7 +55,6 @@ class MonitorService:
             port=port,
         )
         self._poller = _Poller(self)
-        self.last_error: str | None = None
 
     @property
     def url(self) -> str:
@@ -61,16 +65,19 @@ class MonitorService:
         self._poller.start()
         return self
 
+    @property
+    def last_error(self) -> str | None:
+        """Why the last poll failed; None when it succeeded."""
+        return self.collector.last_error
+
     def poll_once(self) -> bool:
         """One collector poll; a failure is kept in ``last_error`` (shown by /healthz and /api).
         Returns whether the poll succeeded."""
         try:
             self.collector.poll()
-            self.last_error = None
             return True
-        except Exception as exc:
-            self.last_error = f"{type(exc).__name__}: {exc}"
-            log.warning("monitor poll failed: %s", self.last_error)
+        except Exception:
+            log.warning("monitor poll failed: %s", self.collector.last_error)
             return False
 
     def close(self) -> None:
@@ -90,7 +97,7 @@ class MonitorService:
         return 200, "application/json", json.dumps(obj, sort_keys=True).encode()
 
     def _snapshot(self) -> tuple[int, str, bytes]:
-        snap = self.collector.snapshot
+        snap = self.collector.served_snapshot()
         if snap is None:
             return 503, "application/json", json.dumps({"error": self.last_error or "no poll yet"}).encode()
         return self._json(snap.to_json())
@@ -102,12 +109,19 @@ class MonitorService:
         return 200, CONTENT_TYPE_LATEST, generate_latest(self.registry)
 
     def _health(self) -> tuple[int, str, bytes]:
-        if self.collector.snapshot is None:
+        snap = self.collector.snapshot
+        if snap is None:
             return 503, "text/plain", f"no successful poll yet: {self.last_error}\n".encode()
+        if self.last_error is not None:
+            return 503, "text/plain", f"the last poll failed: {self.last_error}\n".encode()
+        age = self.collector.now() - snap.generated_at
+        limit = max(10.0, 3 * self.collector.config.interval_s)
+        if age > limit:
+            return 503, "text/plain", f"the last snapshot is {age:.0f} s old (polls stuck?)\n".encode()
         return 200, "text/plain", b"ok\n"
 
     def _page(self) -> tuple[int, str, bytes]:
-        snap = self.collector.snapshot
+        snap = self.collector.served_snapshot()
         initial = {
             "snapshot": None if snap is None else snap.to_json(),
             "history": self.collector.history_view().to_json(),

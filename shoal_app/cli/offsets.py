@@ -12,11 +12,16 @@ replica, segment) like ``kafka-consumer-groups --describe``, one grep-able line 
 A status needs a window of polls: a single run sees only what one poll can prove (ERR: truncated
 past an Ack, a recreated topic; REWIND), unless ``--history-dir`` points at a window kept by an
 earlier run or by ``shoal monitor``. ``--watch`` polls every ``--interval`` seconds.
+
+Exit status: 0 when the last poll's status is below ``--fail-on`` (default ``stall``: WARN, a lag
+still growing, passes; STALL, STOP, REWIND and ERR fail), 1 when it is at or above it or when no
+poll could be made (then nothing is printed on stdout), 2 for refused options.
 """
 
 from __future__ import annotations
 
 import contextlib
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -159,6 +164,17 @@ def format_table(snap: Snapshot) -> str:
     return "\n".join(out)
 
 
+FAIL_ON = ("warn", "stall", "stop", "rewind", "err", "never")
+"""``--fail-on`` choices: a status name (that status or a worse one fails) or ``never``."""
+
+
+def fails(status: Status, fail_on: str) -> bool:
+    """Whether ``status`` is at or above the ``--fail-on`` threshold."""
+    if fail_on.lower() == "never":
+        return False
+    return status.severity >= Status[fail_on.upper()].severity
+
+
 @click.command("offsets")
 @click.argument("table", required=False, type=TABLE_NAME)
 @click.option("--watch", is_flag=True, help="Poll again every --interval seconds until interrupted.")
@@ -181,6 +197,13 @@ def format_table(snap: Snapshot) -> str:
     default=None,
     help="Keep (and reuse) the window in DIR/monitor-history.json, e.g. the one of `shoal monitor`.",
 )
+@click.option(
+    "--fail-on",
+    type=click.Choice(FAIL_ON, case_sensitive=False),
+    default="stall",
+    show_default=True,
+    help="Exit 1 when the last poll's status is this or worse ('never': exit 0 whatever it is).",
+)
 @output_option
 @connection_options
 def offsets_command(
@@ -191,10 +214,14 @@ def offsets_command(
     warn_samples: int | None,
     count: int | None,
     history_dir: Path | None,
+    fail_on: str,
     output: str,
     **conn: Any,
 ) -> None:
-    """Replication indexes, lag and status of every channel of TABLE (or of every table)."""
+    """Replication indexes, lag and status of every channel of TABLE (or of every table).
+
+    Exits 1 when the last poll's status is --fail-on or worse, or when Kafka or ZooKeeper cannot
+    be polled."""
     if warn_samples is not None and warn_samples > window:
         raise click.BadParameter(f"must be at most --window ({window})", param_hint="--warn-samples")
     polls = (count or 0) if watch else 1
@@ -216,11 +243,13 @@ def offsets_command(
                     click.echo(f"--- poll {n} at {time.strftime('%H:%M:%S')}")
                 click.echo(format_table(snap))
             if not watch or (polls and n >= polls):
-                return
+                break
             try:
                 time.sleep(max(0.0, interval - (time.monotonic() - started)))
             except KeyboardInterrupt:
-                return
+                break
+    if fails(snap.status, fail_on):
+        sys.exit(1)
 
 
 def with_topic_problems(snap: Snapshot, collector: Collector) -> Snapshot:
@@ -238,4 +267,4 @@ def with_topic_problems(snap: Snapshot, collector: Collector) -> Snapshot:
     )
 
 
-__all__ = ["format_table", "offsets_command", "open_collector"]
+__all__ = ["FAIL_ON", "fails", "format_table", "offsets_command", "open_collector"]

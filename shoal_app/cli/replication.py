@@ -46,7 +46,10 @@ def fix_replication(
     wait until the new replicas are in sync and set ``min.insync.replicas``. Without ``wait`` the
     moves are started and ``min.insync.replicas`` is left for a later run (once in sync)."""
     admin = clients.admin(kafka)
-    topics = shoal_topics(admin, topic_prefix)
+    try:
+        topics = shoal_topics(admin, topic_prefix)
+    except KafkaOperationError as exc:
+        raise type(exc)(f"{exc} (Kafka at {kafka.bootstrap_servers})", exc.kafka_error) from exc
     planned = reassign.plan(admin, topics, kafka.topics)
     moves = [m for t in planned for m in t.moves]
     results: dict[str, TopicFix] = {}

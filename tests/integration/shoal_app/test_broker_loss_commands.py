@@ -47,7 +47,7 @@ def test_commands_work_with_the_metadata_leader_broker_killed(tmp_path: Path) ->
             ["table", "describe", "ev", "--output", "json"],
             ["table", "list", "--output", "json"],
             ["table", "history", "ev", "--output", "json"],
-            ["offsets", "ev", "--output", "json"],
+            ["offsets", "ev", "--fail-on", "never", "--output", "json"],  # the killed broker is a problem
         ):
             result = run(data, *args)
             assert result.exit_code == 0, f"shoal {' '.join(args)}: {result.output}"

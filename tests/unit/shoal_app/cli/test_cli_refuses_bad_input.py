@@ -242,3 +242,23 @@ def _table(ctype: str):  # type: ignore[no-untyped-def]
         primary_key=("k", "p"),  # scans filter on the first primary-key column, k
         partition_key="p",
     )
+
+
+def test_fix_replication_names_the_kafka_it_could_not_reach(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from confluent_kafka import KafkaError
+
+    from shoal.errors import KafkaOperationError
+    from shoal.kafka.settings import KafkaSettings
+    from shoal_app.cli import replication
+
+    cause = KafkaError(KafkaError._TRANSPORT, "connection refused")
+
+    def unreachable(admin: object, prefix: str) -> list[str]:
+        raise KafkaOperationError("cannot list topics: transport failure", cause)
+
+    monkeypatch.setattr(replication, "shoal_topics", unreachable)
+    with pytest.raises(KafkaOperationError, match=r"Kafka at 127\.0\.0\.1:9") as caught:
+        replication.fix_replication(
+            KafkaSettings("127.0.0.1:9"), "shoal", tmp_path, wait=False, timeout_s=1.0, progress=print
+        )
+    assert caught.value.kafka_error is cause and caught.value.retriable is False
