@@ -288,14 +288,22 @@ def check_wal_channel(
     floors: WalFloors | None = None,
     owner: tuple[str, int] | None = None,
     ingest_topic: str | None = None,
+    tail_before: int | None = None,
 ) -> tuple[WalChannelCheck, WalOrder | None]:
     """The GTID hash chain and GTID order of one WAL channel (:func:`~shoal_app.cli.verify_gtids.check_wal_records`),
     from its Tail to its end, streamed: records read, ok, the first error, and the epochs it holds.
-    With ``floors``, every record's rows are added to them as they pass (the coverage check)."""
+    With ``floors``, every record's rows are added to them as they pass (the coverage check).
+
+    ``tail_before``: the Tail read before the segments channels were (:func:`_tail_before`). A Tail
+    above it now moved after they were read: the records in between are in neither read (the
+    segment that covers them was published after), so this raises ChannelTruncatedError and the
+    partition's channels are read again."""
     order = WalOrder()
 
     def run(out: WalChannelCheck) -> WalOrder:
         assert out.tail is not None
+        if tail_before is not None and tail_before < out.tail:
+            raise ChannelTruncatedError("WAL channel", topic, tail_before)
         try:
             records: Iterable[ChannelRecord] = channels.wal_records(topic, out.tail)
             if floors is not None:
@@ -419,7 +427,7 @@ def _read_channels_once(
     for p, wal_topic, order in zip(placements, wal_topics, orders, strict=True):
         owner = (entry.partition_id, p.placement_id)
         wal_check, wal_order = check_wal_channel(
-            source, wal_topic, order, floors, owner, topics.ingest(entry.partition_id)
+            source, wal_topic, order, floors, owner, topics.ingest(entry.partition_id), tails[wal_topic]
         )
         check_wal_coverage(wal_check, tails[wal_topic], orders, retired=retired)
         out.wal_checks.append(wal_check)

@@ -307,10 +307,23 @@ def replicas_missing(
     for r in replicas:
         who = f"{r.server_id}#{r.placement_id}"
         try:
-            count, examples = missing_writes(newest, rows(r.server_id, r.partition_id), key_columns)
+            scan = rows(r.server_id, r.partition_id)
+            count, examples = missing_writes(newest, scan, key_columns)
         except ShoalError as exc:
             problems.append(f"{who}: cannot scan: {type(exc).__name__}: {exc}")
             continue
         if count:
             problems.append(f"{who} misses {count} of {newest.num_rows} writes on the channels ({'; '.join(examples)})")
+        twice = held_more_than_once(scan, key_columns)
+        if twice:
+            problems.append(f"{who} holds {twice} key(s) more than once in its scan")
     return problems
+
+
+def held_more_than_once(scan: pa.Table, key_columns: Sequence[str]) -> int:
+    """How many primary keys ``scan`` holds in more than one row (a scan has one version per key;
+    the left join of :func:`missing_writes` lets every copy of a key pass)."""
+    if scan.num_rows < 2:
+        return 0
+    counts = scan.select(list(key_columns)).group_by(list(key_columns)).aggregate([([], "count_all")])
+    return int(pc.sum(pc.greater(counts.column("count_all"), 1)).as_py() or 0)

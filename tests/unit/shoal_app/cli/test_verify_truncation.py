@@ -225,3 +225,72 @@ def test_a_wal_channel_truncated_under_the_read_still_shows_a_lost_write() -> No
     report = _verify(channels, keys=KEYS[:-1])
     assert not report.ok and channels.overtaken
     assert "k=8 written at gtid 1:7, replica has no row" in (report.partitions[0].coverage_error or "")
+
+
+def test_a_tail_pass_after_the_segments_read_makes_verify_read_again() -> None:
+    """The leader publishes a segment covering WAL [2, 4) and moves the Tail to 4 after verify read
+    the segments channels and before it reads the WAL: records [2, 4) are in neither read. Verify
+    reads the channels again (and finds the write every replica lacks), never takes Tail 4."""
+    file = _file()
+    pid = file.partitions[0].partition_id
+    wal, seg = TOPICS.wal(pid, 1), TOPICS.segments(pid, 1)
+    recs = _records(pid, 1, [(Gtid(1, k - 1), _batch([k], [f"v{k}"], [False])) for k in (1, 2, 3, 4, 5)])
+    s1, d1 = _segment(
+        _manifest(pid, 1, 1, (0, 2), (Gtid(1, 0), Gtid(1, 1)), segment_id="01" * 16, is_major=False),
+        [(1, "v1", 1, 0, False), (2, "v2", 1, 1, False)],
+    )
+    s2, d2 = _segment(
+        _manifest(pid, 1, 1, (2, 4), (Gtid(1, 2), Gtid(1, 3)), segment_id="02" * 16, is_major=False),
+        [(3, "v3", 1, 2, False), (4, "v4", 1, 3, False)],
+    )
+
+    class TailPassDuringVerify(FakeChannels):
+        segments_read = moved = False
+
+        def segments(self, topic: str, *, data: bool) -> Any:
+            self.segments_read = True
+            return super().segments(topic, data=data)
+
+        def bounds(self, topic: str) -> Any:
+            if topic == wal and self.segments_read and not self.moved:
+                self.moved = True  # the publisher: S2 published, then the Tail pass truncates to 4
+                self.published[seg] = [s1, s2]
+                self.files[s2.segment_id] = d2
+                self.wal[wal] = (4, [r for r in self.wal[wal][1] if r.offset >= 4])
+            return super().bounds(topic)
+
+    # every replica lacks key 3 (written at WAL offset 2, GTID 1:2)
+    replica = _with_tombstones(
+        [(1, "v1", 1, 0, False), (2, "v2", 1, 1, False), (4, "v4", 1, 3, False), (5, "v5", 1, 4, False)]
+    )
+    channels = TailPassDuringVerify({wal: (2, [r for r in recs if r.offset >= 2])}, {seg: [s1]}, {s1.segment_id: d1})
+
+    def describe(server: str) -> list[dict[str, Any]]:
+        row = {"partition_id": pid, "placement_id": 1, "row_count": 4, "content_hash": "h", "chain": ["s"], "root": "s"}
+        return [row] if server == "node-1" else []
+
+    report = verify(_client(file), "events", channels=channels, describe=describe, rows=lambda _s, _p: replica)
+    part = report.partitions[0]
+    assert channels.moved and not report.ok
+    assert not part.covered and "k=3 written at gtid 1:2" in (part.coverage_error or ""), part
+
+
+def test_a_replica_holding_a_key_twice_is_a_mismatch() -> None:
+    """Every replica serving key 1 twice agrees with the others and reaches every floor; its scan
+    holding a key in two rows is the mismatch."""
+    file = _file()
+    pid = file.partitions[0].partition_id
+    recs = _records(pid, 1, [(Gtid(1, 0), _batch([1], ["v1"], [False])), (Gtid(1, 1), _batch([2], ["v2"], [False]))])
+    channels = FakeChannels({TOPICS.wal(pid, 1): (0, recs)}, {})
+
+    def describe(server: str) -> list[dict[str, Any]]:
+        row = {"partition_id": pid, "placement_id": 1, "row_count": 3, "content_hash": "h", "chain": ["s"], "root": "s"}
+        return [row] if server == "node-1" else []
+
+    for twice in ([(1, "v1", 1, 0, False)], [(1, "other", 1, 7, False)]):
+        scan = _with_tombstones([(1, "v1", 1, 0, False), *twice, (2, "v2", 1, 1, False)])
+        report = verify(_client(file), "events", channels=channels, describe=describe, rows=lambda _s, _p, t=scan: t)
+        part = report.partitions[0]
+        assert not report.ok and "holds 1 key(s) more than once" in (part.coverage_error or ""), part
+    once = _with_tombstones([(1, "v1", 1, 0, False), (2, "v2", 1, 1, False)])
+    assert verify(_client(file), "events", channels=channels, describe=describe, rows=lambda _s, _p: once).ok
