@@ -109,6 +109,10 @@ class SinkSettings:
     10,000 rows by default) into writes of about this many rows, so each partition's ingest
     messages, and its leader's WAL records, are fewer and larger; a task holds at most that many
     rows plus one Spark batch.
+    ``transaction_timeout_s``: how long a streaming write task's transaction may stay open (Kafka
+    aborts it then, and the task fails). Records behind an open transaction wait for it on their
+    ingest topic, so a transaction left open by a task whose partition is never run again holds
+    other writers' rows back that long; at most Kafka's ``transaction.max.timeout.ms`` (15 min).
     """
 
     table: str
@@ -116,13 +120,16 @@ class SinkSettings:
     sync: bool = True
     sync_timeout_s: float = 120.0
     write_rows: int = DEFAULT_WRITE_ROWS
+    transaction_timeout_s: float = 300.0
 
     def __post_init__(self) -> None:
         validate_table_name(self.table)
-        if self.sync_timeout_s <= 0:
+        if not self.sync_timeout_s > 0:
             raise ConfigError(f"sync_timeout_s must be > 0, got {self.sync_timeout_s}")
         if self.write_rows < 1:
             raise ConfigError(f"write_rows must be >= 1, got {self.write_rows}")
+        if not 1 <= self.transaction_timeout_s <= 900:
+            raise ConfigError(f"transaction_timeout_s must be in [1, 900] seconds, got {self.transaction_timeout_s}")
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any], env: Mapping[str, str] | None = None) -> SinkSettings:
@@ -137,6 +144,7 @@ class SinkSettings:
                 sync=_bool(opts, "sync", True),
                 sync_timeout_s=_float(opts, "syncTimeout", 120.0),
                 write_rows=_int(opts, "writeRows", DEFAULT_WRITE_ROWS),
+                transaction_timeout_s=_float(opts, "transactionTimeout", 300.0),
             )
         except ShoalError as exc:
             if isinstance(exc, SinkOptionError):

@@ -4,14 +4,24 @@ DESIGN.md section 9 (Sink). Executors (``write``) turn each Arrow record batch S
 ``Producer.write`` calls (validation, routing by key, Arrow IPC to the ingest topics, idempotent
 with acks=all), flush, and by default ``sync()`` until the partition leaders accepted the rows.
 The driver's ``commit(messages, batchId)`` records the batch id per streaming query in ZooKeeper
-(:mod:`spark_jobs.commit_log`); ``write`` reads it first and skips a batch at or below it. So:
+(:mod:`spark_jobs.commit_log`); ``write`` reads it and skips a replay of the batch recorded last. So:
 
 * a batch killed mid-way (no commit) is written again when Spark replays it: rows are keyed
   upserts, so rows written twice with the same values leave the table as if written once;
 * a batch that was committed but whose Spark commit-log entry is lost is replayed by Spark and
   skipped by the sink: it cannot undo newer writes to the same keys (Paimon #9666).
 
-A batch write (``df.write``) has no batch id: it is an idempotent upsert of the DataFrame's rows.
+Task attempts are fenced (:func:`sink_transactional_id`). Every streaming write task writes in one
+Kafka transaction whose id is the query's and the Spark partition's, and leaders read the ingest
+topics ``read_committed``. A task attempt first runs ``init_transactions``, which fences every
+older attempt of its partition (an executor Spark declared lost but still running, a speculative
+copy, an attempt of an earlier batch), and only then reads the commit log. The driver fences the
+id of every partition of a batch before it records the batch. So an attempt that still writes
+after its batch was recorded cannot commit: its rows never reach a leader, and no older value
+lands over a newer batch's.
+
+A batch write (``df.write``) has no batch id: it is an idempotent upsert of the DataFrame's rows,
+written without a transaction.
 """
 
 from __future__ import annotations
@@ -30,7 +40,9 @@ from pyspark.sql.datasource import (
 
 from metadata.client import MetadataClient, MetadataConfig
 from metadata.metadata_file import MetadataFile
-from spark_jobs.commit_log import BatchCommitLog
+from shoal.errors import KafkaOperationError
+from shoal.kafka.transaction import TransactionalChannel, fence
+from spark_jobs.commit_log import BatchCommitLog, validate_query_id
 from spark_jobs.errors import SinkCommitError
 from spark_jobs.settings import SinkSettings
 
@@ -43,6 +55,14 @@ QUERY_ID_PROPERTY = "sql.streaming.queryId"
 BATCH_ID_PROPERTY = "streaming.sql.batchId"
 
 
+def sink_transactional_id(topic_prefix: str, query_id: str, partition_id: int) -> str:
+    """The transactional id of one Spark partition of one streaming query: every attempt of that
+    partition, in every batch, shares it, so each one fences the ones before it."""
+    if isinstance(partition_id, bool) or not isinstance(partition_id, int) or partition_id < 0:
+        raise SinkCommitError(f"Spark partition id must be a non-negative int, got {partition_id!r:.40}")
+    return f"{topic_prefix}.sink.{validate_query_id(query_id)}.{partition_id}"
+
+
 @dataclass
 class ShoalCommitMessage(WriterCommitMessage):
     """What one write task did: rows and Kafka messages sent, or that it skipped a committed batch."""
@@ -52,6 +72,8 @@ class ShoalCommitMessage(WriterCommitMessage):
     rows: int
     messages: int
     skipped: bool = False
+    partition_id: int | None = None
+    """The task's Spark partition (its transactional id's, :func:`sink_transactional_id`)."""
 
 
 class _MapLoader:
@@ -95,39 +117,71 @@ def gathered(batches: Iterator[pa.RecordBatch], rows: int) -> Iterator[pa.Table]
         yield pa.Table.from_batches(pending)
 
 
-def write_batches(settings: SinkSettings, file: MetadataFile, batches: Iterator[pa.RecordBatch]) -> tuple[int, int]:
+def write_batches(
+    settings: SinkSettings,
+    file: MetadataFile,
+    batches: Iterator[pa.RecordBatch],
+    *,
+    channel: TransactionalChannel | None = None,
+) -> tuple[int, int]:
     """Produce every row of ``batches`` to ``settings.table``; (rows, Kafka messages). Columnar:
-    Spark's batches are gathered into writes of ``settings.write_rows`` rows (:func:`gathered`)."""
+    Spark's batches are gathered into writes of ``settings.write_rows`` rows (:func:`gathered`).
+
+    With an open ``channel`` every row goes out in one transaction of it, committed before the
+    ``sync()`` (a fenced channel raises, and nothing it produced becomes readable)."""
     from producer import Producer
 
     producer: Producer | None = None
     rows = messages = 0
-    try:
+
+    def produce_all() -> None:
+        nonlocal producer, rows, messages
         for part in gathered(batches, settings.write_rows):
             if producer is None:
-                producer = Producer(producer_config(settings), map_loader=_MapLoader(file, settings.connection))
+                producer = Producer(
+                    producer_config(settings),
+                    map_loader=_MapLoader(file, settings.connection),
+                    kafka_producer=None if channel is None else channel.producer,
+                )
             result = producer.write(settings.table, part)
             rows += result.rows
             messages += result.batches
         if producer is not None:
             producer.flush()
-            if settings.sync:
-                producer.sync(settings.sync_timeout_s)
+
+    try:
+        if channel is None:
+            produce_all()
+        else:
+            with channel.transaction():
+                produce_all()
+        if producer is not None and settings.sync:
+            producer.sync(settings.sync_timeout_s)
     finally:
         if producer is not None:
             producer.close()
     return rows, messages
 
 
-def _task_batch() -> tuple[str | None, int | None]:
+def _task_batch() -> tuple[str | None, int | None, int]:
+    """The task's streaming query id, batch id and Spark partition id."""
     from pyspark import TaskContext
 
     ctx = TaskContext.get()
     if ctx is None:
-        return None, None
+        return None, None, 0
     query_id = ctx.getLocalProperty(QUERY_ID_PROPERTY)
     batch = ctx.getLocalProperty(BATCH_ID_PROPERTY)
-    return query_id or None, int(batch) if batch else None
+    return query_id or None, int(batch) if batch else None, ctx.partitionId()
+
+
+def _channel(settings: SinkSettings, transactional_id: str) -> TransactionalChannel:
+    """A write task's channel: its transaction holds the task's whole partition of a micro-batch."""
+    return TransactionalChannel(
+        settings.connection.kafka,
+        transactional_id,
+        **{"transaction.timeout.ms": int(settings.transaction_timeout_s * 1000)},
+    )
 
 
 class ShoalStreamWriter(DataSourceStreamWriter, DataSourceArrowWriter):
@@ -138,17 +192,32 @@ class ShoalStreamWriter(DataSourceStreamWriter, DataSourceArrowWriter):
         self.file = file
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> ShoalCommitMessage:
-        query_id, batch_id = _task_batch()
-        if query_id is not None and batch_id is not None:
-            with BatchCommitLog(self.settings.connection) as commits:
+        query_id, batch_id, partition_id = _task_batch()
+        return self.write_task(iterator, query_id, batch_id, partition_id)
+
+    def write_task(
+        self, iterator: Iterator[pa.RecordBatch], query_id: str | None, batch_id: int | None, partition_id: int
+    ) -> ShoalCommitMessage:
+        """One task attempt: fence the older attempts of ``partition_id`` (``init_transactions``),
+        then read the commit log, then write in one transaction (the module docstring)."""
+        if query_id is None or batch_id is None:
+            rows, messages = write_batches(self.settings, self.file, iterator)
+            return ShoalCommitMessage(query_id, batch_id, rows, messages, partition_id=partition_id)
+        connection = self.settings.connection
+        channel = _channel(self.settings, sink_transactional_id(connection.topic_prefix, query_id, partition_id))
+        try:
+            channel.open()
+            with BatchCommitLog(connection) as commits:
                 replay = commits.check(query_id, batch_id, self.settings.table)
             if replay:
                 for _ in iterator:  # Spark replays the batch the sink committed last: write nothing
                     pass
                 log.warning("query %s batch %d was committed already: replay skipped", query_id, batch_id)
-                return ShoalCommitMessage(query_id, batch_id, 0, 0, skipped=True)
-        rows, messages = write_batches(self.settings, self.file, iterator)
-        return ShoalCommitMessage(query_id, batch_id, rows, messages)
+                return ShoalCommitMessage(query_id, batch_id, 0, 0, skipped=True, partition_id=partition_id)
+            rows, messages = write_batches(self.settings, self.file, iterator, channel=channel)
+        finally:
+            channel.close()
+        return ShoalCommitMessage(query_id, batch_id, rows, messages, partition_id=partition_id)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # type: ignore[override]
         ours = [m for m in messages if isinstance(m, ShoalCommitMessage)]
@@ -163,6 +232,7 @@ class ShoalStreamWriter(DataSourceStreamWriter, DataSourceArrowWriter):
         if len(query_ids) > 1:
             raise SinkCommitError(f"batch {batchId}: write tasks report several query ids {sorted(query_ids)}")
         query_id = query_ids.pop()
+        self._fence_tasks(query_id, batchId, {m.partition_id for m in ours if m.partition_id is not None})
         with BatchCommitLog(self.settings.connection) as commits:
             recorded = commits.record(query_id, batchId, table=self.settings.table)
         rows = sum(m.rows for m in ours)
@@ -176,6 +246,17 @@ class ShoalStreamWriter(DataSourceStreamWriter, DataSourceArrowWriter):
             " (replay skipped)" if skipped else "",
             "" if recorded else " (already recorded)",
         )
+
+    def _fence_tasks(self, query_id: str, batch_id: int, partition_ids: set[int]) -> None:
+        """Fence every attempt of the batch's partitions before the batch is recorded: an attempt
+        that read the commit log before the record and still writes cannot commit after it."""
+        prefix = self.settings.connection.topic_prefix
+        for partition_id in sorted(partition_ids):
+            txn_id = sink_transactional_id(prefix, query_id, partition_id)
+            try:
+                fence(self.settings.connection.kafka, txn_id, what=f"batch {batch_id} write task")
+            except KafkaOperationError as exc:
+                raise SinkCommitError(f"batch {batch_id}: {exc}; the batch is not recorded") from exc
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # type: ignore[override]
         rows = sum(m.rows for m in messages if isinstance(m, ShoalCommitMessage))

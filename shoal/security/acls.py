@@ -4,7 +4,7 @@ transactional id): least privilege, one principal per role.
 Roles:
 
 - ``writer`` (producers, ``shoal write``, the Spark sink): writes (and creates, when it is first)
-  the ingest topics of its tables,
+  the ingest topics of its tables (a streaming Spark sink in transactions ``<prefix>.sink.*``),
   reads the metadata topic (partition map), describes the leader groups (``sync`` waits on the
   accepted-by-leader index) and reads the deadletter topic (``sync`` reports refused messages).
 - ``node`` (storage nodes): everything on its tables' channels: creates, reads and writes the
@@ -12,7 +12,8 @@ Roles:
   groups (leader, replica Ack, consume) and its transactional ids (each equal to its channel topic).
 - ``monitor``: describes topics and groups and reads committed offsets; writes nothing.
 - ``spark-ingest``: reads its source topic (and Spark's own ``spark-kafka-source-*`` groups), writes
-  the ingest topics (and, for records that do not parse, the deadletter topic), describes the
+  the ingest topics in transactions ``<prefix>.sink.*`` (and, for records that do not parse, the
+  deadletter topic), describes the
   leader groups (the sink's ``sync``), mirrors its offsets in its ``<prefix>.spark.<query>`` group.
 - ``admin``: a super user (``super.users``), no ACLs: creates tables and runs the cluster.
 
@@ -128,6 +129,7 @@ def cluster_plan(
     out += _rules("writer", who["writer"], "TOPIC", [topics.metadata], "LITERAL", _METADATA_READ_OPS)
     out += _rules("writer", who["writer"], "GROUP", [f"{p}.leader."], "PREFIXED", ("DESCRIBE",))
     out += _refusal_reads("writer", who["writer"], topics)
+    out += _sink_transactions("writer", who["writer"], topics)
     # node
     out += _rules("node", who["node"], "TOPIC", [f"{p}."], "PREFIXED", _NODE_TOPIC_OPS)
     out += _rules("node", who["node"], "GROUP", [f"{p}."], "PREFIXED", _NODE_GROUP_OPS)
@@ -149,6 +151,7 @@ def cluster_plan(
     out += _rules("spark-ingest", spark, "GROUP", [f"{p}.leader."], "PREFIXED", ("DESCRIBE",))  # the sink's sync
     out += _rules("spark-ingest", spark, "TOPIC", [topics.deadletter], "LITERAL", _INGEST_WRITE_OPS)
     out += _refusal_reads("spark-ingest", spark, topics)
+    out += _sink_transactions("spark-ingest", spark, topics)
     return sorted(set(out))
 
 
@@ -191,4 +194,12 @@ def table_plan(
     out += _rules("spark-ingest", who["spark-ingest"], "TOPIC", [topics.deadletter], "LITERAL", _INGEST_WRITE_OPS)
     out += _refusal_reads("writer", who["writer"], topics)
     out += _refusal_reads("spark-ingest", who["spark-ingest"], topics)
+    out += _sink_transactions("writer", who["writer"], topics)
+    out += _sink_transactions("spark-ingest", who["spark-ingest"], topics)
     return sorted(set(out))
+
+
+def _sink_transactions(role: str, principal: str, topics: TopicNames) -> list[AclRule]:
+    """The Spark sink's streaming write tasks: one transactional id per query and Spark partition,
+    ``<prefix>.sink.<query id>.<partition>`` (:func:`spark_jobs.sink.sink_transactional_id`)."""
+    return _rules(role, principal, "TRANSACTIONAL_ID", [f"{topics.prefix}.sink."], "PREFIXED", _TXN_OPS)

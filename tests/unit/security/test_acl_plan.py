@@ -67,6 +67,16 @@ def test_other_prefix_is_not_covered() -> None:
     assert not _allowed(rules, "writer", "TOPIC", other.ingest(P1), "WRITE")
 
 
+def test_a_streaming_sink_may_commit_its_task_transactions() -> None:
+    from spark_jobs.sink import sink_transactional_id
+
+    txn_id = sink_transactional_id(T.prefix, "0b6a1a30-6f0e-4c2e-9a57-1c1c2b7d6f10", 3)
+    for rules in (cluster_plan(T), table_plan(T, [(P1, [3])])):
+        for role in ("writer", "spark-ingest"):
+            assert _allowed(rules, role, "TRANSACTIONAL_ID", txn_id, "WRITE"), role
+        assert not _allowed(rules, "monitor", "TRANSACTIONAL_ID", txn_id, "WRITE")
+
+
 def test_spark_source_topic_and_principals() -> None:
     rules = cluster_plan(T, {"spark-ingest": "User:etl"}, source_topics=["events"])
     assert any(r.principal == "User:etl" and r.name == "events" and r.operation == "READ" for r in rules)
@@ -79,7 +89,9 @@ def test_table_plan_is_literal_and_sorted() -> None:
     # the transactional ids a node commits with: its channels and a split's straggler forwarder
     for txn_id in (T.wal(P1, 3), T.segments(P1, 3), f"{T.ingest(P1)}.forward"):
         assert _allowed(rules, "node", "TRANSACTIONAL_ID", txn_id, "WRITE"), txn_id
-    assert {r.pattern for r in rules} == {"LITERAL"}
+    # literal, except the streaming Spark sink's transactional ids: one per query and Spark partition
+    prefixed = {(r.role, r.resource_type, r.name) for r in rules if r.pattern != "LITERAL"}
+    assert prefixed == {(role, "TRANSACTIONAL_ID", f"{T.prefix}.sink.") for role in ("writer", "spark-ingest")}
     assert rules[0].to_json()["permission"] == "ALLOW"
     with pytest.raises(ConfigError):
         AclRule("nobody", "User:x", "TOPIC", "t", "LITERAL", "READ")

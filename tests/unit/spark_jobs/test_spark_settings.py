@@ -67,6 +67,22 @@ def test_sink_settings_need_a_valid_table_and_options(tmp_path: Path) -> None:
     s = SinkSettings.from_options({"table": "t", "SYNC": "false", "syncTimeout": "5", "writeRows": "500"}, env)
     assert (s.table, s.sync, s.sync_timeout_s, s.write_rows) == ("t", False, 5.0, 500)
     assert SinkSettings.from_options({"table": "t"}, env).write_rows == DEFAULT_WRITE_ROWS
+    assert SinkSettings.from_options({"table": "t"}, env).transaction_timeout_s == 300.0
+    assert SinkSettings.from_options({"table": "t", "transactionTimeout": "60"}, env).transaction_timeout_s == 60.0
+    for bad in ("0.5", "901", "nan", "inf"):
+        with pytest.raises(SinkOptionError, match="transaction_timeout_s must be in"):
+            SinkSettings.from_options({"table": "t", "transactiontimeout": bad}, env)
+
+
+def test_a_sink_task_transactional_id_names_the_query_and_partition() -> None:
+    from spark_jobs.errors import SinkCommitError
+    from spark_jobs.sink import sink_transactional_id
+
+    query = "0b6a1a30-6f0e-4c2e-9a57-1c1c2b7d6f10"
+    assert sink_transactional_id("shoal", query, 3) == f"shoal.sink.{query}.3"
+    for bad_query, bad_partition in (("../x", 0), (query, -1), (query, True)):
+        with pytest.raises(SinkCommitError):
+            sink_transactional_id("shoal", bad_query, bad_partition)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("rows", [1, 7, 10, 25, 1000])

@@ -1,0 +1,130 @@
+"""The streaming sink fences its write-task attempts, on real Kafka, ZooKeeper and a storage node.
+
+A task attempt that produced part of a batch and stalled (an executor Spark declared lost but still
+running, a speculative copy) must never land its rows once the batch was re-run and later batches
+committed: without the fence, its older value replaced the newer one and every replica agreed on
+it. The sink's task code is driven directly (``ShoalStreamWriter.write_task``, what ``write`` runs
+with Spark's task context), so the interleaving is exact; ``test_spark_sink.py`` runs it in Spark.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from spark_it_support import spark_cluster
+
+from shoal.errors import ShoalError
+from shoal_app.testing.wait import wait_until
+from spark_jobs.commit_log import BatchCommitLog
+from spark_jobs.settings import SinkSettings
+from spark_jobs.sink import ShoalCommitMessage, ShoalStreamWriter
+
+pytestmark = pytest.mark.integration
+
+
+def _rows(value: str, n: int) -> pa.RecordBatch:
+    return pa.RecordBatch.from_pylist(
+        [{"k": k, "v": value, "n": i} for i, k in enumerate(range(1, 1 + n))],
+        schema=pa.schema([("k", pa.uint64()), ("v", pa.string()), ("n", pa.int64())]),
+    )
+
+
+def test_a_stalled_attempt_of_a_committed_batch_cannot_land_its_rows(
+    cluster: Any, zk_hosts: str, topic_prefix: str, tmp_path: Path
+) -> None:
+    with spark_cluster(cluster.bootstrap_servers, zk_hosts, topic_prefix, tmp_path) as sc:
+        settings = SinkSettings(table=sc.table.name, connection=sc.meta, write_rows=1, sync_timeout_s=60)
+        writer = ShoalStreamWriter(settings, sc.file)
+        query = str(uuid.uuid4())
+
+        def batch(batch_id: int, value: str) -> None:
+            message = writer.write_task(iter([_rows(value, 5)]), query, batch_id, 0)
+            assert (message.rows, message.partition_id) == (5, 0)
+            writer.commit([message], batch_id)
+
+        batch(0, "b0")
+        # batch 1, attempt 0: fences, reads the log (batch 0 committed), produces its first rows in
+        # its transaction, then stalls with more to write
+        produced, resume = threading.Event(), threading.Event()
+
+        def stalled() -> Iterator[pa.RecordBatch]:
+            yield _rows("zombie", 5)
+            yield _rows("zombie", 5)  # gathered() hands the first one to the producer before this
+            produced.set()
+            assert resume.wait(120)
+            yield _rows("zombie", 5)
+
+        outcome: list[ShoalCommitMessage | BaseException] = []
+
+        def zombie() -> None:
+            try:
+                outcome.append(writer.write_task(stalled(), query, 1, 0))
+            except BaseException as exc:  # what the stalled attempt sees once it wakes
+                outcome.append(exc)
+
+        thread = threading.Thread(target=zombie, name="zombie-attempt")
+        thread.start()
+        assert produced.wait(60)
+        # Spark re-runs the task (attempt 1 fences attempt 0), commits batch 1, then batch 2
+        batch(1, "b1")
+        batch(2, "b2")
+        assert wait_until(lambda: {v for v, _n in sc.rows().values()} == {"b2"}, 60)
+        resume.set()
+        thread.join(120)
+        assert not thread.is_alive()
+        (result,) = outcome
+        assert isinstance(result, ShoalError), result  # fenced: its transaction cannot commit
+        with BatchCommitLog(sc.meta) as commits:
+            assert commits.committed(query) == 2
+        # the newest batch's values stay: nothing of the stalled attempt became readable
+        writer.commit([writer.write_task(iter([_rows("b3", 1)]), query, 3, 0)], 3)
+        rows = sc.rows()
+        assert rows[1] == ("b3", 0) and {rows[k][0] for k in range(2, 6)} == {"b2"}, rows
+
+
+def test_the_driver_fences_an_attempt_that_read_the_log_before_the_batch_was_recorded(
+    cluster: Any, zk_hosts: str, topic_prefix: str, tmp_path: Path
+) -> None:
+    """A speculative attempt of partition 1 starts after the attempt Spark keeps finished: it fences
+    nobody, finds batch 0 not recorded yet and writes. Batch 1 has no partition 1 to fence it. The
+    driver's fence before it records batch 0 stops it."""
+    with spark_cluster(cluster.bootstrap_servers, zk_hosts, topic_prefix, tmp_path) as sc:
+        settings = SinkSettings(table=sc.table.name, connection=sc.meta, write_rows=1, sync_timeout_s=60)
+        writer = ShoalStreamWriter(settings, sc.file)
+        query = str(uuid.uuid4())
+        kept = writer.write_task(iter([_rows("b0", 5)]), query, 0, 1)
+        produced, resume = threading.Event(), threading.Event()
+
+        def stalled() -> Iterator[pa.RecordBatch]:
+            yield _rows("late", 5)
+            yield _rows("late", 5)
+            produced.set()
+            assert resume.wait(120)
+
+        outcome: list[Any] = []
+
+        def speculative() -> None:
+            try:
+                outcome.append(writer.write_task(stalled(), query, 0, 1))
+            except BaseException as exc:
+                outcome.append(exc)
+
+        thread = threading.Thread(target=speculative, name="speculative-attempt")
+        thread.start()
+        assert produced.wait(60)
+        writer.commit([kept], 0)  # fences partition 1's id, then records batch 0
+        writer.commit([writer.write_task(iter([_rows("b1", 5)]), query, 1, 0)], 1)
+        assert wait_until(lambda: {v for v, _n in sc.rows().values()} == {"b1"}, 60), sc.rows()
+        resume.set()
+        thread.join(120)
+        (result,) = outcome
+        assert isinstance(result, ShoalError), result
+        writer.commit([writer.write_task(iter([_rows("b2", 1)]), query, 2, 0)], 2)
+        rows = sc.rows()
+        assert rows[1] == ("b2", 0) and {rows[k][0] for k in range(2, 6)} == {"b1"}, rows
