@@ -79,6 +79,7 @@ from shoal_app.cli.verify_gtids import (
     accept_order,
     check_manifests,
     check_wal_records,
+    covered_run,
     shared_epochs,
 )
 from shoal_app.cli.verify_retired import epochs_not_above, retired_coverage
@@ -349,24 +350,28 @@ def check_wal_coverage(
     check: WalChannelCheck, tail: int | None, orders: Iterable[SegmentsOrder], *, retired: bool = False
 ) -> None:
     """Fail ``check`` when the WAL channel lost records no segment holds (DESIGN.md section 6): its
-    Tail above the highest offset of it any manifest of the partition covers (records deleted before
-    a flush: by retention, by hand, by a wrong Tail), or the channel gone while manifests cover it
-    (unless the partition is ``retired``: its replicas delete their channels one by one at
-    UNLOAD_FINAL, :mod:`~shoal_app.cli.verify_retired`)."""
+    Tail above the run of its offsets from 0 that the partition's manifests cover together (records
+    deleted before a flush: by retention, by hand, by a wrong Tail; a gap below the highest covered
+    offset counts, :func:`~shoal_app.cli.verify_gtids.covered_run`), or the channel gone while
+    manifests cover it (unless the partition is ``retired``: its replicas delete their channels one
+    by one at UNLOAD_FINAL, :mod:`~shoal_app.cli.verify_retired`)."""
     if not check.ok:
         return
-    covered = max((o.covered_end(check.topic) for o in orders), default=0)
+    orders = list(orders)
+    highest = max((o.covered_end(check.topic) for o in orders), default=0)
     if check.tail is None:  # the channel does not exist
-        if covered > 0 and not retired:
+        if highest > 0 and not retired:
             check.ok = False
-            check.error = f"the channel is gone, but segments cover its offsets up to {covered}"
+            check.error = f"the channel is gone, but segments cover its offsets up to {highest}"
         return
     tail = check.tail if tail is None else min(tail, check.tail)
+    covered = covered_run(orders, check.topic)
     if tail > covered:
         check.ok = False
+        what = "what segments cover of this channel" if covered == highest else "the first gap in what segments cover"
         check.error = (
-            f"Tail {tail} is above what segments cover of this channel ({covered}): "
-            f"records [{covered}, {tail}) were deleted before any segment held them"
+            f"Tail {tail} is above {what} ({covered}): "
+            f"records from {covered} below {tail} were deleted before any segment held them"
         )
 
 
@@ -439,9 +444,16 @@ def _read_channels_once(
 
 def outside_range(replicas: list[ReplicaDescription], key_range: KeyRange, keyspace: Keyspace) -> str | None:
     """Which replicas hold a partition key outside ``key_range`` (their lowest and highest keys against
-    its bounds), or None when every one stays inside. A bound that is not a key of ``keyspace`` is out."""
+    its bounds), or None when every one stays inside. A bound that is not a key of ``keyspace`` is out,
+    and so is a replica that holds rows but whose node's description leaves out its lowest or highest
+    key: what cannot be checked does not pass."""
     wrong = []
     for r in replicas:
+        if r.row_count > 0 and (r.key_min is None or r.key_max is None):
+            wrong.append(
+                f"{r.server_id}#{r.placement_id} holds {r.row_count} rows but does not say its lowest and highest keys"
+            )
+            continue
         for what, key in (("lowest", r.key_min), ("highest", r.key_max)):
             if key is None:
                 continue

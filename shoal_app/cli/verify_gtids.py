@@ -59,17 +59,32 @@ class SegmentsOrder:
     floors: list[tuple[int, Gtid]] = field(default_factory=list)
     """(end offset on the own WAL channel, highest GTID up to it), ascending by end offset."""
     ends: list[int] = field(default_factory=list)
-    covered_ends: dict[str, int] = field(default_factory=dict)
-    """Per WAL channel, one past the highest offset any manifest on this channel covers (own or
-    received segments, minors or majors): how far that WAL channel's Tail may be."""
+    covered: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
+    """Per WAL channel, the ``[start, end)`` offsets of it the manifests on this channel cover (own or
+    received segments, minors or majors), in channel order: with the other channels' (:func:`covered_run`),
+    how far that WAL channel's Tail may be."""
 
     def covered_end(self, wal_topic: str) -> int:
-        return self.covered_ends.get(wal_topic, 0)
+        """One past the highest offset of ``wal_topic`` a manifest on this channel covers (0 if none)."""
+        return max((end for _, end in self.covered.get(wal_topic, ())), default=0)
 
     def floor_at(self, offset: int) -> Gtid | None:
         """The highest GTID of the own WAL's segments that cover only offsets below ``offset``."""
         i = bisect.bisect_right(self.ends, offset)
         return self.floors[i - 1][1] if i else None
+
+
+def covered_run(orders: Iterable[SegmentsOrder], wal_topic: str) -> int:
+    """One past the end of the run of ``wal_topic``'s offsets from 0 that the manifests of ``orders``
+    cover together without a gap: every record below it is in some segment. A leader's flushes cover
+    its channel from where the last one ended, and an adoption from where the read started
+    (:mod:`storage_node.replication.adopt`), so a gap is offsets no segment holds."""
+    end = 0
+    for start, stop in sorted(r for o in orders for r in o.covered.get(wal_topic, ())):
+        if start > end:
+            break
+        end = max(end, stop)
+    return end
 
 
 def check_manifests(
@@ -101,7 +116,7 @@ def check_manifests(
             continue  # published again after a restart: the same segment
         seen[m.segment_id] = m.checksum
         for r in m.covered_wal_offsets:
-            out.covered_ends[r.topic] = max(out.covered_ends.get(r.topic, 0), r.end_offset)
+            out.covered.setdefault(r.topic, []).append((r.start_offset, r.end_offset))
         if m.max_gtid is not None and m.max_gtid.epoch > m.epoch:
             why = f"segment {m.segment_id} holds a GTID of an epoch after its writer's {m.epoch}"
             raise GtidOrderError(topic, offset, m.max_gtid, why)

@@ -17,12 +17,15 @@ For each other placement of the partition:
    (merge = re-insert keeping GTIDs: idempotent and order-independent), so they are durable and
    published to the followers like any other segment.
 
-The segment claims only the offsets it read: from the first record the channel still holds to one
-past the last. When the channel's Tail is above what this replica's segments cover, the offsets in
-between are not claimed (they may hold only transaction markers, or rows this replica never got:
-an in-sync replica never has such rows, since Tail never passes the minimum Ack and an Ack never
-passes what is durable; :mod:`storage_node.replication.bootstrap` keeps replicas that lack them out
-of elections), and a warning names them.
+The segment claims the offsets it read: from where the read started (what this replica's segments
+cover of the channel, or the channel's Tail if that is above) to one past the last record. Offsets
+between the start and the first record are transaction markers and aborted records (the read is
+``read_committed`` from exactly that start), so the claim has no gap and ``shoal verify`` can hold a
+Tail to the union of what segments cover, not only to its highest offset. When the channel's Tail is
+above what this replica's segments cover, the offsets in between are not claimed (they may hold rows
+this replica never got: an in-sync replica never has such rows, since Tail never passes the minimum
+Ack and an Ack never passes what is durable; :mod:`storage_node.replication.bootstrap` keeps
+replicas that lack them out of elections), and a warning names them.
 """
 
 from __future__ import annotations
@@ -33,7 +36,9 @@ from collections.abc import Sequence
 import pyarrow as pa
 
 from shoal.kafka import clients
-from shoal.kafka.readers import read_wal_channel
+from shoal.kafka.admin import log_start_and_end
+from shoal.kafka.errors import ChannelTruncatedError
+from shoal.kafka.readers import ChannelRecord, read_wal_channel
 from shoal.kafka.settings import KafkaSettings
 from shoal.kafka.transaction import fence
 from shoal.segments import SegmentRecord, WalRange
@@ -65,24 +70,23 @@ def adopt_channels(
         fence(kafka, topic, what="WAL channel")
         channel = (replica.partition_id, placement)
         start = max((r.end_offset for r in replica.chain.coverage() if r.channel == channel), default=0)
-        records = list(read_wal_channel(kafka, topic, start))
+        claim, records = _read_from(kafka, topic, start)
         if not records:
             continue
         verify_chain([r.record for r in records], prev_hash=None)
         tables = [versioned_rows(r.record.rows(schema), r.record.gtid) for r in records]
-        first = records[0].offset
-        if first > start:
+        if claim > start:
             log.warning(
                 "%s: WAL channel %s starts at %d, above the %d this replica's segments cover; "
                 "offsets [%d, %d) are not claimed",
                 replica.name,
                 topic,
-                first,
+                claim,
                 start,
                 start,
-                first,
+                claim,
             )
-        covered = WalRange(replica.partition_id, placement, first, records[-1].offset + 1)
+        covered = WalRange(replica.partition_id, placement, claim, records[-1].offset + 1)
         record = replica.write_adopted(tables, covered, epoch)
         out.append(record)
         log.info(
@@ -95,3 +99,23 @@ def adopt_channels(
             covered.end_offset,
         )
     return out
+
+
+READS = 3
+"""How many times adoption reads a channel whose Tail moves under the read."""
+
+
+def _read_from(kafka: KafkaSettings, topic: str, start: int) -> tuple[int, list[ChannelRecord]]:
+    """Every committed record of ``topic`` from exactly ``start``, or from its Tail if that is above:
+    (the offset the read started at, the records). Every offset from that start to the first record
+    is a marker or an aborted record, so a segment may claim it."""
+    for attempt in range(READS):
+        claim = start
+        if attempt:
+            claim = max(start, log_start_and_end(kafka, topic)[0])
+        try:
+            return claim, list(read_wal_channel(kafka, topic, claim, exact_start=True))
+        except ChannelTruncatedError:
+            if attempt == READS - 1:
+                raise
+    raise AssertionError("unreachable")

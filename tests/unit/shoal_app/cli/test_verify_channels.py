@@ -29,10 +29,24 @@ def _described(pid: str, placement: int = 1, chain: tuple[str, ...] = ("s",)) ->
         "partition_id": pid,
         "placement_id": placement,
         "row_count": 1,
+        "key_min": 1,
+        "key_max": 1,
         "content_hash": "h",
         "chain": list(chain),
         "root": root,
     }
+
+
+def verify_one_replica(channels: FakeChannels, file: MetadataFile) -> Any:
+    """``verify`` of ``file``'s one partition, with one replica that holds key 9 at GTID (1, 9)."""
+    pid = file.partitions[0].partition_id
+    return verify(
+        _client(file),
+        "events",
+        channels=channels,
+        describe=lambda _s: [_described(pid)],
+        rows=lambda _s, _p: _replica([(9, "z", 1, 9)]),
+    )
 
 
 def test_a_wal_tail_above_what_segments_cover_is_a_mismatch() -> None:
@@ -46,13 +60,7 @@ def test_a_wal_tail_above_what_segments_cover_is_a_mismatch() -> None:
     channels = FakeChannels({TOPICS.wal(pid, 1): (5, wal)}, {TOPICS.segments(pid, 1): [seg]}, files)
 
     def run(channels: FakeChannels) -> Any:
-        return verify(
-            _client(file),
-            "events",
-            channels=channels,
-            describe=lambda _s: [_described(pid)],
-            rows=lambda _s, _p: _replica([(9, "z", 1, 9)]),
-        )
+        return verify_one_replica(channels, file)
 
     report = run(channels)
     assert not report.ok

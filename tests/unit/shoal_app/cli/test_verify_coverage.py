@@ -180,7 +180,16 @@ def test_verify_says_mismatch_when_agreeing_replicas_miss_a_wal_write() -> None:
     wal = _records(pid, 1, [(Gtid(1, 0), _batch([1, 2], ["a", "b"], [False, False]))])
     channels = FakeChannels({TOPICS.wal(pid, 1): (0, wal)}, {})
     described = [
-        {"partition_id": pid, "placement_id": 1, "row_count": 1, "content_hash": "h", "chain": [], "root": None}
+        {
+            "partition_id": pid,
+            "placement_id": 1,
+            "row_count": 1,
+            "key_min": 1,
+            "key_max": 1,
+            "content_hash": "h",
+            "chain": [],
+            "root": None,
+        }
     ]
 
     def run(rows: pa.Table) -> dict[str, Any]:

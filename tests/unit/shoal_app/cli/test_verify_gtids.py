@@ -140,7 +140,16 @@ def fake_metadata_client(file: MetadataFile) -> Any:
 def _described(file: MetadataFile) -> Any:
     pid = file.partitions[0].partition_id
     return lambda _server: [
-        {"partition_id": pid, "placement_id": 1, "row_count": 20, "content_hash": "h", "chain": ["s"], "root": "s"}
+        {
+            "partition_id": pid,
+            "placement_id": 1,
+            "row_count": 20,
+            "key_min": 1,
+            "key_max": 1,
+            "content_hash": "h",
+            "chain": ["s"],
+            "root": "s",
+        }
     ]
 
 
@@ -222,14 +231,14 @@ def test_replicas_that_agree_on_keys_outside_their_range_are_a_mismatch() -> Non
     from shoal_app.cli.models import ReplicaDescription
     from shoal_app.cli.verify import outside_range
 
-    def replica(lo: int | None, hi: int | None) -> ReplicaDescription:
+    def replica(lo: int | None, hi: int | None, rows: int = 2) -> ReplicaDescription:
         return ReplicaDescription(
             server_id="node-1",
             placement_id=1,
             partition_id="p",
             root=None,
             chain=[],
-            row_count=2,
+            row_count=rows,
             content_hash="h",
             key_min=lo,
             key_max=hi,
@@ -237,7 +246,10 @@ def test_replicas_that_agree_on_keys_outside_their_range_are_a_mismatch() -> Non
 
     low = KeyRange(b"", Keyspace.UINT64.encode(100))
     high = KeyRange(Keyspace.UINT64.encode(100), b"")
-    assert outside_range([replica(0, 99), replica(None, None)], low, Keyspace.UINT64) is None
+    assert outside_range([replica(0, 99), replica(None, None, rows=0)], low, Keyspace.UINT64) is None
+    # a replica with rows whose node leaves out its bounds cannot be checked, so it does not pass
+    error = outside_range([replica(0, 99), replica(None, None)], low, Keyspace.UINT64)
+    assert error is not None and "holds 2 rows but does not say its lowest and highest keys" in error
     error = outside_range([replica(3, 150)], low, Keyspace.UINT64)
     assert error is not None and "highest key 150" in error and "node-1#1" in error
     assert outside_range([replica(100, 2**64 - 1)], high, Keyspace.UINT64) is None
@@ -248,9 +260,7 @@ def test_replicas_that_agree_on_keys_outside_their_range_are_a_mismatch() -> Non
     pid = file.partitions[0].partition_id
     good = _reused_gtid_after_truncation(pid)
     good.wal[TOPICS.wal(pid, 1)] = (2, _wal(pid, 1, [(2, 0, 5)], first_offset=2))
-    described = [
-        {"partition_id": pid, "placement_id": 1, "row_count": 20, "content_hash": "h", "chain": ["s"], "root": "s"}
-    ]
+    described = _described(file)("node-1")
     assert verify(_client(file), "events", channels=good, describe=lambda _s: described).ok
     report = verify(
         _client(file), "events", channels=good, describe=lambda _s: [{**described[0], "key_min": "x", "key_max": "y"}]

@@ -51,13 +51,16 @@ def _client(history: list[MetadataFile]) -> Any:
 
 def _described(file: MetadataFile) -> dict[str, list[dict[str, Any]]]:
     out: dict[str, list[dict[str, Any]]] = {}
-    for entry in file.partitions:
+    for entry, key_range in file.ranges():
+        key = file.table.keyspace.decode(key_range.begin) if key_range.begin else 0
         for p in entry.servers:
             out.setdefault(p.server_id, []).append(
                 {
                     "partition_id": entry.partition_id,
                     "placement_id": p.placement_id,
                     "row_count": 1,
+                    "key_min": key,
+                    "key_max": key,
                     "content_hash": "h",
                     "chain": [],
                     "root": None,

@@ -30,7 +30,18 @@ Row = tuple[int, str | None, int, int, bool]
 
 
 def _described(pid: str) -> list[dict[str, Any]]:
-    return [{"partition_id": pid, "placement_id": 1, "row_count": 2, "content_hash": "h", "chain": ["s"], "root": "s"}]
+    return [
+        {
+            "partition_id": pid,
+            "placement_id": 1,
+            "row_count": 2,
+            "key_min": 1,
+            "key_max": 1,
+            "content_hash": "h",
+            "chain": ["s"],
+            "root": "s",
+        }
+    ]
 
 
 def _with_tombstones(rows: list[Row]) -> pa.Table:

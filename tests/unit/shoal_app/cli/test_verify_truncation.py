@@ -51,7 +51,16 @@ def _rows(keys: list[int]) -> Any:
 
 def _described(rows: int) -> Any:
     return lambda _server: [
-        {"partition_id": PID, "placement_id": 1, "row_count": rows, "content_hash": "h", "chain": ["s"], "root": "s"}
+        {
+            "partition_id": PID,
+            "placement_id": 1,
+            "row_count": rows,
+            "key_min": 1,
+            "key_max": 1,
+            "content_hash": "h",
+            "chain": ["s"],
+            "root": "s",
+        }
     ]
 
 
@@ -266,7 +275,16 @@ def test_a_tail_pass_after_the_segments_read_makes_verify_read_again() -> None:
     channels = TailPassDuringVerify({wal: (2, [r for r in recs if r.offset >= 2])}, {seg: [s1]}, {s1.segment_id: d1})
 
     def describe(server: str) -> list[dict[str, Any]]:
-        row = {"partition_id": pid, "placement_id": 1, "row_count": 4, "content_hash": "h", "chain": ["s"], "root": "s"}
+        row = {
+            "partition_id": pid,
+            "placement_id": 1,
+            "row_count": 4,
+            "key_min": 1,
+            "key_max": 1,
+            "content_hash": "h",
+            "chain": ["s"],
+            "root": "s",
+        }
         return [row] if server == "node-1" else []
 
     report = verify(_client(file), "events", channels=channels, describe=describe, rows=lambda _s, _p: replica)
@@ -284,7 +302,16 @@ def test_a_replica_holding_a_key_twice_is_a_mismatch() -> None:
     channels = FakeChannels({TOPICS.wal(pid, 1): (0, recs)}, {})
 
     def describe(server: str) -> list[dict[str, Any]]:
-        row = {"partition_id": pid, "placement_id": 1, "row_count": 3, "content_hash": "h", "chain": ["s"], "root": "s"}
+        row = {
+            "partition_id": pid,
+            "placement_id": 1,
+            "row_count": 3,
+            "key_min": 1,
+            "key_max": 1,
+            "content_hash": "h",
+            "chain": ["s"],
+            "root": "s",
+        }
         return [row] if server == "node-1" else []
 
     for twice in ([(1, "v1", 1, 0, False)], [(1, "other", 1, 7, False)]):
