@@ -55,7 +55,7 @@ from metadata.errors import InvalidKeyError
 from metadata.keyspace import KeyRange, Keyspace
 from metadata.metadata_file import MetadataFile, PartitionEntry, Placement, retired_partitions
 from metadata.table import TableDefinition
-from shoal.errors import KafkaOperationError, ShoalError
+from shoal.errors import KafkaOperationError, ShoalError, WireFormatError
 from shoal.kafka.errors import TRANSIENT_CODES, ChannelTruncatedError
 from shoal.kafka.readers import ChannelRecord
 from shoal.kafka.settings import KafkaSettings
@@ -222,6 +222,9 @@ class KafkaChannels:
                 if len(chunks) == m.chunk_count:
                     yield replace(pending, data=b"".join(chunks))
                     pending = None
+            elif kind != KIND_CHUNK:  # only leaders write here: anything else hides what they wrote
+                shown = "no shoal.kind header" if kind is None else f"shoal.kind {kind[:40]!r}"
+                raise WireFormatError(f"segments channel {topic}: the message at offset {offset} has {shown}")
         if pending is not None:
             yield replace(
                 pending, error=f"only {len(chunks)} of its {pending.manifest.chunk_count} chunks on the channel"

@@ -140,6 +140,13 @@ class WalFloors:
             absent = [c for c in self._columns if c not in rows.column_names]
             if absent:
                 raise ValueError(f"no column {absent}")
+            other = [
+                f"{f.name} as {rows.schema.field(f.name).type}"
+                for f in self._stored
+                if not comparable(f.type, rows.schema.field(f.name).type)
+            ]
+            if other:
+                raise ValueError(f"it holds {', '.join(other)}")
             rows = rows.select(self._columns).cast(self._stored)
         except (pa.ArrowException, OSError, ValueError) as exc:
             self.undecodable.append(f"{where}: not a segment of this table: {exc}")
@@ -225,6 +232,35 @@ def _same_py(ours: object, theirs: object) -> bool:
     return ours == theirs
 
 
+class ReplicaTypeError(ShoalError):
+    """A replica's scan holds column ``column`` as ``replica_type``, which the channels' ``channel_type``
+    does not compare with value for value: its rows are not the table's rows, whatever they hold."""
+
+    def __init__(self, column: str, replica_type: pa.DataType, channel_type: pa.DataType) -> None:
+        super().__init__(f"its scan holds column {column!r} as {replica_type}, the channels as {channel_type}")
+        self.column = column
+        self.replica_type = replica_type
+        self.channel_type = channel_type
+
+
+def comparable(ours: pa.DataType, theirs: pa.DataType) -> bool:
+    """Whether values of ``theirs`` may be compared with ``ours`` after a cast: the same type once a
+    dictionary is decoded, or two of one kind (integers, floats, timestamps, strings, binaries), so a
+    Spark major's wider timestamp or a large string compares, while ``1`` never passes for ``"1"``."""
+    ours = ours.value_type if pa.types.is_dictionary(ours) else ours
+    theirs = theirs.value_type if pa.types.is_dictionary(theirs) else theirs
+    if ours == theirs:
+        return True
+    kinds = (
+        pa.types.is_integer,
+        pa.types.is_floating,
+        pa.types.is_timestamp,
+        lambda t: pa.types.is_string(t) or pa.types.is_large_string(t),
+        lambda t: pa.types.is_binary(t) or pa.types.is_large_binary(t),
+    )
+    return any(kind(ours) and kind(theirs) for kind in kinds)
+
+
 def missing_writes(floors: pa.Table, replica_rows: pa.Table, key_columns: Iterable[str]) -> tuple[int, list[str]]:
     """How many floors ``replica_rows`` (a scan with its GTID columns, with or without its tombstones)
     does not reach, and a few of them (``key=... gtid E:S written|deleted, replica has ...``). A written
@@ -237,6 +273,17 @@ def missing_writes(floors: pa.Table, replica_rows: pa.Table, key_columns: Iterab
         raise ShoalError(f"the replica's scan lacks the columns {missing}")
     if DELETED_COLUMN not in replica_rows.column_names:  # a scan without its tombstones: none is a delete
         replica_rows = replica_rows.append_column(DELETED_COLUMN, pa.array([False] * replica_rows.num_rows))
+    for name in [*keys, *values]:
+        want, have = floors.schema.field(name).type, replica_rows.schema.field(name).type
+        if not comparable(want, have):
+            raise ReplicaTypeError(name, have, want)
+        if name in keys and have != want:  # a join needs one key type
+            try:
+                replica_rows = replica_rows.set_column(
+                    replica_rows.schema.get_field_index(name), name, pc.cast(replica_rows.column(name), want)
+                )
+            except pa.ArrowInvalid as exc:
+                raise ReplicaTypeError(name, have, want) from exc
     renamed = [*keys, *(_replica_name(i) for i in range(len(values))), _R_EPOCH, _R_SEQ, _R_DELETED]
     theirs = replica_rows.select([*theirs_names, DELETED_COLUMN]).rename_columns(renamed)
     joined = floors.join(theirs, keys=keys, join_type="left outer")
@@ -249,7 +296,12 @@ def missing_writes(floors: pa.Table, replica_rows: pa.Table, key_columns: Iterab
     deleted = joined.column(DELETED_COLUMN)
     alike = pa.chunked_array([pa.array([True] * joined.num_rows, pa.bool_())])
     for i, name in enumerate(values):
-        alike = pc.and_(alike, same_values(joined.column(name), joined.column(_replica_name(i))))
+        try:
+            alike = pc.and_(alike, same_values(joined.column(name), joined.column(_replica_name(i))))
+        except pa.ArrowInvalid as exc:  # a value the channel's type cannot hold (a finer timestamp, say)
+            raise ReplicaTypeError(
+                name, theirs.schema.field(_replica_name(i)).type, floors.schema.field(name).type
+            ) from exc
     # a write: reached, and at its own GTID the same row (not a delete, the same values)
     other_at_gtid = pc.and_(same_gtid, pc.or_(their_delete, pc.invert(alike)))
     write_bad = pc.and_(pc.invert(deleted), pc.or_(pc.invert(reaches), other_at_gtid))
@@ -309,6 +361,9 @@ def replicas_missing(
         try:
             scan = rows(r.server_id, r.partition_id)
             count, examples = missing_writes(newest, scan, key_columns)
+        except ReplicaTypeError as exc:
+            problems.append(f"{who}: {exc}")
+            continue
         except ShoalError as exc:
             problems.append(f"{who}: cannot scan: {type(exc).__name__}: {exc}")
             continue

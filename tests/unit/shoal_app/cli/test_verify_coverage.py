@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 from test_verify_gtids import TABLE, TOPICS, FakeChannels, _client, _file
 
 from shoal.kafka.readers import ChannelRecord
@@ -21,8 +22,9 @@ from shoal.wire.arrow_ipc import encode_batch
 from shoal.wire.ingest import DELETED_COLUMN, ingest_schema
 from shoal.wire.records import GENESIS_HASH, Gtid, WalRecord
 from shoal.wire.records import ManifestRecord as WireManifest
+from shoal_app.cli.models import ReplicaDescription
 from shoal_app.cli.verify import verify
-from shoal_app.cli.verify_coverage import WalFloors, missing_writes
+from shoal_app.cli.verify_coverage import ReplicaTypeError, WalFloors, comparable, missing_writes, replicas_missing
 
 SCHEMA = ingest_schema(TABLE.arrow_schema(), TABLE.primary_key)
 
@@ -133,6 +135,50 @@ def test_a_row_at_the_right_gtid_with_other_values_is_a_miss() -> None:
     assert "k=1 written at gtid 1:3, replica has other values at that gtid: v='a' (channel 'a2')" in examples[0]
     # a newer GTID may hold other values: a later write on a channel already truncated
     assert missing_writes(floors, _replica([(1, "z", 2, 0), (2, "y", 2, 1), (3, "x", 2, 2)]), ["k"]) == (0, [])
+
+
+def test_a_replica_column_of_another_kind_is_a_mismatch_not_a_cast() -> None:
+    """A replica whose scan holds a column as another kind of value (integers where the table has
+    strings) is not compared after a cast (``1`` would pass for ``"1"``), and a value the channel's
+    type cannot hold (a cast that fails) is a problem named for the replica, not a traceback."""
+    pid = _file().partitions[0].partition_id
+    floors = _floors(pid, [(Gtid(1, 0), _batch([1, 2], ["1", "2"], [False, False]))])
+    good = _replica([(1, "1", 1, 0), (2, "2", 1, 1)])
+    as_ints = good.set_column(good.schema.get_field_index("v"), "v", pa.array([1, 2], pa.int64()))
+    with pytest.raises(ReplicaTypeError) as caught:
+        missing_writes(floors, as_ints, ["k"])
+    assert caught.value.column == "v" and caught.value.replica_type == pa.int64()
+    described = [
+        ReplicaDescription.model_validate(
+            {
+                "server_id": "node-1",
+                "placement_id": 1,
+                "partition_id": pid,
+                "root": None,
+                "chain": [],
+                "row_count": 2,
+                "content_hash": "h",
+            }
+        )
+    ]
+    (problem,) = replicas_missing(floors, described, lambda _s, _p: as_ints, ["k"])
+    assert problem == "node-1#1: its scan holds column 'v' as int64, the channels as string", problem
+    # a large string or a dictionary is the same kind; a timestamp of another unit compares after a cast
+    large = good.set_column(good.schema.get_field_index("v"), "v", pa.array(["1", "2"], pa.large_string()))
+    assert missing_writes(floors, large, ["k"]) == (0, [])
+    assert comparable(pa.timestamp("us"), pa.timestamp("ns"))
+    assert comparable(pa.string(), pa.dictionary(pa.int32(), pa.string()))
+    assert not comparable(pa.string(), pa.int64()) and not comparable(pa.timestamp("us"), pa.int64())
+
+
+def test_a_replica_value_the_channel_type_cannot_hold_is_a_mismatch() -> None:
+    """A cast that fails (a negative integer where the table has unsigned ones) names the replica."""
+    pid = _file().partitions[0].partition_id
+    floors = _floors(pid, [(Gtid(1, 0), _batch([1], ["a"], [False]))])
+    replica = _replica([(1, "a", 1, 0)])
+    signed = replica.set_column(replica.schema.get_field_index("k"), "k", pa.array([-1], pa.int64()))
+    with pytest.raises(ReplicaTypeError):
+        missing_writes(floors, signed, ["k"])
 
 
 def test_floating_point_values_compare_nan_and_null() -> None:

@@ -9,6 +9,7 @@ lost rows, a segment every replica dropped). Only the segments channels still ho
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import replace
 from types import SimpleNamespace
 from typing import Any
@@ -17,9 +18,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from test_verify_coverage import _batch, _records, _replica, _segment
-from test_verify_gtids import TOPICS, FakeChannels, _client, _file, _manifest
+from test_verify_gtids import TABLE, TOPICS, FakeChannels, _client, _file, _manifest
 
 from metadata.table import Column, ColumnType, TableDefinition
+from shoal.errors import WireFormatError
 from shoal.segments.channel import KIND_CHUNK, KIND_HEADER, KIND_MANIFEST
 from shoal.wire.records import Gtid, SegmentChunk
 from shoal_app.cli import verify as verify_module
@@ -190,6 +192,20 @@ def test_kafka_segments_join_each_manifests_chunks(monkeypatch: pytest.MonkeyPat
     assert only.data is None and only.error == "only 1 of its 2 chunks on the channel"
 
 
+def test_a_message_neither_manifest_nor_chunk_on_a_segments_channel_is_an_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Only leaders write segments channels: a message of another kind (another writer, a manifest
+    sent without its header) could hide a segment, so verify fails the channel instead of skipping it."""
+    pid = _file().partitions[0].partition_id
+    one = _manifest(pid, 1, 1, (0, 2), (Gtid(1, 0), Gtid(1, 1)), segment_id="01" * 16)
+    for kind, shown in ((b"garbage", "shoal.kind b'garbage'"), (None, "no shoal.kind header")):
+        messages = [_Msg(kind=KIND_MANIFEST, at=0, body=one.to_bytes()), _Msg(kind=kind, at=1, body=one.to_bytes())]
+        channels = _channel_messages(monkeypatch, messages)
+        with pytest.raises(WireFormatError, match=f"the message at offset 1 has {re.escape(shown)}"):
+            list(channels.segments("t", data=False))
+
+
 def test_a_read_whose_end_falls_inside_a_segments_transaction_reads_on_to_its_chunks(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -248,6 +264,18 @@ def test_a_segment_and_a_wal_record_disagreeing_at_one_gtid_are_a_mismatch() -> 
     assert deleted.covered is False and "k=2 at gtid 1:1: a delete and a row v='x'" in (deleted.coverage_error or "")
 
 
+def _floors_of_one_segment(table: TableDefinition, rows: pa.Table) -> WalFloors:
+    """WalFloors of ``table`` after one segment whose file holds ``rows``."""
+    sink = pa.BufferOutputStream()
+    pq.write_table(rows, sink)
+    data = sink.getvalue().to_pybytes()
+    pid = _file().partitions[0].partition_id
+    m = replace(_manifest(pid, 1, 1, (0, 1), (Gtid(1, 0), Gtid(1, 1))), checksum=hashlib.sha256(data).hexdigest())
+    floors = WalFloors(table)
+    floors.add_segment("shoal.segments.x.1", ChannelSegment(0, m, data))
+    return floors
+
+
 def test_a_flushed_delete_in_a_table_with_a_not_null_column_is_read() -> None:
     """A tombstone has no values: a node's segment holds nulls in a NOT NULL column for it."""
     table = TableDefinition(
@@ -262,13 +290,25 @@ def test_a_flushed_delete_in_a_table_with_a_not_null_column_is_read() -> None:
             "_shoal_deleted": [False, True],
         }
     )
-    sink = pa.BufferOutputStream()
-    pq.write_table(rows, sink)
-    data = sink.getvalue().to_pybytes()
-    pid = _file().partitions[0].partition_id
-    m = replace(_manifest(pid, 1, 1, (0, 1), (Gtid(1, 0), Gtid(1, 1))), checksum=hashlib.sha256(data).hexdigest())
-    floors = WalFloors(table)
-    floors.add_segment("shoal.segments.x.1", ChannelSegment(0, m, data))
+    floors = _floors_of_one_segment(table, rows)
     assert floors.undecodable == [] and floors.conflicts == []
     newest = floors.floors()
     assert newest is not None and newest.column("_shoal_deleted").to_pylist() == [False, True]
+
+
+def test_a_segment_column_of_another_kind_is_undecodable_not_cast() -> None:
+    """A segment whose file holds the string column as integers is not read after a cast (``1`` would
+    pass for ``"1"``): its rows cannot be checked, which is a mismatch."""
+    rows = pa.table(
+        {
+            "k": pa.array([1], pa.uint64()),
+            "v": pa.array([1], pa.int64()),
+            "_shoal_epoch": pa.array([1], pa.int64()),
+            "_shoal_seq": pa.array([0], pa.int64()),
+            "_shoal_deleted": [False],
+        }
+    )
+    floors = _floors_of_one_segment(TABLE, rows)
+    (problem,) = floors.undecodable
+    assert "not a segment of this table: it holds v as int64" in problem, problem
+    assert floors.segments == 0
