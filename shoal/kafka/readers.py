@@ -22,9 +22,9 @@ from shoal.errors import KafkaOperationError, ShoalError
 from shoal.kafka import clients
 from shoal.kafka.errors import ChannelTruncatedError, classify
 from shoal.kafka.settings import KafkaSettings
-from shoal.segments.channel import KIND_MANIFEST, message_kind
+from shoal.segments.channel import KIND_CHUNK, KIND_MANIFEST, message_kind
 from shoal.wire.records import ManifestRecord as WireManifest
-from shoal.wire.records import WalRecord
+from shoal.wire.records import SegmentChunk, WalRecord
 
 log = logging.getLogger(__name__)
 
@@ -173,3 +173,45 @@ def read_manifests(
         except ShoalError as exc:
             log.error("segments channel %s: manifest at offset %d does not decode: %s", topic, offset, exc)
     return out
+
+
+def read_segment_file(
+    settings: KafkaSettings, topic: str, segment_id: str, *, timeout_s: float = 30.0, **overrides: Any
+) -> tuple[WireManifest, list[bytes]] | None:
+    """The manifest and chunks of segment ``segment_id`` as a segments channel carries them (its
+    latest whole copy: a leader publishes its chain again when it leads again), or None when the
+    channel holds no whole copy. The chunks are not checked against the manifest's sha256: the
+    caller writes them with :func:`~shoal.segments.parquet_io.write_segment_bytes`, which does.
+
+    For a replica that must read one of its own files again (a leader checking a major against
+    the segments it replaces, :mod:`storage_node.roles.compaction_intake`)."""
+    found: tuple[WireManifest, list[bytes]] | None = None
+    pending: WireManifest | None = None
+    chunks: list[bytes] = []
+    for msg in read_to_end(
+        settings, topic, 0, what="segments channel", group_id="shoal-segment-reader", timeout_s=timeout_s, **overrides
+    ):
+        kind = message_kind(msg.headers())
+        if kind == KIND_MANIFEST:
+            pending, chunks = None, []
+            try:
+                manifest = WireManifest.from_bytes(msg.value())
+            except ShoalError:
+                continue  # not this segment's, whatever it is
+            if manifest.segment_id == segment_id:
+                pending = manifest
+                if manifest.chunk_count == 0:
+                    found, pending = (manifest, []), None
+        elif kind == KIND_CHUNK and pending is not None:
+            try:
+                chunk = SegmentChunk.from_bytes(msg.value())
+            except ShoalError:
+                pending = None
+                continue
+            if (chunk.segment_id, chunk.index, chunk.count) != (segment_id, len(chunks), pending.chunk_count):
+                pending = None
+                continue
+            chunks.append(chunk.data)
+            if len(chunks) == pending.chunk_count:
+                found, pending = (pending, chunks), None
+    return found

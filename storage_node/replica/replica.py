@@ -42,8 +42,14 @@ from shoal.segments import (
 )
 from shoal.segments.coverage import union
 from shoal.segments.errors import SegmentChecksumError, SegmentListCorruptError
-from shoal.segments.major_check import ReplacedSegmentUnreadableError, check_major_files
-from shoal.segments.parquet_io import delete_segment_file, file_sha256, list_segment_files, segment_path
+from shoal.segments.major_check import check_major_files
+from shoal.segments.parquet_io import (
+    delete_segment_file,
+    file_sha256,
+    list_segment_files,
+    segment_path,
+    write_segment_bytes,
+)
 from shoal.segments.recovery import reconcile
 from shoal.segments.versioned import DELETED_COLUMN, SYSTEM_COLUMNS
 from storage_node.replica.catch_up import CatchUp
@@ -294,9 +300,10 @@ class PartitionReplica:
         """MajorContentError unless the major is what the segments it replaces make: it covers their
         WAL ranges, has their columns (:func:`~shoal.segments.merge.check_major_schema`) and their
         newest version per key with its values (:func:`~shoal.segments.major_check.check_major_files`:
-        in key ranges of bounded memory, outside the lock). A replaced segment whose file is gone or unreadable here
-        cannot be checked: the major, made from the channel's sha256-checked copy, is committed as
-        before (it repairs this replica), with a warning."""
+        in key ranges of bounded memory, outside the lock). A replaced segment whose file is gone or
+        unreadable here raises :class:`~shoal.segments.errors.ReplacedSegmentUnreadableError` and
+        nothing is committed: unchecked, a major that lost rows would be the only copy once the
+        channels are truncated. The caller fetches the file again (:meth:`restore_file`) and retries."""
         sid = record.segment_id
         covered = union(*(e.covered for e in replaced))
         if set(record.entry.covered) != set(covered):
@@ -306,13 +313,23 @@ class PartitionReplica:
 
             example = f"it covers {shown(record.entry.covered)}; the segments it replaces cover {shown(covered)}"
             raise MajorContentError(sid, missing=0, extra=0, example=example)
-        try:
-            check = check_major_files(self.directory, [e.segment_id for e in replaced], sid, self.key_columns)
-        except ReplacedSegmentUnreadableError as exc:
-            log.warning("%s: major %s not checked against the segments it replaces: %s", self.name, sid, exc)
-            return
+        check = check_major_files(self.directory, [e.segment_id for e in replaced], sid, self.key_columns)
         if check.passes > 1:
             log.info("%s: major %s checked in %d key ranges of %s", self.name, sid, check.passes, check.bucket)
+
+    def restore_file(self, segment_id: str, chunks: Iterable[bytes]) -> None:
+        """Write the file of chain segment ``segment_id`` again from ``chunks`` (its copy on a segments
+        channel), replacing a missing or damaged one: the bytes must match the sha256 and size the
+        segment list holds for it (ChecksumMismatchError or CorruptSegmentError otherwise, the file
+        left as it was); KeyError when the segment is not in the list."""
+        record = self.record(segment_id)
+        if record is None:
+            raise KeyError(segment_id)
+        write_segment_bytes(
+            self.directory, segment_id, chunks, expected_sha256=record.sha256, expected_size=record.size_bytes
+        )
+        with self._lock:
+            self._verified.add(segment_id)
 
     def write_adopted(
         self, tables: list[pa.Table], covered: WalRange | tuple[WalRange, ...], epoch: int

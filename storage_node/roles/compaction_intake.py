@@ -17,7 +17,10 @@ thread ``compaction-intake-<replica>``:
    in another epoch, or root moved since the service read the chain) raises
    CompactionConflictError: the file is deleted, the conflict counted, nothing committed. A major
    whose keys and versions are not the merge of the segments it replaces (read from the leader's
-   own files) raises MajorContentError: deleted and counted (``wrong_content``), nothing committed;
+   own files) raises MajorContentError: deleted and counted (``wrong_content``), nothing committed.
+   A replaced segment whose file is missing or damaged here is read again from this placement's
+   segments channel (sha256-checked; ``restored``) and the check made then; without a whole copy
+   there the major is refused, never committed unchecked;
 4. commit the consumer offset past the major (group ``<prefix>.compaction-intake.<pid>.<placement>``)
    either way, so a refused major is not retried.
 
@@ -38,8 +41,15 @@ from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 from shoal.errors import ShoalError
 from shoal.kafka import clients
 from shoal.kafka.admin import create_topic
+from shoal.kafka.readers import read_segment_file
 from shoal.kafka.settings import KafkaSettings
-from shoal.segments.errors import CompactionConflictError, MajorContentError, SegmentError
+from shoal.segments import SegmentRecord
+from shoal.segments.errors import (
+    CompactionConflictError,
+    MajorContentError,
+    ReplacedSegmentUnreadableError,
+    SegmentError,
+)
 from shoal.segments.parquet_io import delete_segment_file, write_segment_bytes
 from shoal.topics import TopicNames
 from shoal.wire.records import ManifestRecord as WireManifest
@@ -68,6 +78,9 @@ class IntakeStats:
     rejected: int = 0
     wrong_content: int = 0
     """majors refused because their rows are not the merge of the segments they replace"""
+    restored: int = 0
+    """replaced segments whose file was missing or damaged here, read again from the own segments
+    channel so the major could be checked against them"""
     last_error: str | None = None
 
 
@@ -192,7 +205,7 @@ class CompactionIntake(Worker):
         record = record_of(from_wire(m, sender_placement_id=m.placement_id, topics=self.topics))
         try:
             epoch = self._leader_epoch()
-            self.replica.commit_major(record, leader_epoch=epoch)
+            self._commit_checked(record, epoch)
         except CompactionConflictError as exc:
             self._discard(m.segment_id)
             self.stats.conflicts += 1
@@ -218,6 +231,32 @@ class CompactionIntake(Worker):
             m.base_segment_id,
             epoch,
         )
+
+    def _commit_checked(self, record: SegmentRecord, epoch: int) -> None:
+        """``commit_major``; a segment it replaces whose file is missing or damaged here is read
+        again from this placement's segments channel (sha256-checked against the segment list) and
+        the commit tried again, once per replaced segment. A file the channel has no whole copy of
+        raises ReplacedSegmentUnreadableError: the major is refused, never committed unchecked."""
+        tried: set[str] = set()
+        while True:
+            try:
+                self.replica.commit_major(record, leader_epoch=epoch)
+                return
+            except ReplacedSegmentUnreadableError as exc:
+                if exc.segment_id in tried:
+                    raise
+                tried.add(exc.segment_id)
+                log.warning("%s: %s; reading it again from the segments channel", self.replica.name, exc)
+                self._restore(exc)
+
+    def _restore(self, exc: ReplacedSegmentUnreadableError) -> None:
+        topic = self.topics.segments(self.replica.partition_id, self.replica.placement_id)
+        copy = read_segment_file(self.kafka, topic, exc.segment_id)
+        if copy is None:
+            raise exc
+        self.replica.restore_file(exc.segment_id, copy[1])
+        self.stats.restored += 1
+        log.warning("%s: segment %s read again from %s and repaired", self.replica.name, exc.segment_id, topic)
 
     def _leader_epoch(self) -> int:
         try:

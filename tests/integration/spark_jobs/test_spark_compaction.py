@@ -181,6 +181,19 @@ def test_compaction_commits_a_major_and_refuses_a_stale_one(
             assert new.replica.chain.root == outcome.segment_id and sc.scan().num_rows == 38
             assert not segment_path(new.replica.directory, short.segment_id).exists()
 
+            # the same major with the leader's file of a segment it replaces gone: the leader reads that
+            # file again from its segments channel and checks (refuses) the major, never commits it unchecked
+            assert wait_until(lambda: _published(sc), 60)
+            replaced_file = segment_path(new.replica.directory, outcome.segment_id)
+            kept = replaced_file.read_bytes()
+            replaced_file.unlink()
+            again = dataclasses.replace(short, segment_id=new_segment_id())
+            publish_major(sc.meta.kafka, TopicNames(sc.meta.topic_prefix), again, written.path)
+            assert wait_until(lambda: new.intake is not None and new.intake.stats.wrong_content == 2, 60)
+            assert new.intake.stats.restored == 1 and new.intake.stats.committed == 1
+            assert replaced_file.read_bytes() == kept and new.replica.chain.root == outcome.segment_id
+            assert sc.scan().num_rows == 38
+
 
 def test_a_committed_major_reaches_the_follower_by_fast_forward(
     spark: Any, cluster: Any, zk_hosts: str, topic_prefix: str, tmp_path: Path

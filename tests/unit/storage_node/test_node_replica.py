@@ -27,7 +27,12 @@ from shoal.segments import (
     segment_list_path,
     write_segment,
 )
-from shoal.segments.errors import SegmentChecksumError, SegmentListCorruptError
+from shoal.segments.errors import (
+    ChecksumMismatchError,
+    ReplacedSegmentUnreadableError,
+    SegmentChecksumError,
+    SegmentListCorruptError,
+)
 from shoal.segments.parquet_io import ROW_GROUP_ROWS, read_segment_metadata, segment_path
 from shoal.wire.arrow_ipc import encode_batch
 from shoal.wire.ingest import ingest_schema
@@ -446,14 +451,28 @@ def test_a_major_of_the_right_versions_with_other_columns_or_coverage_is_refused
     r.close()
 
 
-def test_a_major_is_committed_unchecked_when_a_segment_it_replaces_is_gone_here(tmp_path: Path) -> None:
-    """A lost or corrupt local file cannot be checked against; the major, made from the channel's
-    checked copy, repairs the replica as it did before the check (refused, it would be for good)."""
+def test_a_major_is_not_committed_unchecked_when_a_segment_it_replaces_is_gone_here(tmp_path: Path) -> None:
+    """A lost or corrupt local file cannot be checked against: the major is refused with
+    ReplacedSegmentUnreadableError and nothing changes (unchecked, a major that lost rows would be
+    the only copy once the channels are truncated). The file written again from its channel copy
+    (restore_file: the segment list's sha256 and size, nothing else) lets the check run."""
     r = _three_segments(tmp_path)
     replaced = r.chain.since_latest_major()
     merged = lww_merge([read_segment(r.directory, e.segment_id) for e in replaced], r.key_columns)
-    segment_path(r.directory, replaced[1].segment_id).unlink()
+    path = segment_path(r.directory, replaced[1].segment_id)
+    good = path.read_bytes()
+    path.unlink()
     record = _major_of(r, merged, 1)
+    root = r.chain.root
+    with pytest.raises(ReplacedSegmentUnreadableError) as err:
+        r.commit_major(record, leader_epoch=1)
+    assert err.value.segment_id == replaced[1].segment_id and r.chain.root == root
+    with pytest.raises(ChecksumMismatchError):  # not its bytes: nothing written
+        r.restore_file(replaced[1].segment_id, [good[:-1] + b"x"])
+    assert not path.exists()
+    with pytest.raises(KeyError):
+        r.restore_file("ff" * 16, [good])
+    r.restore_file(replaced[1].segment_id, [good[:100], good[100:]])
     assert r.commit_major(record, leader_epoch=1).root == record.segment_id
     assert r.scan().sort_by("k").to_pylist() == [{"k": 1, "v": "a"}, {"k": 2, "v": "b2"}, {"k": 3, "v": "c"}]
     r.close()
