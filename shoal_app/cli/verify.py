@@ -336,6 +336,20 @@ def channel_placements(entry: PartitionEntry) -> list[Placement]:
     return out
 
 
+def removed_placements(history: Iterable[MetadataFile], entry: PartitionEntry) -> list[Placement]:
+    """Placements an earlier METADATA version listed for ``entry``'s partition and the current one
+    does not (a leave finalized, a join cancelled): a removed placement that led keeps its channels,
+    and the writes on them, until its UNLOAD_FINAL deletes them, so verify reads them while they
+    are there (a channel of theirs that is gone is no loss: UNLOAD_FINAL deletes them one by one)."""
+    current = set(channel_placements(entry))
+    out: list[Placement] = []
+    for file in history:
+        for old in file.partitions:
+            if old.partition_id == entry.partition_id:
+                out += [p for p in channel_placements(old) if p not in current and p not in out]
+    return out
+
+
 def _tail_before(channels: ChannelSource, topic: str) -> int | None:
     """A WAL channel's Tail, read before any segments channel is: a leader publishes a segment
     before it moves a Tail past what the segment covers, so a Tail read first is covered by what the
@@ -402,6 +416,7 @@ def read_channels(
     floors: WalFloors | None,
     *,
     retired: bool = False,
+    removed: Sequence[Placement] = (),
 ) -> ChannelsRead:
     """Read a partition's channels: segments channels first, then WAL channels, each from its Tail.
 
@@ -412,17 +427,24 @@ def read_channels(
     for attempt in range(CHANNEL_READS):
         fresh = floors if attempt == 0 or floors is None else WalFloors(floors.table)
         try:
-            return _read_channels_once(source, topics, entry, fresh, retired=retired)
+            return _read_channels_once(source, topics, entry, fresh, retired=retired, removed=removed)
         except ChannelTruncatedError as exc:
             last = exc
     return ChannelsRead(error=f"{last} (in each of {CHANNEL_READS} reads in a row)")
 
 
 def _read_channels_once(
-    source: ChannelSource, topics: TopicNames, entry: PartitionEntry, floors: WalFloors | None, *, retired: bool
+    source: ChannelSource,
+    topics: TopicNames,
+    entry: PartitionEntry,
+    floors: WalFloors | None,
+    *,
+    retired: bool,
+    removed: Sequence[Placement],
 ) -> ChannelsRead:
     out = ChannelsRead(floors=floors)
     placements = channel_placements(entry)
+    placements += [p for p in removed if p not in placements]
     wal_topics = [topics.wal(entry.partition_id, p.placement_id) for p in placements]
     tails = {topic: _tail_before(source, topic) for topic in wal_topics}
     orders: list[SegmentsOrder] = []
@@ -437,7 +459,7 @@ def _read_channels_once(
         wal_check, wal_order = check_wal_channel(
             source, wal_topic, order, floors, owner, topics.ingest(entry.partition_id), tails[wal_topic]
         )
-        check_wal_coverage(wal_check, tails[wal_topic], orders, retired=retired)
+        check_wal_coverage(wal_check, tails[wal_topic], orders, retired=retired or p in removed)
         out.wal_checks.append(wal_check)
         if wal_order is not None:
             out.epochs[wal_topic] = wal_order.epochs
@@ -563,7 +585,13 @@ def verify(
         agree = len(described_ok) == len(replicas) and len(states) == 1
         range_error = outside_range(described_ok, key_range, file.table.keyspace)
         chains = {tuple(r.chain) if isinstance(r, ReplicaDescription) else () for r in replicas}
-        read = read_channels(source, topics, entry, WalFloors(file.table) if rows_of is not None else None)
+        read = read_channels(
+            source,
+            topics,
+            entry,
+            WalFloors(file.table) if rows_of is not None else None,
+            removed=removed_placements(history, entry),
+        )
         wal_checks, segment_checks, floors = read.wal_checks, read.segment_checks, read.floors
         shared = read.error or shared_epochs(read.epochs) or accept_order(read.wal_orders)
         missing = None if floors is None or rows_of is None else coverage(floors, described_ok, rows_of)

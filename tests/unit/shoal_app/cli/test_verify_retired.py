@@ -16,7 +16,16 @@ from test_verify_gtids import TABLE, TOPICS, FakeChannels
 
 from metadata.keyspace import Keyspace
 from metadata.metadata_file import MetadataFile, Placement, retired_partitions
-from metadata.operations import FinalizeSplit, SplitPartition, apply_change, create_file
+from metadata.operations import (
+    FinalizeJoin,
+    FinalizeLeave,
+    FinalizeSplit,
+    JoinServer,
+    LeaveServer,
+    SplitPartition,
+    apply_change,
+    create_file,
+)
 from shoal.wire.records import Gtid
 from shoal_app.cli import verify as verify_module
 from shoal_app.cli.verify import verify
@@ -199,3 +208,37 @@ def test_the_text_output_names_a_retired_partition(monkeypatch: pytest.MonkeyPat
     res = CliRunner().invoke(verify_module.verify_command, ["events", "--zk", "z:1", "--bootstrap-servers", "b:1"])
     assert res.exit_code == 1, res.output
     assert f"retired partition {parent}" in res.output and "WRITES MISSING" in res.output, res.output
+
+
+def _moved() -> list[MetadataFile]:
+    """A partition on node-1 #1 moved to node-2 #2: JOIN_SERVER, FINALIZE_JOIN, LEAVE_SERVER of
+    node-1, FINALIZE_LEAVE."""
+    created = create_file(TABLE, [(Placement("node-1", 1),)])
+    pid = created.partitions[0].partition_id
+    out = [created]
+    for change in (
+        JoinServer(pid, Placement("node-2", 2)),
+        FinalizeJoin(pid, 2),
+        LeaveServer(pid, "node-1"),
+        FinalizeLeave(pid, 1),
+    ):
+        out.append(apply_change(out[-1], change))
+    return out
+
+
+def test_a_write_on_a_removed_placements_channel_that_the_replicas_lack_is_a_mismatch() -> None:
+    """A placement that led and left keeps its channels until its UNLOAD_FINAL deletes them, after
+    FINALIZE_LEAVE took it off METADATA: verify reads them, so a write only they hold (an adoption
+    that missed it) is a mismatch; once they are gone, nothing is left to check."""
+    history = _moved()
+    pid = history[0].partitions[0].partition_id
+    wal = _records(pid, 1, [(Gtid(1, 0), _batch([5, 6], ["a", "b"], [False, False]))])
+    lacks = {pid: _replica([(5, "a", 1, 0)])}
+    report = _run(history, FakeChannels({TOPICS.wal(pid, 1): (0, wal)}, {}), lacks)
+    (part,) = report.partitions
+    assert not report.ok and part.covered is False and "k=6 written at gtid 1:1" in (part.coverage_error or "")
+    assert [c.topic for c in part.wal_channels] == [TOPICS.wal(pid, 2), TOPICS.wal(pid, 1)]
+    holds = {pid: _replica([(5, "a", 1, 0), (6, "b", 1, 1)])}
+    assert _run(history, FakeChannels({TOPICS.wal(pid, 1): (0, wal)}, {}), holds).ok
+    # its channels deleted at UNLOAD_FINAL: a channel gone is no loss
+    assert _run(history, FakeChannels({}, {}), lacks).ok
