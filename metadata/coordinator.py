@@ -79,6 +79,9 @@ class PartitionStatus:
     leader_server_id: str | None
     leader_placement_id: int | None
     leader_alive: bool
+    campaigning: tuple[int, ...] = ()
+    """Placement ids in the partition's election line, in order: every LIVE replica whose node is up
+    campaigns, so a placement here has a process serving it."""
 
 
 class MetadataCoordinator:
@@ -161,7 +164,9 @@ class MetadataCoordinator:
         rec = read_epoch(self.zk, self.layout, partition_id)
         line = candidates(self.zk, self.layout, partition_id)
         alive = bool(line) and rec.placement_id is not None and line[0].placement_id == rec.placement_id
-        return PartitionStatus(partition_id, rec.epoch, rec.server_id, rec.placement_id, alive)
+        return PartitionStatus(
+            partition_id, rec.epoch, rec.server_id, rec.placement_id, alive, tuple(c.placement_id for c in line)
+        )
 
     # -- create ---------------------------------------------------------------------------------
 

@@ -286,13 +286,17 @@ class Collector:
         committed: int | None,
         truncated_status: Status = Status.ERR,
         settled: str | None = None,
+        serving: bool = False,
     ) -> ReaderLag:
         """Sample, history and verdict of one group on one topic partition.
 
         ``settled``: why this group is not expected to catch up on this channel (an old leader's
         channel whose records are covered elsewhere): those offsets count as caught up, so the lag
         shown is 0 like the status (the raw offset lag goes in the reason). ERR and REWIND are never
-        suppressed; ``truncated_status`` is what a Tail past the committed offset means here."""
+        suppressed; ``truncated_status`` is what a Tail past the committed offset means here.
+        ``serving``: a process of the reader is up (its placement campaigns, or it is the live
+        leader), which counts as a live member: shoal's groups commit with ``assign()`` and have none
+        in Kafka, so without it a stuck reader could only ever be STOP, never STALL."""
         start, end = ctx.bounds[(topic, partition)]
         pos = start if committed is None else max(committed, start)
         info: Any = ctx.records.get((topic, partition, pos), _MISSING) if pos < end else None
@@ -309,7 +313,7 @@ class Collector:
         raw_lag = lag
         if settled is not None:
             lag, lag_s = 0, 0.0
-        sample = Sample(ctx.now, committed, start, end, lag, ctx.members.get(group, 0))
+        sample = Sample(ctx.now, committed, start, end, lag, max(ctx.members.get(group, 0), int(serving)))
         window = self.history.add(key, sample)
         self._labels[key] = label
         events = self.history.active_events(f"topic:{topic}", ctx.now, self.config.window_s)
@@ -363,6 +367,7 @@ class Collector:
                 partition=0,
                 group=group,
                 committed=accepted,
+                serving=p.leader_alive,
             )
             ingest = Ingest(
                 topic=ing.topic,
@@ -487,6 +492,7 @@ class Collector:
                 committed=ack,
                 truncated_status=truncated,
                 settled=settled,
+                serving=r.replica.placement_id in p.campaigning,
             )
             replicas.append(
                 WalReplica(
@@ -569,6 +575,7 @@ class Collector:
                 committed=ack,
                 truncated_status=Status.REWIND,
                 settled=settled,
+                serving=r.replica.placement_id in p.campaigning,
             )
             row = SegmentsReplica(
                 server_id=r.replica.server_id,

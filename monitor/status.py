@@ -33,6 +33,9 @@ is something to acknowledge, so commit-driven windows would freeze. Adapted and 
 - **STOP / STALL** when the lag was non-zero in *every* sample of a full window (rule 1) and the
   committed offset did not move over it (rules 3 and 4): STALL if the group has live members
   (a consumer is there but its offset is stuck), STOP if it has none (nobody is committing).
+  shoal's own readers commit with ``assign()`` and have no members in Kafka: the collector counts
+  a reader whose placement campaigns in the partition's election (or a live elected leader, for
+  the ingest index) as a member, so a stuck follower on a live node is STALL, not STOP.
 - **WARN** when the lag has lasted ``warn_samples`` or more polls (default half the window) and
   never decreased over them (rule 5). Unlike Burrow this also covers a consumer whose offset
   stopped moving but whose window is not yet full, so a stopped follower shows WARN before STOP

@@ -17,6 +17,7 @@ monitor watches:
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -66,6 +67,9 @@ class PartitionTopology:
     segments: tuple[Channel, ...]
     preferred_server_id: str | None = None
     """The partition's preferred leader (DESIGN.md section 7)."""
+    campaigning: frozenset[int] = frozenset()
+    """Placements in the partition's election line: a process serves each (its groups commit with
+    ``assign()``, so Kafka lists no member for them; this tells a stuck reader from a stopped one)."""
 
     def channels(self) -> tuple[Channel, ...]:
         return (self.ingest, *self.wal, *self.segments)
@@ -91,6 +95,7 @@ def partition_topology(
     leader_server_id: str | None,
     leader_placement_id: int | None,
     leader_alive: bool,
+    campaigning: Iterable[int] = (),
 ) -> PartitionTopology:
     pid = entry.partition_id
     replicas = _replicas(entry)
@@ -131,6 +136,7 @@ def partition_topology(
         tuple(wal),
         tuple(segments),
         preferred_leader(entry).server_id if entry.servers else None,
+        frozenset(campaigning),
     )
 
 
@@ -147,6 +153,7 @@ def file_topology(topics: TopicNames, file: MetadataFile, coordinator: Any) -> l
                 leader_server_id=st.leader_server_id,
                 leader_placement_id=st.leader_placement_id,
                 leader_alive=st.leader_alive,
+                campaigning=st.campaigning,
             )
         )
     return out

@@ -185,8 +185,9 @@ def test_recreated_topic_is_err(cluster: Any, zk_hosts: str, topic_prefix: str, 
 def test_old_leaders_channel_is_settled_once_segments_cover_it(
     cluster: Any, zk_hosts: str, topic_prefix: str, kafka_admin: Any
 ) -> None:
-    """node-2 led before (its WAL channel has records node-1 never acked): STOP until a segment of the
-    current leader covers those records, then OK with the explanation."""
+    """node-2 led before (its WAL channel has records node-1 never acked): STALL (node-1 campaigns: its
+    process is up, its Ack stuck) until a segment of the current leader covers those records, then OK
+    with the explanation."""
     env = make_env(cluster.bootstrap_servers, zk_hosts, topic_prefix)
     old_wal = env.topics.wal(env.pid, env.follower.placement_id)
     create_topic(kafka_admin, old_wal, policy=TopicPolicy())
@@ -203,7 +204,7 @@ def test_old_leaders_channel_is_settled_once_segments_cover_it(
     try:
         last = old.write(3)
         statuses = [orphan_row(poll_json(col))["status"] for _ in range(7)]
-        assert statuses[-1] == "STOP", statuses
+        assert statuses[-1] == "STALL", statuses
         sid = uuid.uuid4().hex
         seg.write_raw(
             [

@@ -96,7 +96,11 @@ class NoManifests:
 
 
 def topology(
-    *, leader: tuple[str, int] | None = ("node-1", 1), alive: bool = True, placements: tuple[int, ...] = (1, 2, 3)
+    *,
+    leader: tuple[str, int] | None = ("node-1", 1),
+    alive: bool = True,
+    placements: tuple[int, ...] = (1, 2, 3),
+    campaigning: frozenset[int] = frozenset(),
 ) -> PartitionTopology:
     reps = tuple(ReplicaRef(f"node-{p}", p, "servers") for p in placements)
     lead = ReplicaRef(leader[0] if leader else "-", leader[1] if leader else 0, "leader")
@@ -134,6 +138,7 @@ def topology(
         tuple(wals),
         tuple(segs),
         "node-1",
+        campaigning,
     )
 
 

@@ -175,7 +175,7 @@ def _stuck_leader() -> OffsetsTable:
         (_truncated_past_an_ack, 0, (), True, "ERR", 1),
         (_truncated_past_an_ack, 0, ("--fail-on", "never"), True, "ERR", 0),
         (_truncated_past_an_ack, 0, ("--fail-on", "ERR"), True, "ERR", 1),
-        (_stuck_leader, 3, (), True, "STOP", 1),
+        (_stuck_leader, 3, (), True, "STALL", 1),  # a live leader that accepts nothing is stuck
         (healthy, 0, (), False, "WARN", 0),
         (healthy, 0, ("--fail-on", "warn"), False, "WARN", 1),
     ],
@@ -215,3 +215,24 @@ def test_a_channel_deleted_after_the_topology_was_read_is_not_an_error() -> None
     snap = col.poll()
     assert snap.status is Status.ERR and reads == []
     assert any("was deleted while the metadata still lists it" in p.reason for p in snap.problems)
+
+
+@pytest.mark.parametrize(("campaigning", "status"), [(frozenset({1, 2, 3}), "STALL"), (frozenset({1, 3}), "STOP")])
+def test_a_stuck_follower_on_a_live_node_is_stall_and_one_whose_node_is_gone_is_stop(
+    campaigning: frozenset[int], status: str
+) -> None:
+    """Followers commit with ``assign()``: Kafka lists no member for their groups, so a follower
+    whose Ack stopped moving was always STOP. Its placement in the election line means its process
+    is up: a full window of lag without a commit is then STALL (stuck), and STOP when it is not."""
+    kafka = healthy()
+    kafka.bounds[wal(1)] = (0, 80)
+    kafka.acks[(replica_group(3), wal(1))] = 80
+    clock = Clock()
+    col = collector(lambda: [topology(campaigning=campaigning)], kafka, clock, window=4, warn=2)
+    for _ in range(4):
+        snap = col.poll()
+        clock.tick()
+    (part,) = snap.tables[0].partitions
+    (wal1,) = [c for c in part.wal if c.topic == wal(1)]
+    by_placement = {r.placement_id: r.status.value for r in wal1.replicas}
+    assert by_placement == {2: status, 3: "OK"}, by_placement
