@@ -192,6 +192,14 @@ def parse_json(raw: DataFrame, table: TableDefinition) -> DataFrame:
     )
     text = F.col(VALUE_COLUMN).cast("string")
     for c in table.columns:
+        if c.type in (ColumnType.STRING, ColumnType.BINARY):
+            # Spark reads any JSON value into a string column as its text (5 as "5", an object as
+            # its JSON); `shoal write` takes only a JSON string there. Column names are identifiers.
+            quoted = text.rlike(rf'"{c.name}"\s*:\s*"')
+            error = error.when(
+                F.col(f"r.`{c.name}`").isNotNull() & ~quoted, F.lit(f"column '{c.name}': a JSON string is expected")
+            )
+            continue
         if c.type not in (ColumnType.FLOAT32, ColumnType.FLOAT64):
             continue
         # Spark reads a JSON number beyond the column's range (1e400) as an infinity; only the

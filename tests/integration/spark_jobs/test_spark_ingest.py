@@ -228,6 +228,37 @@ def test_json_numbers_beyond_a_float_column_are_refused_not_stored_as_infinity(s
     assert rows[6][ERROR_COLUMN] == "column 'f': a number beyond the range of float32"  # the token is d's
 
 
+def test_json_values_that_are_not_strings_are_refused_in_string_and_binary_columns(spark: Any) -> None:
+    """Spark reads any JSON value into a string column as its text (``5`` as "5", an object as its
+    JSON, ``true`` as "true"); ``shoal write`` takes only a JSON string there, so the ingest sends
+    such a record to deadletter instead of storing text the writer never wrote."""
+    from metadata.table import Column, ColumnType, TableDefinition
+    from spark_jobs.deadletter import ERROR_COLUMN
+
+    table = TableDefinition(
+        "texts",
+        (Column("k", ColumnType.UINT64, False), Column("v", ColumnType.STRING), Column("b", ColumnType.BINARY)),
+        ("k",),
+        "k",
+        1,
+    )
+    values = [
+        b'{"k": 1, "v": 5}',
+        b'{"k": 2, "v": "5", "b": "x"}',
+        b'{"k": 3, "v": {"a": 1}}',
+        b'{"k": 4, "v": null, "b": null}',
+        b'{"k": 5, "v" :  "spaced"}',
+        b'{"k": 6, "b": true}',
+    ]
+    rows = _parsed_json(spark, table, values)
+    assert rows[1][ERROR_COLUMN] == "column 'v': a JSON string is expected"
+    assert rows[2][ERROR_COLUMN] is None and (rows[2]["v"], rows[2]["b"]) == ("5", "x")
+    assert rows[3][ERROR_COLUMN] == "column 'v': a JSON string is expected"
+    assert rows[4][ERROR_COLUMN] is None and rows[4]["v"] is None
+    assert rows[5][ERROR_COLUMN] is None and rows[5]["v"] == "spaced"
+    assert rows[6][ERROR_COLUMN] == "column 'b': a JSON string is expected"
+
+
 def test_json_times_and_binary_reach_the_ingest_as_their_json_text(spark: Any) -> None:
     """Spark's JSON parser would read 1700000000123 in a timestamp column as seconds and "aGk=" in a
     binary one as base64; read as text, the ingest converts them as ``shoal write`` does."""
