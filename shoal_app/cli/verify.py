@@ -381,6 +381,13 @@ def check_wal_coverage(
             check.ok = False
             check.error = f"the channel is gone, but segments cover its offsets up to {highest}"
         return
+    if check.append is not None and check.append < highest:
+        check.ok = False
+        check.error = (
+            f"the channel ends at {check.append}, below what segments cover of it ({highest}): it was "
+            "deleted and created again, or lost records, since they were flushed"
+        )
+        return
     tail = check.tail if tail is None else min(tail, check.tail)
     covered = covered_run(orders, check.topic)
     if tail > covered:
@@ -498,8 +505,8 @@ def coverage(floors: WalFloors, replicas: list[ReplicaDescription], rows: Rows) 
     or None when every replica reaches every floor. ``rows(server_id, partition_id)``: that replica's scan
     with its GTID columns."""
     newest, problems = floor_problems(floors)
-    if newest is not None:
-        problems += replicas_missing(newest, replicas, rows, list(floors.table.primary_key))
+    newest = floors.empty() if newest is None else newest  # no write on the channels: scanned all the same
+    problems += replicas_missing(newest, replicas, rows, list(floors.table.primary_key))
     return "; ".join(problems) if problems else None
 
 
@@ -615,7 +622,17 @@ def verify(
             )
         )
     retired = [
-        verify_retired(source, topics, file.table, r.entry, r.key_range, listed, rows_of, listed_epochs)
+        verify_retired(
+            source,
+            topics,
+            file.table,
+            r.entry,
+            r.key_range,
+            listed,
+            rows_of,
+            listed_epochs,
+            removed=removed_placements(history, r.entry),
+        )
         for r in retired_partitions(history)
     ]
     retained = dict(retained_of(_truncated_topics(topics, history))) if retained_of is not None else {}
@@ -650,11 +667,14 @@ def verify_retired(
     listed: Sequence[tuple[KeyRange, Sequence[ReplicaDescription]]],
     rows: Rows | None,
     listed_epochs: Sequence[tuple[KeyRange, str, Iterable[set[int]]]] = (),
+    removed: Sequence[Placement] = (),
 ) -> RetiredVerification:
     """A retired partition's channels, every write on them checked on the listed partitions'
     replicas that hold its key now, and those partitions' epochs above its own
     (:mod:`~shoal_app.cli.verify_retired`)."""
-    read = read_channels(source, topics, entry, WalFloors(table) if rows is not None else None, retired=True)
+    read = read_channels(
+        source, topics, entry, WalFloors(table) if rows is not None else None, retired=True, removed=removed
+    )
     shared = (
         read.error
         or shared_epochs(read.epochs)

@@ -198,6 +198,11 @@ class WalFloors:
         self._merge()
         return self._parts[0]
 
+    def empty(self) -> pa.Table:
+        """No floor, typed as :meth:`floors` would be: replicas are still scanned against it (a key
+        held twice, a column of another kind) when the channels hold no row."""
+        return self._stored.empty_table()
+
 
 def _describe(row: dict[str, object], skip: Iterable[str]) -> str:
     if row[DELETED_COLUMN]:

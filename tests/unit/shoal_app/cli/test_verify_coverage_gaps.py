@@ -60,8 +60,22 @@ def test_a_tail_above_a_gap_in_what_segments_cover_is_a_mismatch() -> None:
     assert verify_one_replica(whole, file).ok
 
     # a Tail at the gap's start lost nothing yet
-    at_gap = _records(pid, 1, [(Gtid(1, 2), _batch([9], ["z"], [False]))], first_offset=2)
+    at_gap = _records(pid, 1, [(Gtid(1, s), _batch([9], ["z"], [False])) for s in range(2, 6)], first_offset=2)
     held = FakeChannels({TOPICS.wal(pid, 1): (2, at_gap)}, {TOPICS.segments(pid, 1): [first, later]}, files)
     report = verify_one_replica(held, file)
     (check,) = report.partitions[0].wal_channels
     assert check.ok, check.error
+
+
+def test_a_wal_channel_that_ends_below_what_segments_cover_is_a_mismatch() -> None:
+    """Segments cover offsets [0, 6) of the WAL channel, which now ends at 0: it was deleted and a
+    leader created it again (empty), or it lost records; the writes not yet flushed when that
+    happened are gone, and a Tail of 0 alone would pass."""
+    file = _file()
+    pid = file.partitions[0].partition_id
+    seg, data = _segment(_manifest(pid, 1, 1, (0, 6), (Gtid(1, 0), Gtid(1, 5)), is_major=False), [])
+    channels = FakeChannels({TOPICS.wal(pid, 1): (0, [])}, {TOPICS.segments(pid, 1): [seg]}, {seg.segment_id: data})
+    report = verify_one_replica(channels, file)
+    (check,) = report.partitions[0].wal_channels
+    assert not report.ok and not check.ok
+    assert "the channel ends at 0, below what segments cover of it (6)" in (check.error or ""), check.error

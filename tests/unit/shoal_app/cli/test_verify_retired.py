@@ -242,3 +242,25 @@ def test_a_write_on_a_removed_placements_channel_that_the_replicas_lack_is_a_mis
     assert _run(history, FakeChannels({TOPICS.wal(pid, 1): (0, wal)}, {}), holds).ok
     # its channels deleted at UNLOAD_FINAL: a channel gone is no loss
     assert _run(history, FakeChannels({}, {}), lacks).ok
+
+
+def test_a_write_on_the_channel_of_a_placement_that_left_a_split_parent_is_checked_after_the_split() -> None:
+    """Placement 1 led the parent, then left it (FINALIZE_LEAVE) before the split; its channels stay
+    until its UNLOAD_FINAL. Once the parent is retired its removed placements' channels are read
+    too, so a write only they hold, which no child has, is a mismatch."""
+    moved = _moved()
+    parent = moved[0].partitions[0].partition_id
+    history = [
+        *moved,
+        apply_change(
+            moved[-1],
+            SplitPartition(parent, Keyspace.UINT64.encode(POINT), (Placement("node-1", 3),), (Placement("node-2", 4),)),
+        ),
+    ]
+    history.append(apply_change(history[-1], FinalizeSplit(parent, through=(1, 2), acked={3: (1, 2), 4: (1, 2)})))
+    low, high = (e.partition_id for e in history[-1].partitions)
+    wal = _records(parent, 1, [(Gtid(1, 0), _batch([5], ["a"], [False]))])
+    report = _run(history, FakeChannels({TOPICS.wal(parent, 1): (0, wal)}, {}), {low: _empty(), high: _empty()})
+    (retired,) = report.retired
+    assert TOPICS.wal(parent, 1) in [c.topic for c in retired.wal_channels]
+    assert not report.ok and retired.covered is False, retired

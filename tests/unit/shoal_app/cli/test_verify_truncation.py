@@ -321,3 +321,7 @@ def test_a_replica_holding_a_key_twice_is_a_mismatch() -> None:
         assert not report.ok and "holds 1 key(s) more than once" in (part.coverage_error or ""), part
     once = _with_tombstones([(1, "v1", 1, 0, False), (2, "v2", 1, 1, False)])
     assert verify(_client(file), "events", channels=channels, describe=describe, rows=lambda _s, _p: once).ok
+    # no channel holds a row (never written, or every channel gone): the replicas are scanned all the same
+    scan = _with_tombstones([(1, "v1", 1, 0, False), (1, "v1", 1, 0, False)])
+    report = verify(_client(file), "events", channels=FakeChannels({}, {}), describe=describe, rows=lambda _s, _p: scan)
+    assert not report.ok and "holds 1 key(s) more than once" in (report.partitions[0].coverage_error or "")
