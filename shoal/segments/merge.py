@@ -24,6 +24,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from shoal.errors import SchemaError
 from shoal.segments.errors import MajorContentError, MergeInputError
 from shoal.segments.versioned import DELETED_COLUMN, EPOCH_COLUMN, SEQ_COLUMN, SYSTEM_COLUMNS, check_versioned
 
@@ -304,6 +305,41 @@ def same_values(ours: pa.ChunkedArray | pa.Array, theirs: pa.ChunkedArray | pa.A
         ours, theirs = _bits(ours), _bits(theirs)
     both_null = pc.and_(pc.is_null(ours), pc.is_null(theirs))
     return pc.or_(pc.fill_null(pc.equal(ours, theirs), False), both_null)
+
+
+def same_kind(ours: pa.DataType, theirs: pa.DataType) -> bool:
+    """Whether values of ``theirs`` may be compared with, or converted to, ``ours``: the same type once
+    a dictionary is decoded, or two of one kind (integers, floats, timestamps, strings, binaries), so
+    a wider timestamp or a large string qualifies, while ``1`` never passes for ``"1"``."""
+    ours = ours.value_type if pa.types.is_dictionary(ours) else ours
+    theirs = theirs.value_type if pa.types.is_dictionary(theirs) else theirs
+    if ours == theirs:
+        return True
+    kinds = (
+        pa.types.is_integer,
+        pa.types.is_floating,
+        pa.types.is_timestamp,
+        lambda t: pa.types.is_string(t) or pa.types.is_large_string(t),
+        lambda t: pa.types.is_binary(t) or pa.types.is_large_binary(t),
+    )
+    return any(kind(ours) and kind(theirs) for kind in kinds)
+
+
+def exactly_as(values: pa.ChunkedArray | pa.Array, target: pa.DataType, *, name: str) -> pa.ChunkedArray | pa.Array:
+    """``values`` as ``target`` when that keeps every value (the same kind, and converting back gives
+    them all again: float64 1e300 is no float32, a microsecond is no millisecond); SchemaError
+    otherwise. Arrow's own conversion would turn integers into their text or a float into an
+    infinity without a word."""
+    if values.type == target:
+        return values
+    if same_kind(target, values.type):
+        try:
+            converted = pc.cast(values, target)
+            if pc.all(same_values(decoded(values), pc.cast(converted, decoded(values).type))).as_py() is not False:
+                return converted
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            pass
+    raise SchemaError(f"column {name!r} holds {values.type}, which the table's {target} cannot hold exactly")
 
 
 def check_major_schema(replaced: pa.Schema, major: pa.Schema, *, segment_id: str) -> None:

@@ -55,7 +55,7 @@ from metadata.table import TableDefinition
 from shoal.errors import ShoalError
 from shoal.kafka.readers import ChannelRecord
 from shoal.segments import lww_merge
-from shoal.segments.merge import same_values
+from shoal.segments.merge import same_kind, same_values
 from shoal.segments.versioned import DELETED_COLUMN, EPOCH_COLUMN, SEQ_COLUMN, SYSTEM_COLUMNS, SYSTEM_TYPES
 from shoal.wire.ingest import ingest_schema
 from shoal.wire.records import ManifestRecord as WireManifest
@@ -143,7 +143,7 @@ class WalFloors:
             other = [
                 f"{f.name} as {rows.schema.field(f.name).type}"
                 for f in self._stored
-                if not comparable(f.type, rows.schema.field(f.name).type)
+                if not same_kind(f.type, rows.schema.field(f.name).type)
             ]
             if other:
                 raise ValueError(f"it holds {', '.join(other)}")
@@ -248,24 +248,6 @@ class ReplicaTypeError(ShoalError):
         self.channel_type = channel_type
 
 
-def comparable(ours: pa.DataType, theirs: pa.DataType) -> bool:
-    """Whether values of ``theirs`` may be compared with ``ours`` after a cast: the same type once a
-    dictionary is decoded, or two of one kind (integers, floats, timestamps, strings, binaries), so a
-    Spark major's wider timestamp or a large string compares, while ``1`` never passes for ``"1"``."""
-    ours = ours.value_type if pa.types.is_dictionary(ours) else ours
-    theirs = theirs.value_type if pa.types.is_dictionary(theirs) else theirs
-    if ours == theirs:
-        return True
-    kinds = (
-        pa.types.is_integer,
-        pa.types.is_floating,
-        pa.types.is_timestamp,
-        lambda t: pa.types.is_string(t) or pa.types.is_large_string(t),
-        lambda t: pa.types.is_binary(t) or pa.types.is_large_binary(t),
-    )
-    return any(kind(ours) and kind(theirs) for kind in kinds)
-
-
 def missing_writes(floors: pa.Table, replica_rows: pa.Table, key_columns: Iterable[str]) -> tuple[int, list[str]]:
     """How many floors ``replica_rows`` (a scan with its GTID columns, with or without its tombstones)
     does not reach, and a few of them (``key=... gtid E:S written|deleted, replica has ...``). A written
@@ -280,7 +262,7 @@ def missing_writes(floors: pa.Table, replica_rows: pa.Table, key_columns: Iterab
         replica_rows = replica_rows.append_column(DELETED_COLUMN, pa.array([False] * replica_rows.num_rows))
     for name in [*keys, *values]:
         want, have = floors.schema.field(name).type, replica_rows.schema.field(name).type
-        if not comparable(want, have):
+        if not same_kind(want, have):
             raise ReplicaTypeError(name, have, want)
         if name in keys and have != want:  # a join needs one key type
             try:

@@ -43,6 +43,7 @@ from shoal.segments import (
 from shoal.segments.coverage import union
 from shoal.segments.errors import SegmentChecksumError, SegmentListCorruptError
 from shoal.segments.major_check import check_major_files
+from shoal.segments.merge import exactly_as
 from shoal.segments.parquet_io import (
     delete_segment_file,
     file_sha256,
@@ -549,4 +550,7 @@ class PartitionReplica:
                 keys = set(self.key_columns)
                 schema = pa.schema([f if f.name in keys else f.with_nullable(True) for f in schema], schema.metadata)
             schema = pa.schema([*schema, *(result.schema.field(n) for n in SYSTEM_COLUMNS)], metadata=schema.metadata)
-        return pa.Table.from_arrays(result.select(schema.names).columns, schema=schema)
+        # not from_arrays(schema=): it converts integers into their text and a float into an infinity
+        return pa.Table.from_arrays(
+            [exactly_as(result.column(f.name), f.type, name=f.name) for f in schema], schema=schema
+        )

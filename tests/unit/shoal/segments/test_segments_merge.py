@@ -422,3 +422,28 @@ def test_same_values_compares_float32_bits_and_nulls() -> None:
     theirs = pa.chunked_array([pa.array([0.0, 0.0, None, None, None], pa.float32())])
     assert same_values(ours, theirs).to_pylist() == [True, False, True, False, True]
     assert same_values(pa.array(["a", None]), pa.array(["a", "b"])).to_pylist() == [True, False]
+
+
+def test_exactly_as_converts_only_what_it_keeps() -> None:
+    """A node's scan hands columns over as the table's types: Arrow's own conversion turned integers
+    into their text and 1e300 into a float32 infinity; exactly_as refuses both (SchemaError) and
+    converts only within one kind, losing nothing."""
+    from shoal.errors import SchemaError
+    from shoal.segments.merge import exactly_as
+
+    same = pa.array(["a", None])
+    assert exactly_as(same, pa.string(), name="v") is same
+    assert exactly_as(pa.array(["a"], pa.large_string()), pa.string(), name="v").type == pa.string()
+    assert exactly_as(pa.array([1, None], pa.int32()), pa.int64(), name="n").to_pylist() == [1, None]
+    ms = pa.array([1_000_000], pa.timestamp("us"))
+    assert exactly_as(ms, pa.timestamp("ms"), name="t").to_pylist() == ms.to_pylist()
+    assert exactly_as(pa.array([1.5, float("nan")]), pa.float32(), name="f").type == pa.float32()
+    for values, target in (
+        (pa.array([1, 2]), pa.string()),  # integers are not text
+        (pa.array([1e300]), pa.float32()),  # no float32 holds it
+        (pa.array([1], pa.timestamp("us")), pa.timestamp("ms")),  # a microsecond is no millisecond
+        (pa.array([-1]), pa.uint64()),
+        (pa.array([True]), pa.int64()),
+    ):
+        with pytest.raises(SchemaError, match="cannot hold exactly"):
+            exactly_as(values, target, name="c")

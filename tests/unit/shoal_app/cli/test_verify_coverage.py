@@ -17,6 +17,7 @@ import pytest
 from test_verify_gtids import TABLE, TOPICS, FakeChannels, _client, _file
 
 from shoal.kafka.readers import ChannelRecord
+from shoal.segments.merge import same_kind
 from shoal.segments.versioned import stamp
 from shoal.wire.arrow_ipc import encode_batch
 from shoal.wire.ingest import DELETED_COLUMN, ingest_schema
@@ -24,7 +25,7 @@ from shoal.wire.records import GENESIS_HASH, Gtid, WalRecord
 from shoal.wire.records import ManifestRecord as WireManifest
 from shoal_app.cli.models import ReplicaDescription
 from shoal_app.cli.verify import verify
-from shoal_app.cli.verify_coverage import ReplicaTypeError, WalFloors, comparable, missing_writes, replicas_missing
+from shoal_app.cli.verify_coverage import ReplicaTypeError, WalFloors, missing_writes, replicas_missing
 
 SCHEMA = ingest_schema(TABLE.arrow_schema(), TABLE.primary_key)
 
@@ -166,9 +167,9 @@ def test_a_replica_column_of_another_kind_is_a_mismatch_not_a_cast() -> None:
     # a large string or a dictionary is the same kind; a timestamp of another unit compares after a cast
     large = good.set_column(good.schema.get_field_index("v"), "v", pa.array(["1", "2"], pa.large_string()))
     assert missing_writes(floors, large, ["k"]) == (0, [])
-    assert comparable(pa.timestamp("us"), pa.timestamp("ns"))
-    assert comparable(pa.string(), pa.dictionary(pa.int32(), pa.string()))
-    assert not comparable(pa.string(), pa.int64()) and not comparable(pa.timestamp("us"), pa.int64())
+    assert same_kind(pa.timestamp("us"), pa.timestamp("ns"))
+    assert same_kind(pa.string(), pa.dictionary(pa.int32(), pa.string()))
+    assert not same_kind(pa.string(), pa.int64()) and not same_kind(pa.timestamp("us"), pa.int64())
 
 
 def test_a_replica_value_the_channel_type_cannot_hold_is_a_mismatch() -> None:
