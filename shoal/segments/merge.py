@@ -334,8 +334,8 @@ def exactly_as(values: pa.ChunkedArray | pa.Array, target: pa.DataType, *, name:
         return values
     if same_kind(target, values.type):
         try:
-            converted = pc.cast(values, target)
-            if pc.all(same_values(decoded(values), pc.cast(converted, decoded(values).type))).as_py() is not False:
+            converted, plain = pc.cast(values, target), decoded(values)
+            if pc.all(same_values(plain, pc.cast(converted, plain.type))).as_py() is not False:
                 return converted
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
             pass

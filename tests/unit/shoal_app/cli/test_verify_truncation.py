@@ -274,23 +274,22 @@ def test_a_tail_pass_after_the_segments_read_makes_verify_read_again() -> None:
     )
     channels = TailPassDuringVerify({wal: (2, [r for r in recs if r.offset >= 2])}, {seg: [s1]}, {s1.segment_id: d1})
 
-    def describe(server: str) -> list[dict[str, Any]]:
-        row = {
-            "partition_id": pid,
-            "placement_id": 1,
-            "row_count": 4,
-            "key_min": 1,
-            "key_max": 1,
-            "content_hash": "h",
-            "chain": ["s"],
-            "root": "s",
-        }
-        return [row] if server == "node-1" else []
+    describe = _on_node_1(pid, rows=4)
 
     report = verify(_client(file), "events", channels=channels, describe=describe, rows=lambda _s, _p: replica)
     part = report.partitions[0]
     assert channels.moved and not report.ok
     assert not part.covered and "k=3 written at gtid 1:2" in (part.coverage_error or ""), part
+
+
+def _on_node_1(pid: str, *, rows: int) -> Any:
+    """A ``describe`` where node-1 holds placement 1 of ``pid`` with ``rows`` rows, and no other node any."""
+
+    def describe(server: str) -> list[dict[str, Any]]:
+        row = {"partition_id": pid, "placement_id": 1, "row_count": rows, "key_min": 1, "key_max": 1}
+        return [{**row, "content_hash": "h", "chain": ["s"], "root": "s"}] if server == "node-1" else []
+
+    return describe
 
 
 def test_a_replica_holding_a_key_twice_is_a_mismatch() -> None:
@@ -301,18 +300,7 @@ def test_a_replica_holding_a_key_twice_is_a_mismatch() -> None:
     recs = _records(pid, 1, [(Gtid(1, 0), _batch([1], ["v1"], [False])), (Gtid(1, 1), _batch([2], ["v2"], [False]))])
     channels = FakeChannels({TOPICS.wal(pid, 1): (0, recs)}, {})
 
-    def describe(server: str) -> list[dict[str, Any]]:
-        row = {
-            "partition_id": pid,
-            "placement_id": 1,
-            "row_count": 3,
-            "key_min": 1,
-            "key_max": 1,
-            "content_hash": "h",
-            "chain": ["s"],
-            "root": "s",
-        }
-        return [row] if server == "node-1" else []
+    describe = _on_node_1(pid, rows=3)
 
     for twice in ([(1, "v1", 1, 0, False)], [(1, "other", 1, 7, False)]):
         scan = _with_tombstones([(1, "v1", 1, 0, False), *twice, (2, "v2", 1, 1, False)])
