@@ -45,6 +45,7 @@ import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any, Protocol, TypeVar
 
 import click
@@ -59,6 +60,7 @@ from shoal.errors import KafkaOperationError, ShoalError, WireFormatError
 from shoal.kafka.errors import TRANSIENT_CODES, ChannelTruncatedError
 from shoal.kafka.readers import ChannelRecord
 from shoal.kafka.settings import KafkaSettings
+from shoal.segments.versioned import EPOCH_COLUMN, SEQ_COLUMN
 from shoal.topics import TopicNames
 from shoal.wire.records import ManifestRecord as WireManifest
 from shoal_app.cli.connection import connection_options, metadata_config
@@ -72,7 +74,13 @@ from shoal_app.cli.models import (
     WalChannelCheck,
 )
 from shoal_app.cli.params import TABLE_NAME
-from shoal_app.cli.verify_coverage import ChannelSegment, Rows, WalFloors, floor_problems, replicas_missing
+from shoal_app.cli.verify_coverage import (
+    ChannelSegment,
+    Rows,
+    WalFloors,
+    floor_problems,
+    replicas_missing,
+)
 from shoal_app.cli.verify_gtids import (
     SegmentsOrder,
     WalOrder,
@@ -82,6 +90,7 @@ from shoal_app.cli.verify_gtids import (
     covered_run,
     shared_epochs,
 )
+from shoal_app.cli.verify_newer import newer_problems, newer_than_floors, newest_gtid, to_read_again
 from shoal_app.cli.verify_retired import epochs_not_above, retired_coverage
 
 log = logging.getLogger(__name__)
@@ -432,7 +441,7 @@ def read_channels(
     ``floors``: rows of a half-read channel must not stand for the channel, nor be counted twice.
     """
     for attempt in range(CHANNEL_READS):
-        fresh = floors if attempt == 0 or floors is None else WalFloors(floors.table)
+        fresh = floors if attempt == 0 or floors is None else floors.fresh()
         try:
             return _read_channels_once(source, topics, entry, fresh, retired=retired, removed=removed)
         except ChannelTruncatedError as exc:
@@ -500,13 +509,43 @@ def outside_range(replicas: list[ReplicaDescription], key_range: KeyRange, keysp
     return f"keys outside {key_range.describe(keyspace)}: " + "; ".join(wrong)
 
 
-def coverage(floors: WalFloors, replicas: list[ReplicaDescription], rows: Rows) -> str | None:
+def coverage(
+    floors: WalFloors,
+    replicas: list[ReplicaDescription],
+    rows: Rows,
+    read_again: Callable[[WalFloors], ChannelsRead] | None = None,
+    epoch_now: Callable[[], int] | None = None,
+) -> str | None:
     """Which replicas miss a write still on the partition's WAL channels (:mod:`~shoal_app.cli.verify_coverage`),
-    or None when every replica reaches every floor. ``rows(server_id, partition_id)``: that replica's scan
-    with its GTID columns."""
+    or hold a version newer than the channels' that they cannot hold (:mod:`~shoal_app.cli.verify_newer`:
+    the channels read again with ``read_again(floors)`` after the scans, ``epoch_now()`` the
+    partition's epoch in ZooKeeper); None when neither. ``rows(server_id, partition_id)``: that
+    replica's scan with its GTID columns."""
     newest, problems = floor_problems(floors)
-    newest = floors.empty() if newest is None else newest  # no write on the channels: scanned all the same
-    problems += replicas_missing(newest, replicas, rows, list(floors.table.primary_key))
+    keys = list(floors.table.primary_key)
+    high = newest_gtid(newest)
+    newer: dict[str, pa.Table] = {}
+
+    def seen(who: str, scan: pa.Table) -> None:
+        later = to_read_again(newer_than_floors(scan, newest, keys), floors.first_seq, high)
+        if later.num_rows:
+            newer[who] = later
+
+    problems += replicas_missing(
+        floors.empty() if newest is None else newest,  # no write on the channels: scanned all the same
+        replicas,
+        rows,
+        keys,
+        seen=seen,
+    )
+    if newer and read_again is not None:
+        by = [*keys, EPOCH_COLUMN, SEQ_COLUMN]
+        wanted = pa.concat_tables([t.select(by) for t in newer.values()], promote_options="permissive")
+        again = read_again(WalFloors(floors.table, keep=wanted))
+        if again.error is not None or again.floors is None:
+            problems.append(f"versions newer than the channels' could not be checked: {again.error}")
+        else:
+            problems += newer_problems(newer, again.floors, floors.first_seq, epoch_now)
     return "; ".join(problems) if problems else None
 
 
@@ -518,6 +557,7 @@ def verify(
     describe: Callable[[str], list[dict[str, Any]]] | None = None,
     rows: Callable[[str, str], pa.Table] | None = None,
     retention: Callable[[Sequence[str]], Mapping[str, str]] | None = None,
+    epoch: Callable[[str], int] | None = None,
 ) -> Verification:
     """Every partition of ``table``: do its replicas agree, are its channels' hash chains intact and
     their GTIDs in order, does every replica hold every write still on its channels, and does Kafka
@@ -525,10 +565,13 @@ def verify(
     ``describe(server_id)``: that node's ``describe replica`` of ``table``; ``rows(server_id,
     partition_id)``: that replica's rows with their GTID columns (the coverage check is skipped when
     ``describe`` is given without ``rows``); ``retention(topics)``: the topics Kafka deletes records
-    of by time or size (Kafka's settings by default; skipped when ``channels`` is given without it).
+    of by time or size (Kafka's settings by default; skipped when ``channels`` is given without it);
+    ``epoch(partition_id)``: the partition's epoch in ZooKeeper (read there by default; not checked
+    when ``channels`` is given without it).
 
     The retention check is what keeps the others honest: a channel whose records Kafka deletes by
     time looks like one the Tail truncated, so writes gone that way would pass every other check."""
+    from metadata.election import read_epoch
     from metadata.node_registry import lookup_node
     from shoal.scan import OPEN_SCAN, ScanRequest, describe_remote, scan_remote
 
@@ -543,6 +586,11 @@ def verify(
     else:
         source, retained_of = channels, retention
     scan = client.config.connection.scan if client.config.kafka is not None else OPEN_SCAN
+    epoch_of = epoch
+    if epoch_of is None and channels is None:
+
+        def epoch_of(partition_id: str) -> int:
+            return read_epoch(client.zk, client.layout, partition_id).epoch
 
     def remote(server: str) -> list[dict[str, Any]]:
         location = lookup_node(client.zk, client.layout, server)
@@ -592,16 +640,21 @@ def verify(
         agree = len(described_ok) == len(replicas) and len(states) == 1
         range_error = outside_range(described_ok, key_range, file.table.keyspace)
         chains = {tuple(r.chain) if isinstance(r, ReplicaDescription) else () for r in replicas}
-        read = read_channels(
-            source,
-            topics,
-            entry,
-            WalFloors(file.table) if rows_of is not None else None,
-            removed=removed_placements(history, entry),
-        )
+        removed = removed_placements(history, entry)
+        read = read_channels(source, topics, entry, None if rows_of is None else WalFloors(file.table), removed=removed)
         wal_checks, segment_checks, floors = read.wal_checks, read.segment_checks, read.floors
         shared = read.error or shared_epochs(read.epochs) or accept_order(read.wal_orders)
-        missing = None if floors is None or rows_of is None else coverage(floors, described_ok, rows_of)
+        missing = (
+            None
+            if floors is None or rows_of is None
+            else coverage(
+                floors,
+                described_ok,
+                rows_of,
+                partial(read_channels, source, topics, entry, removed=removed),
+                None if epoch_of is None else partial(epoch_of, entry.partition_id),
+            )
+        )
         listed.append((key_range, described_ok))
         listed_epochs.append((key_range, entry.partition_id, list(read.epochs.values())))
         partitions.append(

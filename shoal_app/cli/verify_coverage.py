@@ -94,7 +94,14 @@ class WalFloors:
     conflicts: list[str] = field(default_factory=list)
     """Keys two channels hold at the same GTID with different rows (a WAL record and a segment, two
     segments): one of them is wrong, whichever the last-writer-wins merge would keep."""
+    keep: pa.Table | None = None
+    """Primary keys with GTIDs (``_shoal_epoch``, ``_shoal_seq``): every version read at one of
+    them is kept too, unmerged (:meth:`kept`, :mod:`~shoal_app.cli.verify_newer`)."""
+    first_seq: dict[int, int] = field(default_factory=dict)
+    """Per epoch, the lowest sequence number of a WAL record read (a WAL channel holds every GTID
+    of its epochs from there on: one placement writes an epoch, in GTID order)."""
     _parts: list[pa.Table] = field(default_factory=list)
+    _kept: list[pa.Table] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self._schema = ingest_schema(self.table.arrow_schema(), self.table.primary_key)
@@ -117,6 +124,8 @@ class WalFloors:
             self.undecodable.append(f"WAL record {topic}@{item.offset}: {exc}")
             return
         self.records += 1
+        epoch, seq = record.gtid.epoch, record.gtid.seq
+        self.first_seq[epoch] = min(seq, self.first_seq.get(epoch, seq))
         self._keep(rows)
 
     def tap_segments(self, topic: str, segments: Iterable[ChannelSegment]) -> Iterator[ChannelSegment]:
@@ -154,10 +163,19 @@ class WalFloors:
         self.segments += 1
         self._keep(rows)
 
+    def fresh(self) -> WalFloors:
+        """Empty floors for the same table, keeping the same versions (a read started again)."""
+        return WalFloors(self.table, keep=self.keep)
+
     def _keep(self, rows: pa.Table) -> None:
         if rows.num_rows == 0:
             return
         self._parts.append(rows.select(self._columns))
+        if self.keep is not None and self.keep.num_rows:
+            by = [*self.table.primary_key, EPOCH_COLUMN, SEQ_COLUMN]
+            kept = self._parts[-1].join(self.keep.select(by), keys=by, join_type="left semi")
+            if kept.num_rows:
+                self._kept.append(kept.select(self._columns).cast(self._stored))
         if len(self._parts) >= _MERGE_EVERY:
             self._merge()
 
@@ -187,7 +205,7 @@ class WalFloors:
             return
         for one, other in zip(a.filter(bad).to_pylist(), b.filter(bad).to_pylist(), strict=True):
             self.conflicts.append(
-                ", ".join(f"{k}={_show(one[k])}" for k in keys)
+                ", ".join(f"{k}={show(one[k])}" for k in keys)
                 + f" at gtid {one[EPOCH_COLUMN]}:{one[SEQ_COLUMN]}: {_describe(one, by)} and {_describe(other, by)}"
             )
 
@@ -198,6 +216,11 @@ class WalFloors:
         self._merge()
         return self._parts[0]
 
+    def kept(self) -> pa.Table:
+        """Every version read at a key and GTID of :attr:`keep`, as read (one may be read twice: a
+        WAL record and the segment that covers it)."""
+        return pa.concat_tables(self._kept) if self._kept else self._stored.empty_table()
+
     def empty(self) -> pa.Table:
         """No floor, typed as :meth:`floors` would be: replicas are still scanned against it (a key
         held twice, a column of another kind) when the channels hold no row."""
@@ -207,7 +230,7 @@ class WalFloors:
 def _describe(row: dict[str, object], skip: Iterable[str]) -> str:
     if row[DELETED_COLUMN]:
         return "a delete"
-    shown = [f"{c}={_show(v)}" for c, v in row.items() if c not in set(skip) and c != DELETED_COLUMN]
+    shown = [f"{c}={show(v)}" for c, v in row.items() if c not in set(skip) and c != DELETED_COLUMN]
     return "a row " + ", ".join(shown)
 
 
@@ -217,14 +240,14 @@ def _at_or_above(epoch: pa.ChunkedArray, seq: pa.ChunkedArray, floor_epoch: pa.A
     )
 
 
-def _replica_name(i: int | str) -> str:
+def replica_name(i: int | str) -> str:
     return f"\x00replica {i}"  # no table column can be named so (metadata.table.validate_column_name)
 
 
-_R_EPOCH, _R_SEQ, _R_DELETED = _replica_name("epoch"), _replica_name("seq"), _replica_name("deleted")
+_R_EPOCH, _R_SEQ, _R_DELETED = replica_name("epoch"), replica_name("seq"), replica_name("deleted")
 
 
-def _show(value: object) -> str:
+def show(value: object) -> str:
     if isinstance(value, float) and math.isnan(value):
         return f"nan(0x{struct.unpack('<Q', struct.pack('<d', value))[0]:016x})"  # which NaN
     return f"{value!r:.40}"
@@ -260,18 +283,8 @@ def missing_writes(floors: pa.Table, replica_rows: pa.Table, key_columns: Iterab
         raise ShoalError(f"the replica's scan lacks the columns {missing}")
     if DELETED_COLUMN not in replica_rows.column_names:  # a scan without its tombstones: none is a delete
         replica_rows = replica_rows.append_column(DELETED_COLUMN, pa.array([False] * replica_rows.num_rows))
-    for name in [*keys, *values]:
-        want, have = floors.schema.field(name).type, replica_rows.schema.field(name).type
-        if not same_kind(want, have):
-            raise ReplicaTypeError(name, have, want)
-        if name in keys and have != want:  # a join needs one key type
-            try:
-                replica_rows = replica_rows.set_column(
-                    replica_rows.schema.get_field_index(name), name, pc.cast(replica_rows.column(name), want)
-                )
-            except pa.ArrowInvalid as exc:
-                raise ReplicaTypeError(name, have, want) from exc
-    renamed = [*keys, *(_replica_name(i) for i in range(len(values))), _R_EPOCH, _R_SEQ, _R_DELETED]
+    replica_rows = channel_keys(floors.schema, replica_rows, keys)
+    renamed = [*keys, *(replica_name(i) for i in range(len(values))), _R_EPOCH, _R_SEQ, _R_DELETED]
     theirs = replica_rows.select([*theirs_names, DELETED_COLUMN]).rename_columns(renamed)
     joined = floors.join(theirs, keys=keys, join_type="left outer")
     held = pc.is_valid(joined.column(_R_EPOCH))
@@ -284,10 +297,10 @@ def missing_writes(floors: pa.Table, replica_rows: pa.Table, key_columns: Iterab
     alike = pa.chunked_array([pa.array([True] * joined.num_rows, pa.bool_())])
     for i, name in enumerate(values):
         try:
-            alike = pc.and_(alike, same_values(joined.column(name), joined.column(_replica_name(i))))
+            alike = pc.and_(alike, same_values(joined.column(name), joined.column(replica_name(i))))
         except pa.ArrowInvalid as exc:  # a value the channel's type cannot hold (a finer timestamp, say)
             raise ReplicaTypeError(
-                name, theirs.schema.field(_replica_name(i)).type, floors.schema.field(name).type
+                name, theirs.schema.field(replica_name(i)).type, floors.schema.field(name).type
             ) from exc
     # a write: reached, and at its own GTID the same row (not a delete, the same values)
     other_at_gtid = pc.and_(same_gtid, pc.or_(their_delete, pc.invert(alike)))
@@ -299,7 +312,7 @@ def missing_writes(floors: pa.Table, replica_rows: pa.Table, key_columns: Iterab
     bad = joined.filter(pc.or_(write_bad, delete_bad))
     examples = []
     for row in bad.slice(0, _EXAMPLES).to_pylist():
-        key = ", ".join(f"{k}={_show(row[k])}" for k in keys)
+        key = ", ".join(f"{k}={show(row[k])}" for k in keys)
         what = "deleted" if row[DELETED_COLUMN] else "written"
         at = f"{row[EPOCH_COLUMN]}:{row[SEQ_COLUMN]}"
         theirs_at = f"{row[_R_EPOCH]}:{row[_R_SEQ]}"
@@ -309,15 +322,35 @@ def missing_writes(floors: pa.Table, replica_rows: pa.Table, key_columns: Iterab
             has = f"a delete at gtid {theirs_at}"
         elif (row[_R_EPOCH], row[_R_SEQ]) == (row[EPOCH_COLUMN], row[SEQ_COLUMN]) and not row[DELETED_COLUMN]:
             differ = [
-                f"{c}={_show(row[_replica_name(i)])} (channel {_show(row[c])})"
+                f"{c}={show(row[replica_name(i)])} (channel {show(row[c])})"
                 for i, c in enumerate(values)
-                if not _same_py(row[c], row[_replica_name(i)])
+                if not _same_py(row[c], row[replica_name(i)])
             ]
             has = "other values at that gtid: " + ", ".join(differ)
         else:
             has = f"gtid {theirs_at}"
         examples.append(f"{key} {what} at gtid {at}, replica has {has}")
     return bad.num_rows, examples
+
+
+def channel_keys(channel: pa.Schema, replica_rows: pa.Table, key_columns: Sequence[str]) -> pa.Table:
+    """``replica_rows`` with its key and GTID columns as the channels' types (a join needs one type), once
+    every column of ``channel`` it holds is of the same kind (:func:`~shoal.segments.merge.same_kind`);
+    ReplicaTypeError otherwise, or when a key does not survive the cast."""
+    for name in channel.names:
+        if name == DELETED_COLUMN or name not in replica_rows.column_names:
+            continue
+        want, have = channel.field(name).type, replica_rows.schema.field(name).type
+        if not same_kind(want, have):
+            raise ReplicaTypeError(name, have, want)
+        if (name in key_columns or name in (EPOCH_COLUMN, SEQ_COLUMN)) and have != want:
+            try:
+                replica_rows = replica_rows.set_column(
+                    replica_rows.schema.get_field_index(name), name, pc.cast(replica_rows.column(name), want)
+                )
+            except pa.ArrowInvalid as exc:
+                raise ReplicaTypeError(name, have, want) from exc
+    return replica_rows
 
 
 Rows = Callable[[str, str], pa.Table]
@@ -338,16 +371,28 @@ def floor_problems(floors: WalFloors) -> tuple[pa.Table | None, list[str]]:
     return newest, problems
 
 
+Seen = Callable[[str, pa.Table], None]
+"""``seen(who, scan)``: a replica's scan once checked, its key columns of the channels' types."""
+
+
 def replicas_missing(
-    newest: pa.Table, replicas: Sequence[ReplicaDescription], rows: Rows, key_columns: Sequence[str]
+    newest: pa.Table,
+    replicas: Sequence[ReplicaDescription],
+    rows: Rows,
+    key_columns: Sequence[str],
+    *,
+    seen: Seen | None = None,
 ) -> list[str]:
-    """One problem per replica that does not reach every floor of ``newest``."""
+    """One problem per replica that does not reach every floor of ``newest``; ``seen`` is given each
+    scan that could be compared (:mod:`~shoal_app.cli.verify_newer` looks at it again)."""
     problems = []
     for r in replicas:
         who = f"{r.server_id}#{r.placement_id}"
         try:
             scan = rows(r.server_id, r.partition_id)
             count, examples = missing_writes(newest, scan, key_columns)
+            if seen is not None:
+                seen(who, channel_keys(newest.schema, scan, key_columns))
         except ReplicaTypeError as exc:
             problems.append(f"{who}: {exc}")
             continue

@@ -37,15 +37,15 @@ def _described(pid: str, placement: int = 1, chain: tuple[str, ...] = ("s",)) ->
     }
 
 
-def verify_one_replica(channels: FakeChannels, file: MetadataFile) -> Any:
-    """``verify`` of ``file``'s one partition, with one replica that holds key 9 at GTID (1, 9)."""
+def verify_one_replica(channels: FakeChannels, file: MetadataFile, seq: int = 9) -> Any:
+    """``verify`` of ``file``'s one partition, with one replica that holds key 9 at GTID (1, ``seq``)."""
     pid = file.partitions[0].partition_id
     return verify(
         _client(file),
         "events",
         channels=channels,
         describe=lambda _s: [_described(pid)],
-        rows=lambda _s, _p: _replica([(9, "z", 1, 9)]),
+        rows=lambda _s, _p: _replica([(9, "z", 1, seq)]),
     )
 
 

@@ -1,0 +1,203 @@
+"""``shoal verify``'s check of replica versions newer than the channels (DESIGN.md section 6).
+
+The coverage check (:mod:`~shoal_app.cli.verify_coverage`) lets a replica's version of a key pass
+when its GTID is at or above the channels' newest version of that key: a later write may have
+replaced it. That alone would pass a version nobody wrote: every replica holding a tombstone, or
+other values, at a GTID no channel holds reads as "a later delete". Such a version is either a
+write that landed after verify read the channels (live writes), one whose channel is gone (a
+leaving placement's, deleted by its UNLOAD_FINAL), one the Tail truncated, or a phantom. What tells
+them apart:
+
+- one placement writes an epoch, in GTID order, and its WAL channel holds every GTID of that epoch
+  from its Tail on: a version at an epoch a WAL record read carries, at or above the lowest
+  sequence number read for it (:attr:`WalFloors.first_seq`), was on that channel;
+- a leader appends a batch's rows to its memtable only after the transaction that commits its WAL
+  record (DESIGN.md section 4), and followers read committed records only, so every version a
+  replica shows was on a channel, committed, before the replica was scanned;
+- epochs come from the partition's epoch znode, which only grows (a split seeds its children's at
+  the parent's): a version whose epoch is above the one ZooKeeper holds after the scans was never
+  written by a leader.
+
+So the versions above their key's newest on the channels (:func:`newer_than_floors`) that a WAL
+channel accounts for, or that lie above everything read (a write after the read), make verify read
+the partition's channels again after the scans, keeping every version at their keys and GTIDs
+(:attr:`WalFloors.keep`); each one a WAL channel accounts for (in either read) must then be on a
+channel, at its GTID with the same delete flag and values, or be replaced there by a newer version
+of its key (a write after the scan, whose predecessor a major may already have dropped from the
+segments channel), and none may carry an epoch above ZooKeeper's (:func:`newer_problems`). Records
+the Tail truncated between the reads are in a segment the second read finds; a Tail that moves under
+it makes the partition's channels read again, as for the first read.
+
+Not checked: a version at an epoch whose WAL records were all truncated or whose channel is gone,
+at or below ZooKeeper's epoch (what the channels no longer hold cannot be told from a phantom).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from shoal.segments.merge import same_values
+from shoal.segments.versioned import DELETED_COLUMN, EPOCH_COLUMN, SEQ_COLUMN, SYSTEM_COLUMNS
+from shoal_app.cli.verify_coverage import WalFloors, replica_name, show
+
+Gtid = tuple[int, int]
+
+_EXAMPLES = 3
+_ROW = replica_name("row")
+_FIRST = replica_name("first")
+
+
+def newest_gtid(rows: pa.Table | None) -> Gtid | None:
+    """The highest GTID (epoch, then sequence) in ``rows`` (None when it holds none)."""
+    if rows is None or rows.num_rows == 0:
+        return None
+    epoch = pc.max(rows.column(EPOCH_COLUMN)).as_py()
+    if epoch is None:
+        return None
+    seq = pc.max(rows.filter(pc.equal(rows.column(EPOCH_COLUMN), epoch)).column(SEQ_COLUMN)).as_py()
+    return int(epoch), int(seq)
+
+
+def _greater(epoch: pa.ChunkedArray, seq: pa.ChunkedArray, other_epoch: object, other_seq: object) -> pa.ChunkedArray:
+    """Row by row, whether (epoch, seq) is strictly above (other_epoch, other_seq); nulls are not."""
+    above = pc.or_kleene(
+        pc.greater(epoch, other_epoch), pc.and_kleene(pc.equal(epoch, other_epoch), pc.greater(seq, other_seq))
+    )
+    return pc.fill_null(above, False)
+
+
+def newer_than_floors(scan: pa.Table, floors: pa.Table | None, key_columns: Sequence[str]) -> pa.Table:
+    """The rows of ``scan`` (its key columns of the channels' types) whose key the channels do not
+    hold or hold at a lower GTID than the scan (``floors``: the newest version per key read)."""
+    if scan.num_rows == 0 or floors is None or floors.num_rows == 0:
+        return scan
+    keys = list(key_columns)
+    theirs = floors.select([*keys, EPOCH_COLUMN, SEQ_COLUMN]).rename_columns(
+        [*keys, replica_name("epoch"), replica_name("seq")]
+    )
+    joined = scan.join(theirs, keys=keys, join_type="left outer")
+    e, s = joined.column(replica_name("epoch")), joined.column(replica_name("seq"))
+    newer = pc.or_(pc.is_null(e), _greater(joined.column(EPOCH_COLUMN), joined.column(SEQ_COLUMN), e, s))
+    return joined.filter(newer).drop_columns([replica_name("epoch"), replica_name("seq")])
+
+
+def accounted(rows: pa.Table, first_seq: Mapping[int, int]) -> pa.ChunkedArray:
+    """Row by row, whether a WAL channel read holds every GTID of the row's epoch from below its
+    sequence number on (:attr:`WalFloors.first_seq`)."""
+    if not first_seq:
+        return pa.chunked_array([pa.array([False] * rows.num_rows, pa.bool_())])
+    epochs = pa.array(list(first_seq), rows.schema.field(EPOCH_COLUMN).type)
+    firsts = pa.array(list(first_seq.values()), rows.schema.field(SEQ_COLUMN).type)
+    where = pc.index_in(rows.column(EPOCH_COLUMN), value_set=epochs)
+    first = pc.take(firsts, where)
+    return pc.fill_null(pc.greater_equal(rows.column(SEQ_COLUMN), first), False)
+
+
+def to_read_again(newer: pa.Table, first_seq: Mapping[int, int], high: Gtid | None) -> pa.Table:
+    """The rows of ``newer`` (:func:`newer_than_floors`) the second read can judge: those a WAL
+    channel accounts for (:func:`accounted`), and those above ``high``, everything the first read
+    held (a write after it, or a new leader's epoch)."""
+    if newer.num_rows == 0:
+        return newer
+    after = (
+        pa.chunked_array([pa.array([True] * newer.num_rows, pa.bool_())])
+        if high is None
+        else _greater(newer.column(EPOCH_COLUMN), newer.column(SEQ_COLUMN), high[0], high[1])
+    )
+    return newer.filter(pc.or_(accounted(newer, first_seq), after))
+
+
+def unexplained(
+    replica: pa.Table, versions: pa.Table, newest: pa.Table | None, key_columns: Sequence[str]
+) -> tuple[int, list[str]]:
+    """How many rows of ``replica`` (versions to explain, its key columns of the channels' types) are
+    neither one of ``versions`` (same key, GTID, delete flag and, for a written row, values) nor
+    replaced by a newer version of their key in ``newest`` (the newest version per key read); and a
+    few of them."""
+    keys = list(key_columns)
+    values = [c for c in versions.column_names if c not in keys and c not in SYSTEM_COLUMNS]
+    if DELETED_COLUMN not in replica.column_names:
+        replica = replica.append_column(DELETED_COLUMN, pa.array([False] * replica.num_rows))
+    gtid = [EPOCH_COLUMN, SEQ_COLUMN]
+    mine = replica.select([*keys, *gtid, *values, DELETED_COLUMN]).append_column(
+        _ROW, pa.array(range(replica.num_rows), pa.int64())
+    )
+    renamed = [*keys, *gtid, *(replica_name(i) for i in range(len(values))), replica_name("deleted"), _ROW]
+    mine = mine.rename_columns(renamed)
+    explained: list[pa.Array] = []
+    if versions.num_rows:
+        same = mine.join(versions.select([*keys, *gtid, *values, DELETED_COLUMN]), keys=[*keys, *gtid])
+        ok = pc.equal(pc.fill_null(same.column(replica_name("deleted")), False), same.column(DELETED_COLUMN))
+        alike = pa.chunked_array([pa.array([True] * same.num_rows, pa.bool_())])
+        for i, name in enumerate(values):
+            alike = pc.and_(alike, same_values(same.column(name), same.column(replica_name(i))))
+        ok = pc.and_(ok, pc.or_(same.column(DELETED_COLUMN), alike))
+        explained.append(same.filter(ok).column(_ROW).combine_chunks())
+    if newest is not None and newest.num_rows:
+        later = newest.select([*keys, *gtid]).rename_columns([*keys, replica_name("epoch"), replica_name("seq")])
+        joined = mine.select([*keys, *gtid, _ROW]).join(later, keys=keys)
+        newer = _greater(
+            joined.column(replica_name("epoch")),
+            joined.column(replica_name("seq")),
+            joined.column(EPOCH_COLUMN),
+            joined.column(SEQ_COLUMN),
+        )
+        explained.append(joined.filter(newer).column(_ROW).combine_chunks())
+    found = pa.concat_arrays(explained) if explained else pa.array([], pa.int64())
+    bad = mine.filter(pc.invert(pc.is_in(mine.column(_ROW), value_set=found)))
+    held: set[tuple[object, ...]] = set()
+    if versions.num_rows and bad.num_rows:
+        held = {
+            (*(r[k] for k in keys), r[EPOCH_COLUMN], r[SEQ_COLUMN]) for r in versions.select([*keys, *gtid]).to_pylist()
+        }
+    examples = []
+    for row in bad.slice(0, _EXAMPLES).to_pylist():
+        key = ", ".join(f"{k}={show(row[k])}" for k in keys)
+        what = "a delete" if row[replica_name("deleted")] else "a row"
+        where = (*(row[k] for k in keys), row[EPOCH_COLUMN], row[SEQ_COLUMN])
+        why = "the channels hold another row at that gtid" if where in held else "no channel holds that gtid"
+        examples.append(f"{key}: {what} at gtid {row[EPOCH_COLUMN]}:{row[SEQ_COLUMN]}, {why}")
+    return bad.num_rows, examples
+
+
+def newer_problems(
+    newer: Mapping[str, pa.Table],
+    late: WalFloors,
+    first_seq: Mapping[int, int],
+    epoch_now: Callable[[], int] | None,
+) -> list[str]:
+    """One problem per replica (``newer``: who -> its versions :func:`to_read_again` kept) holding a
+    version with an epoch above ``epoch_now()`` (the partition's epoch in ZooKeeper, read after the
+    scans; not checked when None), or one that a WAL channel of either read (``first_seq`` of the
+    first, ``late.first_seq`` of the second) accounts for and the channels, read again after the
+    scans into ``late``, do not explain (:func:`unexplained`)."""
+    keys = list(late.table.primary_key)
+    newest, versions = late.floors(), late.kept()
+    firsts = dict(first_seq)
+    for epoch, seq in late.first_seq.items():
+        firsts[epoch] = min(seq, firsts.get(epoch, seq))
+    ceiling = epoch_now() if epoch_now is not None and any(t.num_rows for t in newer.values()) else None
+    problems = []
+    for who, rows in newer.items():
+        if ceiling is not None:
+            beyond = rows.filter(pc.greater(rows.column(EPOCH_COLUMN), ceiling))
+            if beyond.num_rows:
+                shown = "; ".join(
+                    ", ".join(f"{k}={show(r[k])}" for k in keys) + f" at gtid {r[EPOCH_COLUMN]}:{r[SEQ_COLUMN]}"
+                    for r in beyond.slice(0, _EXAMPLES).to_pylist()
+                )
+                problems.append(
+                    f"{who} holds {beyond.num_rows} version(s) with an epoch above the partition's epoch "
+                    f"{ceiling} in ZooKeeper, which no leader has had ({shown})"
+                )
+            rows = rows.filter(pc.less_equal(rows.column(EPOCH_COLUMN), ceiling))
+        count, examples = unexplained(rows.filter(accounted(rows, firsts)), versions, newest, keys)
+        if count:
+            problems.append(
+                f"{who} holds {count} version(s) newer than the channels' that their WAL channel should "
+                f"hold and the channels, read again after its scan, do not ({'; '.join(examples)})"
+            )
+    return problems

@@ -1,0 +1,135 @@
+"""``shoal verify``'s check of replica versions newer than the channels' (DESIGN.md section 6).
+
+Pure: WAL records with real Arrow payloads, replicas' scans as a node returns them, through
+``verify`` with fake channels (read again after the scans) and a fake ZooKeeper epoch.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pyarrow as pa
+from test_verify_channels import _described
+from test_verify_coverage import _batch, _records, _replica
+from test_verify_gtids import TOPICS, FakeChannels, _client, _file
+
+from shoal.kafka.readers import ChannelRecord
+from shoal.wire.records import Gtid
+from shoal_app.cli.verify import verify
+from shoal_app.cli.verify_newer import newer_than_floors, unexplained
+
+FILE = _file()
+PID = FILE.partitions[0].partition_id
+WAL = TOPICS.wal(PID, 1)
+
+
+def _tomb(k: int, epoch: int, seq: int) -> pa.Table:
+    """A scan holding only the tombstone of ``k`` at (epoch, seq)."""
+    t = _replica([(k, "", epoch, seq)])
+    t = t.set_column(t.schema.get_field_index("v"), "v", pa.array([None], pa.string()))
+    return t.set_column(t.schema.get_field_index("_shoal_deleted"), "_shoal_deleted", pa.array([True]))
+
+
+def _verify(channels: FakeChannels, rows: pa.Table, epoch: int = 1, **described: Any) -> Any:
+    return verify(
+        _client(FILE),
+        "events",
+        channels=channels,
+        describe=lambda _s: [{**_described(PID), **described}],
+        rows=lambda _s, _p: rows,
+        epoch=lambda _pid: epoch,
+    )
+
+
+def _one_wal(*batches: tuple[Gtid, pa.Table]) -> FakeChannels:
+    return FakeChannels({WAL: (0, _records(PID, 1, list(batches)))}, {})
+
+
+NO_KEYS = {"row_count": 0, "key_min": None, "key_max": None}
+
+
+def test_a_tombstone_with_an_epoch_no_leader_had_is_a_mismatch() -> None:
+    """The acknowledged write k=1 'a' at 1:0 is the newest version on the channels; every replica
+    holds a tombstone at 7:0, while ZooKeeper's epoch for the partition is 1: users read k=1 as gone."""
+    channels = _one_wal((Gtid(1, 0), _batch([1], ["a"], [False])))
+    report = _verify(channels, _tomb(1, 7, 0), **NO_KEYS)
+    part = report.partitions[0]
+    assert not report.ok and part.covered is False
+    assert "with an epoch above the partition's epoch 1 in ZooKeeper" in (part.coverage_error or "")
+    assert "k=1 at gtid 7:0" in (part.coverage_error or ""), part.coverage_error
+    # other values at such a GTID alike
+    report = _verify(channels, _replica([(1, "WRONG", 7, 0)]))
+    assert not report.ok and "epoch above the partition's epoch 1" in (report.partitions[0].coverage_error or "")
+    # epoch 7 was given out (its leader's channel gone, deleted by its UNLOAD_FINAL): not checked
+    assert _verify(channels, _tomb(1, 7, 0), epoch=7, **NO_KEYS).ok
+
+
+def test_a_version_at_a_gtid_its_wal_channel_does_not_hold_is_a_mismatch() -> None:
+    """Epoch 1's WAL channel holds every GTID of epoch 1 from 1:0: a replica version at 1:5 that no
+    record holds (above everything read) or at 1:1, a GTID another key's record holds, was never
+    written, whatever the replicas agree on."""
+    channels = _one_wal((Gtid(1, 0), _batch([1], ["a"], [False])), (Gtid(1, 1), _batch([2], ["b"], [False])))
+    held = _replica([(1, "a", 1, 0), (2, "b", 1, 1)])
+    assert _verify(channels, held, key_max=2).ok
+    for phantom, gtid in ((_tomb(1, 1, 5), "1:5"), (_tomb(1, 1, 1), "1:1"), (_replica([(1, "x", 1, 5)]), "1:5")):
+        rows = pa.concat_tables([phantom, held.slice(1)], promote_options="permissive")
+        report = _verify(channels, rows, key_max=2)
+        error = report.partitions[0].coverage_error or ""
+        assert not report.ok and "newer than the channels' that their WAL channel should hold" in error, error
+        assert f"k=1: a {'delete' if phantom['_shoal_deleted'][0].as_py() else 'row'} at gtid {gtid}" in error
+        assert "no channel holds that gtid" in error
+
+
+def _grown_before_scan(first: list[ChannelRecord], later: list[ChannelRecord], rows: pa.Table, **kw: Any) -> Any:
+    """verify over a WAL channel holding ``first`` that gets ``later`` right before the replica is
+    scanned (a write committed during verify, after the channel was read)."""
+    channels = FakeChannels({WAL: (0, first)}, {})
+
+    def scan(_server: str, _partition: str) -> pa.Table:
+        channels.wal[WAL] = (0, [*first, *later])
+        return rows
+
+    return verify(
+        _client(FILE),
+        "events",
+        channels=channels,
+        describe=lambda _s: [{**_described(PID), "key_max": 2}],
+        rows=scan,
+        epoch=lambda _pid: kw.get("epoch", 1),
+    )
+
+
+def test_a_write_that_lands_after_the_channels_were_read_passes() -> None:
+    """k=2 written at 1:1 after verify read the channel, before it scanned the replica: the second
+    read holds it, at its GTID with its values. A different row there is a mismatch."""
+    batches = [(Gtid(1, 0), _batch([1], ["a"], [False])), (Gtid(1, 1), _batch([2], ["b"], [False]))]
+    records = _records(PID, 1, batches)
+    held = _replica([(1, "a", 1, 0), (2, "b", 1, 1)])
+    assert _grown_before_scan(records[:1], records[1:], held).ok
+    other = _replica([(1, "a", 1, 0), (2, "c", 1, 1)])
+    report = _grown_before_scan(records[:1], records[1:], other)
+    error = report.partitions[0].coverage_error or ""
+    assert not report.ok and "k=2: a row at gtid 1:1, the channels hold another row at that gtid" in error, error
+    # a new leader's first write (epoch 2) after the read: its channel is read the second time too
+    new = _records(PID, 1, [*batches[:1], (Gtid(2, 0), _batch([2], ["b"], [False]))])
+    report = _grown_before_scan(new[:1], new[1:], _replica([(1, "a", 1, 0), (2, "b", 2, 0)]), epoch=2)
+    assert report.ok, report.partitions[0].coverage_error
+
+
+def test_a_version_replaced_on_the_channels_after_the_scan_is_explained() -> None:
+    """The scan's k=1 at 1:3 is not on the channels any more (a major kept its newer 1:4): explained;
+    a version the channels hold nothing newer of is not."""
+    keys = ["k"]
+    scan = _replica([(1, "a", 1, 3)])
+    newer = _replica([(1, "b", 1, 4)]).append_column("_shoal_deleted", pa.array([False]))
+    empty = newer.slice(0, 0)
+    assert unexplained(scan, empty, newer, keys)[0] == 0
+    count, examples = unexplained(scan, empty, None, keys)
+    assert count == 1 and examples == ["k=1: a row at gtid 1:3, no channel holds that gtid"]
+
+
+def test_only_versions_above_their_keys_newest_on_the_channels_are_looked_at() -> None:
+    floors = _replica([(1, "a", 1, 0), (2, "b", 1, 5)])
+    scan = _replica([(1, "a", 1, 0), (2, "b", 1, 7), (3, "c", 0, 1)])
+    assert newer_than_floors(scan, floors, ["k"]).column("k").to_pylist() == [2, 3]
+    assert newer_than_floors(scan, None, ["k"]).num_rows == 3
