@@ -16,8 +16,10 @@ segment holds (DESIGN.md section 6): its Tail, read before any segments channel,
 highest offset of it that a manifest on the partition's segments channels covers, and a channel
 that is gone while manifests cover it is a mismatch. Every write still on the channels (the WAL
 channels from their Tails, every segment on the segments channels) is in every replica, at its
-GTID with the values it wrote, or newer (:mod:`shoal_app.cli.verify_coverage`): replicas are
-compared with the channels, not only with each other. Channels are streamed, never loaded whole
+GTID with the values it wrote, or newer (:mod:`shoal_app.cli.verify_coverage`), and a version
+newer than the channels' must be one they hold when read again after the scans, unless nothing on
+them can tell it from a write on a channel that is gone (:mod:`shoal_app.cli.verify_newer`):
+replicas are compared with the channels, not only with each other. Channels are streamed, never loaded whole
 (a segment's file is held while its rows are read). And each replica's lowest and highest
 partition key lie inside the partition's key range:
 replicas that agree on rows another partition owns (a wrong split, a misrouted write) are a mismatch.

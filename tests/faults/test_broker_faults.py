@@ -18,6 +18,7 @@ reports identical replicas and intact WAL chains.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import json
 import os
@@ -77,6 +78,8 @@ class RetryingWriter(threading.Thread):
         self.acked: set[int] = set()
         self.sent: set[int] = set()
         self.failures = 0
+        self.errors: collections.deque[str] = collections.deque(maxlen=8)
+        """The last failed attempts (time, exception type and message), for a failed wait's message."""
         self.halt = threading.Event()
         self.error: BaseException | None = None
 
@@ -101,11 +104,16 @@ class RetryingWriter(threading.Thread):
             result = producer.write(TABLE, [{"k": k, "v": f"v{k}"} for k in keys])
             producer.sync(timeout=20)  # flushes: raises if any delivery failed since the last flush
             result.wait(timeout=0)  # and every message of THIS write was delivered
-        except Exception:
+        except Exception as exc:
             self.failures += 1
+            self.errors.append(f"{time.strftime('%H:%M:%S')} {type(exc).__name__}: {str(exc)[:300]}")
             return False
         self.acked.update(keys)
         return True
+
+    def progress(self) -> str:
+        """How far the writer got, with its last failures: what a failed wait reports."""
+        return f"{len(self.acked)} acked, {self.failures} failed attempts, last: {list(self.errors)}"
 
     def stop(self) -> None:
         self.halt.set()
@@ -295,12 +303,16 @@ def test_kill_one_of_three_brokers_under_writes_loses_nothing(tmp_path: Path, to
                 [found] = watcher.read([ingest]).values()
                 assert 0 <= found.tail <= found.append, found  # ...never an index of -1001 (OFFSET_INVALID)
             before = len(writer.acked)
-            assert wait_until(lambda: len(writer.acked) >= before + 100, 120), "writes stopped with 2 of 3 brokers"
+            assert wait_until(lambda: len(writer.acked) >= before + 100, 180), (
+                f"writes stopped with 2 of 3 brokers: {writer.progress()}"
+            )
             info = restart_process(info, victim.name, cache_dir=config.cache_dir, kafka_heap_mb=config.kafka_heap_mb)
             restarted = info.process(victim.name)
             assert restarted is not None and restarted.pid != victim.pid and is_running(restarted)
             before = len(writer.acked)
-            assert wait_until(lambda: len(writer.acked) >= before + 100, 120), "writes stopped after the restart"
+            assert wait_until(lambda: len(writer.acked) >= before + 100, 180), (
+                f"writes stopped after the restart: {writer.progress()}"
+            )
             # leadership back on the restarted broker, as Kafka's auto leader rebalance does after a while
             # (it did in a CI run, and the nodes' admin clients got FENCED_LEADER_EPOCH ever after): the
             # ingest partition's leader epoch moved again since the watcher last asked
