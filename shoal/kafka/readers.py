@@ -22,9 +22,9 @@ from shoal.errors import KafkaOperationError, ShoalError
 from shoal.kafka import clients
 from shoal.kafka.errors import ChannelTruncatedError, classify
 from shoal.kafka.settings import KafkaSettings
-from shoal.segments.channel import KIND_CHUNK, KIND_MANIFEST, message_kind
+from shoal.segments.channel import KIND_CHUNK, KIND_MANIFEST, AssembledSegment, SegmentAssembler, message_kind
 from shoal.wire.records import ManifestRecord as WireManifest
-from shoal.wire.records import SegmentChunk, WalRecord
+from shoal.wire.records import WalRecord
 
 log = logging.getLogger(__name__)
 
@@ -186,32 +186,22 @@ def read_segment_file(
     For a replica that must read one of its own files again (a leader checking a major against
     the segments it replaces, :mod:`storage_node.roles.compaction_intake`)."""
     found: tuple[WireManifest, list[bytes]] | None = None
-    pending: WireManifest | None = None
-    chunks: list[bytes] = []
+    assembler = SegmentAssembler(lambda m: m.segment_id == segment_id)
     for msg in read_to_end(
         settings, topic, 0, what="segments channel", group_id="shoal-segment-reader", timeout_s=timeout_s, **overrides
     ):
-        kind = message_kind(msg.headers())
+        kind, offset = message_kind(msg.headers()), int(msg.offset() or 0)
+        done: list[AssembledSegment] = []
         if kind == KIND_MANIFEST:
-            pending, chunks = None, []
             try:
                 manifest = WireManifest.from_bytes(msg.value())
             except ShoalError:
                 continue  # not this segment's, whatever it is
-            if manifest.segment_id == segment_id:
-                pending = manifest
-                if manifest.chunk_count == 0:
-                    found, pending = (manifest, []), None
-        elif kind == KIND_CHUNK and pending is not None:
-            try:
-                chunk = SegmentChunk.from_bytes(msg.value())
-            except ShoalError:
-                pending = None
-                continue
-            if (chunk.segment_id, chunk.index, chunk.count) != (segment_id, len(chunks), pending.chunk_count):
-                pending = None
-                continue
-            chunks.append(chunk.data)
-            if len(chunks) == pending.chunk_count:
-                found, pending = (pending, chunks), None
+            done = assembler.manifest(offset, manifest)
+        elif kind == KIND_CHUNK:
+            one = assembler.chunk(offset, msg.value())
+            done = [] if one is None else [one]
+        for segment in done:
+            if segment.chunks is not None:
+                found = (segment.manifest, list(segment.chunks))
     return found

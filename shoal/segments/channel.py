@@ -16,14 +16,15 @@ travel as topic names (``<prefix>.wal.<partition_id>.<placement_id>``) and are p
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 
-from shoal.errors import InvalidIdError, SchemaError
+from shoal.errors import InvalidIdError, SchemaError, ShoalError
 from shoal.segments import PlainManifest, SegmentRecord, WalRange
 from shoal.segments.errors import InvalidSegmentEntryError
 from shoal.topics import TopicNames
 from shoal.wire.records import ManifestRecord as WireManifest
-from shoal.wire.records import WalOffsetRange
+from shoal.wire.records import SegmentChunk, WalOffsetRange
 
 KIND_HEADER = "shoal.kind"
 KIND_MANIFEST = b"manifest"
@@ -131,3 +132,78 @@ def record_of(entry_manifest: PlainManifest) -> SegmentRecord:
         size_bytes=entry_manifest.size_bytes,
         created_at=time.time(),
     )
+
+
+@dataclass(frozen=True)
+class AssembledSegment:
+    """One segment as a segments channel carries it: its manifest (at ``offset``), and its chunks'
+    payloads in order when they are all there (``chunks``), or ``error`` saying why not."""
+
+    offset: int
+    manifest: WireManifest
+    chunks: tuple[bytes, ...] | None = None
+    error: str | None = None
+
+
+class SegmentAssembler:
+    """Joins a segments channel's messages into segments: a manifest, then its ``chunk_count``
+    chunks, indexed 0.. in order (one transaction publishes them). Fed message by message; chunks
+    outside a wanted segment are skipped. Nothing is checked against the manifest's sha256: the
+    caller does, once it holds the whole file."""
+
+    def __init__(self, wanted: Callable[[WireManifest], bool] | None = None) -> None:
+        self._wanted = wanted
+        self._pending: AssembledSegment | None = None
+        self._chunks: list[bytes] = []
+
+    @property
+    def pending(self) -> bool:
+        """A wanted manifest is waiting for more of its chunks."""
+        return self._pending is not None
+
+    def manifest(self, offset: int, manifest: WireManifest) -> list[AssembledSegment]:
+        """A manifest read at ``offset``: the segment it cuts short (only some chunks before it), and
+        itself when it has no chunk to wait for."""
+        out = []
+        if self._pending is not None:
+            out.append(replace(self._pending, error=f"only {len(self._chunks)} of its chunks before the next manifest"))
+        self._pending, self._chunks = None, []
+        if self._wanted is not None and not self._wanted(manifest):
+            return out
+        segment = AssembledSegment(offset, manifest)
+        if manifest.chunk_count == 0:
+            out.append(replace(segment, chunks=()))
+        else:
+            self._pending = segment
+        return out
+
+    def chunk(self, offset: int, value: bytes | None) -> AssembledSegment | None:
+        """A chunk read at ``offset``: the pending segment once this was its last chunk, or with an
+        error when this chunk does not decode or is not its next one; None otherwise."""
+        pending = self._pending
+        if pending is None:
+            return None
+        m = pending.manifest
+        try:
+            chunk = SegmentChunk.from_bytes(value or b"")  # no value: does not decode either
+        except ShoalError as exc:
+            self._pending = None
+            return replace(pending, error=f"the chunk at offset {offset} does not decode: {exc}")
+        if (chunk.segment_id, chunk.index, chunk.count) != (m.segment_id, len(self._chunks), m.chunk_count):
+            self._pending = None
+            why = f"chunk {chunk.segment_id}[{chunk.index}/{chunk.count}] at offset {offset}"
+            return replace(pending, error=f"{why} where its chunk {len(self._chunks)} was expected")
+        self._chunks.append(chunk.data)
+        if len(self._chunks) < m.chunk_count:
+            return None
+        self._pending = None
+        return replace(pending, chunks=tuple(self._chunks))
+
+    def end(self) -> AssembledSegment | None:
+        """The channel read to its end: the pending segment, with the chunks it lacks as its error."""
+        pending, self._pending = self._pending, None
+        if pending is None:
+            return None
+        return replace(
+            pending, error=f"only {len(self._chunks)} of its {pending.manifest.chunk_count} chunks on the channel"
+        )

@@ -46,7 +46,7 @@ import logging
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Protocol, TypeVar
 
@@ -62,6 +62,7 @@ from shoal.errors import KafkaOperationError, ShoalError, WireFormatError
 from shoal.kafka.errors import TRANSIENT_CODES, ChannelTruncatedError
 from shoal.kafka.readers import ChannelRecord
 from shoal.kafka.settings import KafkaSettings
+from shoal.segments.channel import AssembledSegment
 from shoal.segments.versioned import EPOCH_COLUMN, SEQ_COLUMN
 from shoal.topics import TopicNames
 from shoal.wire.records import ManifestRecord as WireManifest
@@ -200,46 +201,32 @@ class KafkaChannels:
                 start = last + 1
 
     def segments(self, topic: str, *, data: bool) -> Iterator[ChannelSegment]:
-        from shoal.segments.channel import KIND_CHUNK, KIND_MANIFEST, message_kind
-        from shoal.wire.records import SegmentChunk
+        from shoal.segments.channel import KIND_CHUNK, KIND_MANIFEST, SegmentAssembler, message_kind
 
-        pending: ChannelSegment | None = None  # a manifest whose chunks are being read
-        chunks: list[bytes] = []
-        # late binding on purpose: asked when a read ends, of the manifest pending then
-        for msg in self._read_segments(topic, lambda: pending is not None):  # noqa: B023
+        assembler = SegmentAssembler()
+        for msg in self._read_segments(topic, lambda: assembler.pending):
             kind, offset = message_kind(msg.headers()), int(msg.offset() or 0)
             if kind == KIND_MANIFEST:
-                if pending is not None:
-                    yield replace(pending, error=f"only {len(chunks)} of its chunks before the next manifest")
-                segment = ChannelSegment(offset, WireManifest.from_bytes(msg.value()))
+                manifest = WireManifest.from_bytes(msg.value())
                 if not data:
-                    yield segment
+                    yield ChannelSegment(offset, manifest)
                     continue
-                pending, chunks = segment, []
-            elif kind == KIND_CHUNK and pending is not None:
-                m = pending.manifest
-                try:
-                    chunk = SegmentChunk.from_bytes(msg.value())
-                except ShoalError as exc:
-                    yield replace(pending, error=f"the chunk at offset {offset} does not decode: {exc}")
-                    pending = None
-                    continue
-                if (chunk.segment_id, chunk.index, chunk.count) != (m.segment_id, len(chunks), m.chunk_count):
-                    why = f"chunk {chunk.segment_id}[{chunk.index}/{chunk.count}] at offset {offset}"
-                    yield replace(pending, error=f"{why} where its chunk {len(chunks)} was expected")
-                    pending = None
-                    continue
-                chunks.append(chunk.data)
-                if len(chunks) == m.chunk_count:
-                    yield replace(pending, data=b"".join(chunks))
-                    pending = None
-            elif kind != KIND_CHUNK:  # only leaders write here: anything else hides what they wrote
+                yield from map(_channel_segment, assembler.manifest(offset, manifest))
+            elif kind == KIND_CHUNK:
+                done = assembler.chunk(offset, msg.value())
+                if done is not None:
+                    yield _channel_segment(done)
+            else:  # only leaders write here: anything else hides what they wrote
                 shown = "no shoal.kind header" if kind is None else f"shoal.kind {kind[:40]!r}"
                 raise WireFormatError(f"segments channel {topic}: the message at offset {offset} has {shown}")
-        if pending is not None:
-            yield replace(
-                pending, error=f"only {len(chunks)} of its {pending.manifest.chunk_count} chunks on the channel"
-            )
+        left = assembler.end()
+        if left is not None:
+            yield _channel_segment(left)
+
+
+def _channel_segment(segment: AssembledSegment) -> ChannelSegment:
+    data = None if segment.chunks is None else b"".join(segment.chunks)
+    return ChannelSegment(segment.offset, segment.manifest, data, segment.error)
 
 
 def _transient(exc: KafkaOperationError) -> bool:
