@@ -39,6 +39,7 @@ from collections.abc import Callable, Mapping, Sequence
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from shoal.errors import ShoalError
 from shoal.segments.merge import same_values
 from shoal.segments.versioned import DELETED_COLUMN, EPOCH_COLUMN, SEQ_COLUMN, SYSTEM_COLUMNS
 from shoal_app.cli.verify_coverage import WalFloors, replica_name, show
@@ -179,8 +180,13 @@ def newer_problems(
     firsts = dict(first_seq)
     for epoch, seq in late.first_seq.items():
         firsts[epoch] = min(seq, firsts.get(epoch, seq))
-    ceiling = epoch_now() if epoch_now is not None and any(t.num_rows for t in newer.values()) else None
     problems = []
+    ceiling = None
+    if epoch_now is not None and any(t.num_rows for t in newer.values()):
+        try:
+            ceiling = epoch_now()
+        except ShoalError as exc:  # ZooKeeper not answering: the epochs stay unchecked, and say so
+            problems.append(f"the partition's epoch in ZooKeeper could not be read: {type(exc).__name__}: {exc}")
     for who, rows in newer.items():
         if ceiling is not None:
             beyond = rows.filter(pc.greater(rows.column(EPOCH_COLUMN), ceiling))

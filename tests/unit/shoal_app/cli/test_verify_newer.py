@@ -13,6 +13,7 @@ from test_verify_channels import _described
 from test_verify_coverage import _batch, _records, _replica
 from test_verify_gtids import TOPICS, FakeChannels, _client, _file
 
+from metadata.zk_client import ZooKeeperUnavailableError
 from shoal.kafka.readers import ChannelRecord
 from shoal.wire.records import Gtid
 from shoal_app.cli.verify import verify
@@ -62,6 +63,25 @@ def test_a_tombstone_with_an_epoch_no_leader_had_is_a_mismatch() -> None:
     assert not report.ok and "epoch above the partition's epoch 1" in (report.partitions[0].coverage_error or "")
     # epoch 7 was given out (its leader's channel gone, deleted by its UNLOAD_FINAL): not checked
     assert _verify(channels, _tomb(1, 7, 0), epoch=7, **NO_KEYS).ok
+
+
+def test_an_epoch_that_cannot_be_read_is_a_named_problem() -> None:
+    def unreachable(_pid: str) -> int:
+        raise ZooKeeperUnavailableError("read epoch: connection lost")
+
+    channels = _one_wal((Gtid(1, 0), _batch([1], ["a"], [False])))
+    report = verify(
+        _client(FILE),
+        "events",
+        channels=channels,
+        describe=lambda _s: [{**_described(PID), **NO_KEYS}],
+        rows=lambda _s, _p: _tomb(1, 7, 0),
+        epoch=unreachable,
+    )
+    error = report.partitions[0].coverage_error or ""
+    assert (
+        not report.ok and "the partition's epoch in ZooKeeper could not be read: ZooKeeperUnavailableError" in error
+    ), error
 
 
 def test_a_version_at_a_gtid_its_wal_channel_does_not_hold_is_a_mismatch() -> None:
