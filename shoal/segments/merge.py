@@ -297,9 +297,16 @@ def same_values(ours: pa.ChunkedArray | pa.Array, theirs: pa.ChunkedArray | pa.A
     -0.0 differ (``1/x`` tells them apart), and so do NaNs with different payloads, while a NaN is
     the same as itself. Every copy of a row keeps its bits (Parquet, Arrow IPC and the Spark
     compaction do not canonicalize), so a check that called 0.0 and -0.0 equal would pass a value
-    that changed. Dictionaries are decoded; ``theirs`` is cast to ``ours``' type when they differ."""
+    that changed. Dictionaries are decoded; ``theirs`` is cast to ``ours``' type when they differ, except
+    a wider float, to which ``ours`` is cast instead (a float32 1.0 is not a float64 1.0000000001)."""
     ours, theirs = decoded(ours), decoded(theirs)
-    if theirs.type != ours.type:
+    if (
+        pa.types.is_floating(ours.type)
+        and pa.types.is_floating(theirs.type)
+        and theirs.type.bit_width > ours.type.bit_width
+    ):
+        ours = pc.cast(ours, theirs.type)  # compared in the wider type: narrowing theirs would round it to ours
+    elif theirs.type != ours.type:
         theirs = pc.cast(theirs, ours.type)
     if pa.types.is_floating(ours.type):
         ours, theirs = _bits(ours), _bits(theirs)

@@ -410,8 +410,18 @@ class ChannelsRead:
     epochs: dict[str, set[int]] = field(default_factory=dict)
     wal_orders: list[WalOrder] = field(default_factory=list)
     floors: WalFloors | None = None
+    present: set[str] = field(default_factory=set)
+    """The WAL channels that exist (their Tail was read)."""
     error: str | None = None
     """Set when no read was whole: the Tail moved under each of :data:`CHANNEL_READS` reads."""
+
+    def problems(self) -> list[str]:
+        """What this read found wrong by itself: failed channel checks, GTIDs out of order across
+        channels, channel rows that do not decode or conflict (:func:`floor_problems`)."""
+        found = [f"{c.topic}: {c.error}" for c in (*self.wal_checks, *self.segment_checks) if not c.ok]
+        order = self.error or shared_epochs(self.epochs) or accept_order(self.wal_orders)
+        found += [] if order is None else [order]
+        return found + ([] if self.floors is None else floor_problems(self.floors)[1])
 
 
 def read_channels(
@@ -452,6 +462,7 @@ def _read_channels_once(
     placements += [p for p in removed if p not in placements]
     wal_topics = [topics.wal(entry.partition_id, p.placement_id) for p in placements]
     tails = {topic: _tail_before(source, topic) for topic in wal_topics}
+    out.present = {topic for topic, tail in tails.items() if tail is not None}
     orders: list[SegmentsOrder] = []
     for p, wal_topic in zip(placements, wal_topics, strict=True):
         seg_check, order = check_segments_channel(
@@ -499,17 +510,20 @@ def outside_range(replicas: list[ReplicaDescription], key_range: KeyRange, keysp
 
 
 def coverage(
-    floors: WalFloors,
+    read: ChannelsRead,
     replicas: list[ReplicaDescription],
     rows: Rows,
     read_again: Callable[[WalFloors], ChannelsRead] | None = None,
-    epoch_now: Callable[[], int] | None = None,
+    epoch_now: Callable[[], tuple[int, str | None]] | None = None,
 ) -> str | None:
-    """Which replicas miss a write still on the partition's WAL channels (:mod:`~shoal_app.cli.verify_coverage`),
-    or hold a version newer than the channels' that they cannot hold (:mod:`~shoal_app.cli.verify_newer`:
-    the channels read again with ``read_again(floors)`` after the scans, ``epoch_now()`` the
-    partition's epoch in ZooKeeper); None when neither. ``rows(server_id, partition_id)``: that
-    replica's scan with its GTID columns."""
+    """Which replicas miss a write still on the partition's channels (``read``, with its floors;
+    :mod:`~shoal_app.cli.verify_coverage`), or hold a version newer than the channels' that they
+    cannot hold (:mod:`~shoal_app.cli.verify_newer`: the channels read again with
+    ``read_again(floors)`` after the scans, ``epoch_now()`` the partition's epoch in ZooKeeper and
+    its leader's WAL channel); None when neither. ``rows(server_id, partition_id)``: that replica's
+    scan with its GTID columns."""
+    floors = read.floors
+    assert floors is not None
     newest, problems = floor_problems(floors)
     keys = list(floors.table.primary_key)
     high = newest_gtid(newest)
@@ -533,8 +547,10 @@ def coverage(
         again = read_again(WalFloors(floors.table, keep=wanted))
         if again.error is not None or again.floors is None:
             problems.append(f"versions newer than the channels' could not be checked: {again.error}")
-        else:
-            problems += newer_problems(newer, again.floors, floors.first_seq, epoch_now)
+            return "; ".join(problems)
+        before = set(read.problems())  # what the first read found is reported by the checks above
+        problems += [f"read again after the scans: {p}" for p in again.problems() if p not in before]
+        problems += newer_problems(newer, again.floors, floors.first_seq, epoch_now, again.present)
     return "; ".join(problems) if problems else None
 
 
@@ -546,7 +562,7 @@ def verify(
     describe: Callable[[str], list[dict[str, Any]]] | None = None,
     rows: Callable[[str, str], pa.Table] | None = None,
     retention: Callable[[Sequence[str]], Mapping[str, str]] | None = None,
-    epoch: Callable[[str], int] | None = None,
+    epoch: Callable[[str], tuple[int, int | None]] | None = None,
 ) -> Verification:
     """Every partition of ``table``: do its replicas agree, are its channels' hash chains intact and
     their GTIDs in order, does every replica hold every write still on its channels, and does Kafka
@@ -555,8 +571,8 @@ def verify(
     partition_id)``: that replica's rows with their GTID columns (the coverage check is skipped when
     ``describe`` is given without ``rows``); ``retention(topics)``: the topics Kafka deletes records
     of by time or size (Kafka's settings by default; skipped when ``channels`` is given without it);
-    ``epoch(partition_id)``: the partition's epoch in ZooKeeper (read there by default; not checked
-    when ``channels`` is given without it).
+    ``epoch(partition_id)``: the partition's epoch in ZooKeeper and its leader's placement id (read
+    there by default; not checked when ``channels`` is given without it).
 
     The retention check is what keeps the others honest: a channel whose records Kafka deletes by
     time looks like one the Tail truncated, so writes gone that way would pass every other check."""
@@ -578,8 +594,14 @@ def verify(
     epoch_of = epoch
     if epoch_of is None and channels is None:
 
-        def epoch_of(partition_id: str) -> int:
-            return read_epoch(client.zk, client.layout, partition_id).epoch
+        def epoch_of(partition_id: str) -> tuple[int, int | None]:
+            record = read_epoch(client.zk, client.layout, partition_id)
+            return record.epoch, record.placement_id
+
+    def epoch_now(partition_id: str) -> tuple[int, str | None]:
+        assert epoch_of is not None
+        epoch_number, placement_id = epoch_of(partition_id)
+        return epoch_number, None if placement_id is None else topics.wal(partition_id, placement_id)
 
     def remote(server: str) -> list[dict[str, Any]]:
         location = lookup_node(client.zk, client.layout, server)
@@ -637,11 +659,11 @@ def verify(
             None
             if floors is None or rows_of is None
             else coverage(
-                floors,
+                read,
                 described_ok,
                 rows_of,
                 partial(read_channels, source, topics, entry, removed=removed),
-                None if epoch_of is None else partial(epoch_of, entry.partition_id),
+                None if epoch_of is None else partial(epoch_now, entry.partition_id),
             )
         )
         listed.append((key_range, described_ok))

@@ -34,7 +34,7 @@ at or below ZooKeeper's epoch (what the channels no longer hold cannot be told f
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -134,7 +134,10 @@ def unexplained(
         ok = pc.equal(pc.fill_null(same.column(replica_name("deleted")), False), same.column(DELETED_COLUMN))
         alike = pa.chunked_array([pa.array([True] * same.num_rows, pa.bool_())])
         for i, name in enumerate(values):
-            alike = pc.and_(alike, same_values(same.column(name), same.column(replica_name(i))))
+            try:
+                alike = pc.and_(alike, same_values(same.column(name), same.column(replica_name(i))))
+            except pa.ArrowInvalid:  # a value the channel's type cannot hold: not the channel's row
+                alike = pa.chunked_array([pa.array([False] * same.num_rows, pa.bool_())])
         ok = pc.and_(ok, pc.or_(same.column(DELETED_COLUMN), alike))
         explained.append(same.filter(ok).column(_ROW).combine_chunks())
     if newest is not None and newest.num_rows:
@@ -168,28 +171,37 @@ def newer_problems(
     newer: Mapping[str, pa.Table],
     late: WalFloors,
     first_seq: Mapping[int, int],
-    epoch_now: Callable[[], int] | None,
+    epoch_now: Callable[[], tuple[int, str | None]] | None,
+    present: Collection[str] = (),
 ) -> list[str]:
     """One problem per replica (``newer``: who -> its versions :func:`to_read_again` kept) holding a
-    version with an epoch above ``epoch_now()`` (the partition's epoch in ZooKeeper, read after the
-    scans; not checked when None), or one that a WAL channel of either read (``first_seq`` of the
-    first, ``late.first_seq`` of the second) accounts for and the channels, read again after the
-    scans into ``late``, do not explain (:func:`unexplained`)."""
+    version the channels, read again after the scans into ``late``, do not explain
+    (:func:`unexplained`) while something says they must hold it, or one no leader wrote.
+
+    ``epoch_now()``: the partition's epoch in ZooKeeper, read after the scans, and its leader's WAL
+    channel (not checked when None). A version is judged when a WAL channel of either read
+    (``first_seq`` of the first, ``late.first_seq`` of the second) holds its epoch from below its
+    sequence number on, or when its epoch is ZooKeeper's and that leader's WAL channel exists
+    (``present``: its writes are on its channels, WAL or segments, whatever the Tail truncated);
+    one the second read's WAL channel holds the record of must be that very version, a newer
+    version of its key does not excuse it. A version whose epoch is above ZooKeeper's is a mismatch."""
     keys = list(late.table.primary_key)
     newest, versions = late.floors(), late.kept()
     firsts = dict(first_seq)
     for epoch, seq in late.first_seq.items():
         firsts[epoch] = min(seq, firsts.get(epoch, seq))
     problems = []
-    ceiling = None
+    ceiling: tuple[int, str | None] | None = None
     if epoch_now is not None and any(t.num_rows for t in newer.values()):
         try:
             ceiling = epoch_now()
         except ShoalError as exc:  # ZooKeeper not answering: the epochs stay unchecked, and say so
             problems.append(f"the partition's epoch in ZooKeeper could not be read: {type(exc).__name__}: {exc}")
     for who, rows in newer.items():
+        judged = accounted(rows, firsts)
         if ceiling is not None:
-            beyond = rows.filter(pc.greater(rows.column(EPOCH_COLUMN), ceiling))
+            epoch, leader_wal = ceiling
+            beyond = rows.filter(pc.greater(rows.column(EPOCH_COLUMN), epoch))
             if beyond.num_rows:
                 shown = "; ".join(
                     ", ".join(f"{k}={show(r[k])}" for k in keys) + f" at gtid {r[EPOCH_COLUMN]}:{r[SEQ_COLUMN]}"
@@ -197,13 +209,20 @@ def newer_problems(
                 )
                 problems.append(
                     f"{who} holds {beyond.num_rows} version(s) with an epoch above the partition's epoch "
-                    f"{ceiling} in ZooKeeper, which no leader has had ({shown})"
+                    f"{epoch} in ZooKeeper, which no leader has had ({shown})"
                 )
-            rows = rows.filter(pc.less_equal(rows.column(EPOCH_COLUMN), ceiling))
-        count, examples = unexplained(rows.filter(accounted(rows, firsts)), versions, newest, keys)
+            if leader_wal is not None and leader_wal in present:
+                judged = pc.or_(judged, pc.equal(rows.column(EPOCH_COLUMN), epoch))
+            keep = pc.less_equal(rows.column(EPOCH_COLUMN), epoch)
+            rows, judged = rows.filter(keep), judged.filter(keep)
+        rows = rows.filter(judged)
+        exact = accounted(rows, late.first_seq)  # its WAL record was in the second read
+        count, examples = unexplained(rows.filter(exact), versions, None, keys)
+        more, others = unexplained(rows.filter(pc.invert(exact)), versions, newest, keys)
+        count, examples = count + more, (examples + others)[:_EXAMPLES]
         if count:
             problems.append(
-                f"{who} holds {count} version(s) newer than the channels' that their WAL channel should "
-                f"hold and the channels, read again after its scan, do not ({'; '.join(examples)})"
+                f"{who} holds {count} version(s) newer than the channels' that the channels should hold "
+                f"and, read again after its scan, do not ({'; '.join(examples)})"
             )
     return problems

@@ -422,6 +422,9 @@ def test_same_values_compares_float32_bits_and_nulls() -> None:
     theirs = pa.chunked_array([pa.array([0.0, 0.0, None, None, None], pa.float32())])
     assert same_values(ours, theirs).to_pylist() == [True, False, True, False, True]
     assert same_values(pa.array(["a", None]), pa.array(["a", "b"])).to_pylist() == [True, False]
+    # a wider float is compared as it is: narrowed to float32, 1.0000000001 would round to 1.0
+    wide = pa.array([1.0000000001, 1.0, 0.1], pa.float64())
+    assert same_values(pa.array([1.0, 1.0, 0.1], pa.float32()), wide).to_pylist() == [False, True, False]
 
 
 def test_exactly_as_converts_only_what_it_keeps() -> None:

@@ -10,8 +10,8 @@ from typing import Any
 
 import pyarrow as pa
 from test_verify_channels import _described
-from test_verify_coverage import _batch, _records, _replica
-from test_verify_gtids import TOPICS, FakeChannels, _client, _file
+from test_verify_coverage import _batch, _records, _replica, _segment
+from test_verify_gtids import TOPICS, FakeChannels, _client, _file, _manifest
 
 from metadata.zk_client import ZooKeeperUnavailableError
 from shoal.kafka.readers import ChannelRecord
@@ -31,14 +31,15 @@ def _tomb(k: int, epoch: int, seq: int) -> pa.Table:
     return t.set_column(t.schema.get_field_index("_shoal_deleted"), "_shoal_deleted", pa.array([True]))
 
 
-def _verify(channels: FakeChannels, rows: pa.Table, epoch: int = 1, **described: Any) -> Any:
+def _verify(channels: FakeChannels, rows: pa.Table, epoch: int = 1, leader: int | None = 1, **described: Any) -> Any:
+    """verify of the one partition, its epoch in ZooKeeper ``epoch`` led by placement ``leader``."""
     return verify(
         _client(FILE),
         "events",
         channels=channels,
         describe=lambda _s: [{**_described(PID), **described}],
         rows=lambda _s, _p: rows,
-        epoch=lambda _pid: epoch,
+        epoch=lambda _pid: (epoch, leader),
     )
 
 
@@ -61,8 +62,14 @@ def test_a_tombstone_with_an_epoch_no_leader_had_is_a_mismatch() -> None:
     # other values at such a GTID alike
     report = _verify(channels, _replica([(1, "WRONG", 7, 0)]))
     assert not report.ok and "epoch above the partition's epoch 1" in (report.partitions[0].coverage_error or "")
-    # epoch 7 was given out (its leader's channel gone, deleted by its UNLOAD_FINAL): not checked
-    assert _verify(channels, _tomb(1, 7, 0), epoch=7, **NO_KEYS).ok
+    # epoch 7 was given out to placement 2, whose channels are gone (deleted by its UNLOAD_FINAL
+    # after it left): what it wrote is on no channel any more, so not checked
+    assert _verify(channels, _tomb(1, 7, 0), epoch=7, leader=2, **NO_KEYS).ok
+    # while the leader of epoch 7 has its WAL channel, whatever it wrote is on its channels
+    report = _verify(channels, _tomb(1, 7, 0), epoch=7, leader=1, **NO_KEYS)
+    assert not report.ok and "k=1: a delete at gtid 7:0, no channel holds that gtid" in (
+        report.partitions[0].coverage_error or ""
+    ), report.partitions[0].coverage_error
 
 
 def test_an_epoch_that_cannot_be_read_is_a_named_problem() -> None:
@@ -95,7 +102,7 @@ def test_a_version_at_a_gtid_its_wal_channel_does_not_hold_is_a_mismatch() -> No
         rows = pa.concat_tables([phantom, held.slice(1)], promote_options="permissive")
         report = _verify(channels, rows, key_max=2)
         error = report.partitions[0].coverage_error or ""
-        assert not report.ok and "newer than the channels' that their WAL channel should hold" in error, error
+        assert not report.ok and "newer than the channels' that the channels should hold" in error, error
         assert f"k=1: a {'delete' if phantom['_shoal_deleted'][0].as_py() else 'row'} at gtid {gtid}" in error
         assert "no channel holds that gtid" in error
 
@@ -115,7 +122,7 @@ def _grown_before_scan(first: list[ChannelRecord], later: list[ChannelRecord], r
         channels=channels,
         describe=lambda _s: [{**_described(PID), "key_max": 2}],
         rows=scan,
-        epoch=lambda _pid: kw.get("epoch", 1),
+        epoch=lambda _pid: (kw.get("epoch", 1), 1),
     )
 
 
@@ -153,3 +160,45 @@ def test_only_versions_above_their_keys_newest_on_the_channels_are_looked_at() -
     scan = _replica([(1, "a", 1, 0), (2, "b", 1, 7), (3, "c", 0, 1)])
     assert newer_than_floors(scan, floors, ["k"]).column("k").to_pylist() == [2, 3]
     assert newer_than_floors(scan, None, ["k"]).num_rows == 3
+
+
+def test_what_the_second_read_finds_wrong_is_reported() -> None:
+    """k=2 'b' written at 1:1 after the first read, and a segment published before the scan holding
+    k=2 at 1:1 as 'c', which every replica holds: the second read holds one key at one GTID with two
+    rows, a mismatch as it is in a first read."""
+    batches = [(Gtid(1, 0), _batch([1], ["a"], [False])), (Gtid(1, 1), _batch([2], ["b"], [False]))]
+    records = _records(PID, 1, batches)
+    manifest = _manifest(PID, 1, 1, (0, 2), (Gtid(1, 0), Gtid(1, 1)), segment_id="cd" * 16)
+    manifest, data = _segment(manifest, [(1, "a", 1, 0, False), (2, "c", 1, 1, False)])
+    channels = FakeChannels({WAL: (0, records[:1])}, {}, {manifest.segment_id: data})
+
+    def scan(_server: str, _partition: str) -> pa.Table:
+        channels.wal[WAL] = (0, records)
+        channels.published[TOPICS.segments(PID, 1)] = [manifest]
+        return _replica([(1, "a", 1, 0), (2, "c", 1, 1)])
+
+    report = verify(
+        _client(FILE),
+        "events",
+        channels=channels,
+        describe=lambda _s: [{**_described(PID), "key_max": 2}],
+        rows=scan,
+        epoch=lambda _pid: (1, 1),
+    )
+    error = report.partitions[0].coverage_error or ""
+    assert not report.ok and "read again after the scans: 1 key(s) held at the same GTID with different rows" in error
+
+
+def test_a_newer_write_does_not_excuse_a_version_whose_record_was_read() -> None:
+    """The WAL holds k=1 at 1:0 and k=2 at 1:1; every replica holds a tombstone of k=1 at 1:1, and k=1
+    is written again at 1:2 after the scan: the record at 1:1 was read and holds k=2 only."""
+    batches = [
+        (Gtid(1, 0), _batch([1], ["a"], [False])),
+        (Gtid(1, 1), _batch([2], ["b"], [False])),
+        (Gtid(1, 2), _batch([1], ["z"], [False])),
+    ]
+    records = _records(PID, 1, batches)
+    rows = pa.concat_tables([_tomb(1, 1, 1), _replica([(2, "b", 1, 1)])], promote_options="permissive")
+    report = _grown_before_scan(records[:2], records[2:], rows)
+    error = report.partitions[0].coverage_error or ""
+    assert not report.ok and "k=1: a delete at gtid 1:1, no channel holds that gtid" in error, error

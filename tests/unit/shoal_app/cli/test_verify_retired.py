@@ -203,7 +203,9 @@ def test_the_text_output_names_a_retired_partition(monkeypatch: pytest.MonkeyPat
         verify_module, "KafkaChannels", lambda _kafka: FakeChannels({TOPICS.wal(parent, 1): (0, wal)}, {})
     )
     monkeypatch.setattr("metadata.node_registry.lookup_node", lambda _zk, _layout, server: server)
-    monkeypatch.setattr("metadata.election.read_epoch", lambda _zk, _layout, _pid: SimpleNamespace(epoch=1))
+    monkeypatch.setattr(
+        "metadata.election.read_epoch", lambda _zk, _layout, _pid: SimpleNamespace(epoch=1, placement_id=None)
+    )
     monkeypatch.setattr("shoal.scan.describe_remote", lambda server, _t: described[server])
     monkeypatch.setattr("shoal.scan.scan_remote", lambda _location, request, **_k: rows[request.partition_id])
     res = CliRunner().invoke(verify_module.verify_command, ["events", "--zk", "z:1", "--bootstrap-servers", "b:1"])
