@@ -19,17 +19,21 @@ them apart:
   written by a leader.
 
 So the versions above their key's newest on the channels (:func:`newer_than_floors`) that a WAL
-channel accounts for, or that lie above everything read (a write after the read), make verify read
-the partition's channels again after the scans, keeping every version at their keys and GTIDs
-(:attr:`WalFloors.keep`); each one a WAL channel accounts for (in either read) must then be on a
-channel, at its GTID with the same delete flag and values, or be replaced there by a newer version
-of its key (a write after the scan, whose predecessor a major may already have dropped from the
-segments channel), and none may carry an epoch above ZooKeeper's (:func:`newer_problems`). Records
-the Tail truncated between the reads are in a segment the second read finds; a Tail that moves under
-it makes the partition's channels read again, as for the first read.
+channel accounts for, or that lie above everything read (a write after the read, a new leader's
+epoch), make verify read the partition's channels again after the scans, keeping every version at
+their keys and GTIDs (:attr:`WalFloors.keep`). Then (:func:`newer_problems`) each one a WAL channel
+of either read accounts for, or whose epoch is ZooKeeper's current one while that leader's WAL
+channel exists (whatever it wrote is on its channels, WAL or segments), must be on a channel at its
+GTID with the same delete flag and values; only one whose WAL record the Tail already truncated may
+instead be replaced there by a newer version of its key (a write after the scan, whose predecessor
+a major may have dropped from the segments channel). None may carry an epoch above ZooKeeper's.
+What the second read finds wrong by itself (two rows at one GTID, a broken chain) is reported as
+well. Records the Tail truncated between the reads are in a segment the second read finds; a Tail
+that moves under it makes the partition's channels read again, as for the first read.
 
-Not checked: a version at an epoch whose WAL records were all truncated or whose channel is gone,
-at or below ZooKeeper's epoch (what the channels no longer hold cannot be told from a phantom).
+Not checked: a version at an epoch that left no WAL record on the channels read (all truncated, or
+its channel gone) other than ZooKeeper's current one, at or below ZooKeeper's epoch; in a split
+child, a version newer than the retired parent's channels at one of the parent's epochs.
 """
 
 from __future__ import annotations
