@@ -746,7 +746,9 @@ def verify_retired(
         or epochs_not_above(key_range, read.epochs.values(), listed_epochs, table.keyspace)
     )
     floors = read.floors
-    missing = None if floors is None or rows is None else retired_coverage(floors, listed, rows, table.keyspace)
+    missing = (
+        None if floors is None or rows is None else retired_coverage(floors, listed, rows, table.keyspace, key_range)
+    )
     return RetiredVerification(
         partition_id=entry.partition_id,
         key_range=key_range.describe(table.keyspace),

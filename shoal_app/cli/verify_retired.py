@@ -26,14 +26,16 @@ pieces' older rows (:func:`epochs_not_above`).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from metadata.keyspace import KeyRange, Keyspace
+from shoal.segments.versioned import EPOCH_COLUMN, SEQ_COLUMN
 from shoal_app.cli.models import ReplicaDescription
-from shoal_app.cli.verify_coverage import Rows, WalFloors, floor_problems, replicas_missing
+from shoal_app.cli.verify_coverage import Rows, WalFloors, floor_problems, replicas_missing, show
+from shoal_app.cli.verify_newer import accounted, newer_than_floors
 from storage_node.replication.split import key_range_mask
 
 
@@ -42,9 +44,12 @@ def retired_coverage(
     listed: Sequence[tuple[KeyRange, Sequence[ReplicaDescription]]],
     rows: Rows,
     keyspace: Keyspace,
+    retired_range: KeyRange | None = None,
 ) -> str | None:
     """Which replicas of the listed partitions miss a write still on a retired partition's channels
-    (each write checked where its partition key lies now), or None when every one reaches them."""
+    (each write checked where its partition key lies now), or hold a version of a key in
+    ``retired_range`` newer than the retired channels' newest of it at a GTID the retired WAL
+    channels account for (:func:`phantoms`); None when neither."""
     newest, problems = floor_problems(floors)
     if newest is not None:
         keys = list(floors.table.primary_key)
@@ -55,12 +60,42 @@ def retired_coverage(
             if not pc.any(mask).as_py():
                 continue
             placed = pc.or_(placed, mask)
-            found = replicas_missing(newest.filter(mask), replicas, rows, keys)
+            found: list[str] = []
+
+            def seen(who: str, scan: pa.Table, found: list[str] = found) -> None:
+                if retired_range is not None:
+                    mine = scan.filter(key_range_mask(scan.column(floors.table.partition_key), retired_range, keyspace))
+                    found.extend(phantoms(who, mine, newest, floors.first_seq, keys))
+
+            found += replicas_missing(newest.filter(mask), replicas, rows, keys, seen=seen)
             problems += [f"{p} (now in {key_range.describe(keyspace)})" for p in found]
         unplaced = newest.num_rows - int(pc.sum(placed.cast(pa.int64())).as_py() or 0)
         if unplaced:
             problems.append(f"{unplaced} write(s) on the channels lie in no listed partition's key range")
     return "; ".join(problems) if problems else None
+
+
+def phantoms(
+    who: str, scan: pa.Table, newest: pa.Table, first_seq: Mapping[int, int], key_columns: Sequence[str]
+) -> list[str]:
+    """A problem when ``scan`` (a listed partition's replica, its keys of the retired partition's
+    range) holds a version newer than the retired channels' newest of its key (``newest``) at a
+    GTID a retired WAL channel accounts for (``first_seq``, :func:`~shoal_app.cli.verify_newer.accounted`):
+    the retired leader wrote every GTID of that epoch from there on to that channel, and nothing
+    writes to it any more, so the version was never written. A child's own writes carry epochs
+    above the parent's (:func:`epochs_not_above`) and are not judged here."""
+    newer = newer_than_floors(scan, newest, key_columns)
+    wrong = newer.filter(accounted(newer, first_seq))
+    if wrong.num_rows == 0:
+        return []
+    shown = "; ".join(
+        ", ".join(f"{k}={show(r[k])}" for k in key_columns) + f" at gtid {r[EPOCH_COLUMN]}:{r[SEQ_COLUMN]}"
+        for r in wrong.slice(0, 3).to_pylist()
+    )
+    return [
+        f"{who} holds {wrong.num_rows} version(s) newer than the retired partition's channels at GTIDs "
+        f"its WAL channels hold every write of, which they do not ({shown})"
+    ]
 
 
 def epochs_not_above(

@@ -129,6 +129,30 @@ def test_a_write_on_a_split_parents_channel_that_a_child_lacks_is_a_mismatch() -
     assert not stale.ok and stale.retired[0].covered is False
 
 
+def test_a_childs_version_at_a_gtid_its_parent_never_wrote_is_a_mismatch() -> None:
+    """The parent's WAL channel holds every GTID of epoch 1 from 1:0 (k=5 'a' at 1:0, k=100 at 1:1);
+    every replica of the low child holds k=5 at 1:7 (a tombstone or other values) or at 1:1, GTIDs
+    at which the parent wrote no k=5: the child's own channels are empty, so only the parent's tell."""
+    history = _split()
+    parent = history[0].partitions[0].partition_id
+    low, high = (e.partition_id for e in history[-1].partitions)
+    wal = _records(parent, 1, [(Gtid(1, 0), _batch([5, POINT], ["a", "b"], [False, False]))])
+    channels = FakeChannels({TOPICS.wal(parent, 1): (0, wal)}, {})
+    tomb = _replica([(5, "", 1, 7)])
+    tomb = tomb.set_column(tomb.schema.get_field_index("v"), "v", pa.array([None], pa.string()))
+    tomb = tomb.set_column(tomb.schema.get_field_index("_shoal_deleted"), "_shoal_deleted", pa.array([True]))
+    for low_rows, gtid in ((tomb, "1:7"), (_replica([(5, "WRONG", 1, 7)]), "1:7"), (_replica([(5, "a", 1, 1)]), "1:1")):
+        report = _run(history, channels, {low: low_rows, high: _replica([(POINT, "b", 1, 1)])})
+        (retired,) = report.retired
+        assert not report.ok and retired.covered is False
+        assert "newer than the retired partition's channels at GTIDs its WAL channels hold every write of" in (
+            retired.coverage_error or ""
+        ), retired.coverage_error
+        assert f"k=5 at gtid {gtid}" in (retired.coverage_error or "")
+    # a child's own write, with an epoch above the parent's, is not the parent's to judge
+    assert _run(history, channels, {low: _replica([(5, "new", 2, 0)]), high: _replica([(POINT, "b", 1, 1)])}).ok
+
+
 def test_a_retired_partition_whose_channels_are_gone_has_nothing_left_to_check() -> None:
     history = _split()
     low, high = (e.partition_id for e in history[-1].partitions)
