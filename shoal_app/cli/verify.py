@@ -580,8 +580,10 @@ def verify(
     from metadata.node_registry import lookup_node
     from shoal.scan import OPEN_SCAN, ScanRequest, describe_remote, scan_remote
 
-    file = client.coordinator.current(table)
+    # one read of METADATA: the listed partitions and the retired or removed ones from the same
+    # chain (a split finalized between two reads would leave its children out of both)
     history = client.coordinator.history(table)
+    file = history[-1]
     topics = TopicNames(client.config.topic_prefix)
     source: ChannelSource
     retained_of: Callable[[Sequence[str]], Mapping[str, str]] | None

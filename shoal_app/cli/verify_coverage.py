@@ -160,6 +160,10 @@ class WalFloors:
         except (pa.ArrowException, OSError, ValueError) as exc:
             self.undecodable.append(f"{where}: not a segment of this table: {exc}")
             return
+        outside = _outside_declared(rows, m)
+        if outside is not None:
+            self.undecodable.append(f"{where}: {outside}")
+            return
         self.segments += 1
         self._keep(rows)
 
@@ -225,6 +229,31 @@ class WalFloors:
         """No floor, typed as :meth:`floors` would be: replicas are still scanned against it (a key
         held twice, a column of another kind) when the channels hold no row."""
         return self._stored.empty_table()
+
+
+def _outside_declared(rows: pa.Table, manifest: WireManifest) -> str | None:
+    """Why ``rows`` (a segment's file) do not fit its manifest's declared GTID range (the publisher
+    computes it from the file, and the GTID order checks trust it), or None when they do."""
+    if manifest.min_gtid is None or manifest.max_gtid is None or rows.num_rows == 0:
+        return None
+    low, high = lowest_and_highest_gtid(rows)
+    declared = ((manifest.min_gtid.epoch, manifest.min_gtid.seq), (manifest.max_gtid.epoch, manifest.max_gtid.seq))
+    if declared[0] <= low and high <= declared[1]:
+        return None
+    return (
+        f"its rows' GTIDs {low[0]}:{low[1]}..{high[0]}:{high[1]} lie outside its manifest's "
+        f"{declared[0][0]}:{declared[0][1]}..{declared[1][0]}:{declared[1][1]}"
+    )
+
+
+def lowest_and_highest_gtid(rows: pa.Table) -> tuple[tuple[int, int], tuple[int, int]]:
+    """The lowest and highest GTID (epoch, then sequence) of ``rows``, which holds at least one."""
+    epochs = rows.column(EPOCH_COLUMN)
+    bounds = pc.min_max(epochs).as_py()
+    low_e, high_e = int(bounds["min"]), int(bounds["max"])
+    low_s = pc.min(rows.filter(pc.equal(epochs, low_e)).column(SEQ_COLUMN)).as_py()
+    high_s = pc.max(rows.filter(pc.equal(epochs, high_e)).column(SEQ_COLUMN)).as_py()
+    return (low_e, int(low_s)), (high_e, int(high_s))
 
 
 def _describe(row: dict[str, object], skip: Iterable[str]) -> str:
@@ -357,12 +386,34 @@ Rows = Callable[[str, str], pa.Table]
 """``rows(server_id, partition_id)``: a replica's scan with its GTID columns and tombstones."""
 
 
+def gtids_of_two_keys(newest: pa.Table, key_columns: Sequence[str]) -> list[str]:
+    """The GTIDs ``newest`` (one row per key) holds for more than one key, each with two of its keys:
+    a leader stamps every row it accepts with a GTID of its own, and segments keep them, so a GTID on
+    two keys is a row stamped with another write's GTID (a phantom, a lost write's replacement)."""
+    if newest.num_rows < 2:
+        return []
+    by = [EPOCH_COLUMN, SEQ_COLUMN]
+    counts = newest.select(by).group_by(by).aggregate([([], "count_all")])
+    twice = counts.filter(pc.greater(counts.column("count_all"), 1))
+    if twice.num_rows == 0:
+        return []
+    held = newest.join(twice.select(by), keys=by, join_type="left semi").sort_by([(c, "ascending") for c in by])
+    out: dict[tuple[int, int], list[str]] = {}
+    for row in held.select([*key_columns, *by]).to_pylist():
+        key = ", ".join(f"{k}={show(row[k])}" for k in key_columns)
+        out.setdefault((row[EPOCH_COLUMN], row[SEQ_COLUMN]), []).append(key)
+    return [f"gtid {e}:{s}: {' and '.join(keys[:2])}" for (e, s), keys in out.items()]
+
+
 def floor_problems(floors: WalFloors) -> tuple[pa.Table | None, list[str]]:
     """The floors (:meth:`WalFloors.floors`, None when no channel held a row), and what makes them a
     mismatch by themselves: records or segments that could not be read, and keys two channels hold
     at one GTID with different rows (found while the floors are merged, so they are merged first)."""
     newest = floors.floors()
     problems = [f"undecodable {u}" for u in floors.undecodable[:3]]
+    shared = [] if newest is None else gtids_of_two_keys(newest, floors.table.primary_key)
+    if shared:
+        problems.append(f"{len(shared)} GTID(s) held by more than one key on the channels ({'; '.join(shared[:3])})")
     if floors.conflicts:
         shown = "; ".join(floors.conflicts[:3])
         problems.append(
@@ -404,7 +455,21 @@ def replicas_missing(
         twice = held_more_than_once(scan, key_columns)
         if twice:
             problems.append(f"{who} holds {twice} key(s) more than once in its scan")
+        nulls = null_keys(scan, key_columns)
+        if nulls:
+            problems.append(f"{who} holds {nulls} row(s) with a null primary key column (in no partition's range)")
     return problems
+
+
+def null_keys(scan: pa.Table, key_columns: Sequence[str]) -> int:
+    """How many rows of ``scan`` have a null in a primary key column: never a row a leader accepted
+    (key columns are NOT NULL), and a node's lowest and highest key leave nulls out."""
+    if scan.num_rows == 0:
+        return 0
+    null = pa.chunked_array([pa.array([False] * scan.num_rows, pa.bool_())])
+    for name in key_columns:
+        null = pc.or_(null, pc.is_null(scan.column(name)))
+    return int(pc.sum(null.cast(pa.int64())).as_py() or 0)
 
 
 def held_more_than_once(scan: pa.Table, key_columns: Sequence[str]) -> int:
