@@ -515,13 +515,16 @@ def coverage(
     rows: Rows,
     read_again: Callable[[WalFloors], ChannelsRead] | None = None,
     epoch_now: Callable[[], tuple[int, str | None]] | None = None,
+    metadata_changed: Callable[[], bool] | None = None,
 ) -> str | None:
     """Which replicas miss a write still on the partition's channels (``read``, with its floors;
     :mod:`~shoal_app.cli.verify_coverage`), or hold a version newer than the channels' that they
     cannot hold (:mod:`~shoal_app.cli.verify_newer`: the channels read again with
     ``read_again(floors)`` after the scans, ``epoch_now()`` the partition's epoch in ZooKeeper and
     its leader's WAL channel); None when neither. ``rows(server_id, partition_id)``: that replica's
-    scan with its GTID columns."""
+    scan with its GTID columns. ``metadata_changed()``: whether the table's METADATA moved on since
+    verify read it; the second read's findings are then not judged (a split finalized or a placement
+    left meanwhile, and its UNLOAD_FINAL deleted channels the versions were on), and verify says so."""
     floors = read.floors
     assert floors is not None
     newest, problems = floor_problems(floors)
@@ -549,9 +552,22 @@ def coverage(
             problems.append(f"versions newer than the channels' could not be checked: {again.error}")
             return "; ".join(problems)
         before = set(read.problems())  # what the first read found is reported by the checks above
-        problems += [f"read again after the scans: {p}" for p in again.problems() if p not in before]
-        problems += newer_problems(newer, again.floors, floors.first_seq, epoch_now, again.present)
+        late = [f"read again after the scans: {p}" for p in again.problems() if p not in before]
+        late += newer_problems(newer, again.floors, floors.first_seq, epoch_now, again.present)
+        if late and metadata_changed is not None and _changed(metadata_changed):
+            late = [
+                "METADATA changed while verify read the channels again after the scans (a split or a "
+                "placement's leave finalized): the versions newer than the channels were not judged; verify again"
+            ]
+        problems += late
     return "; ".join(problems) if problems else None
+
+
+def _changed(metadata_changed: Callable[[], bool]) -> bool:
+    try:
+        return metadata_changed()
+    except ShoalError:  # ZooKeeper not answering: judged as read, the partition may be verified again
+        return False
 
 
 def verify(
@@ -563,6 +579,7 @@ def verify(
     rows: Callable[[str, str], pa.Table] | None = None,
     retention: Callable[[Sequence[str]], Mapping[str, str]] | None = None,
     epoch: Callable[[str], tuple[int, int | None]] | None = None,
+    metadata_moved: Callable[[], bool] | None = None,
 ) -> Verification:
     """Every partition of ``table``: do its replicas agree, are its channels' hash chains intact and
     their GTIDs in order, does every replica hold every write still on its channels, and does Kafka
@@ -572,7 +589,8 @@ def verify(
     ``describe`` is given without ``rows``); ``retention(topics)``: the topics Kafka deletes records
     of by time or size (Kafka's settings by default; skipped when ``channels`` is given without it);
     ``epoch(partition_id)``: the partition's epoch in ZooKeeper and its leader's placement id (read
-    there by default; not checked when ``channels`` is given without it).
+    there by default; not checked when ``channels`` is given without it); ``metadata_moved()``:
+    whether the table's METADATA changed since verify read it (its ZooKeeper head by default).
 
     The retention check is what keeps the others honest: a channel whose records Kafka deletes by
     time looks like one the Tail truncated, so writes gone that way would pass every other check."""
@@ -584,6 +602,12 @@ def verify(
     # chain (a split finalized between two reads would leave its children out of both)
     history = client.coordinator.history(table)
     file = history[-1]
+    metadata_changed = metadata_moved
+    if metadata_changed is None and channels is None:
+
+        def metadata_changed() -> bool:
+            return bool(client.coordinator.head(table).metadata_txnid != file.txnid)
+
     topics = TopicNames(client.config.topic_prefix)
     source: ChannelSource
     retained_of: Callable[[Sequence[str]], Mapping[str, str]] | None
@@ -666,6 +690,7 @@ def verify(
                 rows_of,
                 partial(read_channels, source, topics, entry, removed=removed),
                 None if epoch_of is None else partial(epoch_now, entry.partition_id),
+                metadata_changed,
             )
         )
         listed.append((key_range, described_ok))

@@ -202,3 +202,36 @@ def test_a_newer_write_does_not_excuse_a_version_whose_record_was_read() -> None
     report = _grown_before_scan(records[:2], records[2:], rows)
     error = report.partitions[0].coverage_error or ""
     assert not report.ok and "k=1: a delete at gtid 1:1, no channel holds that gtid" in error, error
+
+
+def test_channels_deleted_between_the_reads_after_a_metadata_change_are_not_judged() -> None:
+    """k=2 written at 1:1 after the first read; then a split finalized and the parent's UNLOAD_FINAL
+    deleted its channels before the second read: the version is on the children's channels now.
+    With METADATA moved on, verify says so (verify again) instead of calling the version a phantom."""
+    records = _records(PID, 1, [(Gtid(1, 0), _batch([1], ["a"], [False])), (Gtid(1, 1), _batch([2], ["b"], [False]))])
+
+    def run(moved: bool) -> Any:
+        channels = FakeChannels({WAL: (0, records[:1])}, {})
+
+        def scan(_server: str, _partition: str) -> pa.Table:
+            channels.wal[WAL] = (0, records)
+            rows = _replica([(1, "a", 1, 0), (2, "b", 1, 1)])
+            del channels.wal[WAL]
+            return rows
+
+        return verify(
+            _client(FILE),
+            "events",
+            channels=channels,
+            describe=lambda _s: [{**_described(PID), "key_max": 2}],
+            rows=scan,
+            epoch=lambda _pid: (1, 1),
+            metadata_moved=lambda: moved,
+        )
+
+    report = run(moved=True)
+    error = report.partitions[0].coverage_error or ""
+    assert not report.ok and "METADATA changed while verify read the channels again" in error, error
+    assert "no channel holds that gtid" not in error
+    # the same deletion with METADATA unchanged is a channel lost under a listed partition
+    assert "no channel holds that gtid" in (run(moved=False).partitions[0].coverage_error or "")
