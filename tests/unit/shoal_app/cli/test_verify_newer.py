@@ -6,6 +6,7 @@ Pure: WAL records with real Arrow payloads, replicas' scans as a node returns th
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pyarrow as pa
@@ -31,16 +32,29 @@ def _tomb(k: int, epoch: int, seq: int) -> pa.Table:
     return t.set_column(t.schema.get_field_index("_shoal_deleted"), "_shoal_deleted", pa.array([True]))
 
 
-def _verify(channels: FakeChannels, rows: pa.Table, epoch: int = 1, leader: int | None = 1, **described: Any) -> Any:
-    """verify of the one partition, its epoch in ZooKeeper ``epoch`` led by placement ``leader``."""
+def _verify_scan(
+    channels: FakeChannels,
+    scan: Callable[[str, str], pa.Table],
+    epoch: Callable[[str], tuple[int, int | None]] = lambda _pid: (1, 1),
+    described: dict[str, Any] | None = None,
+    **kw: Any,
+) -> Any:
+    """verify of the one partition, its replica scanned with ``scan`` (described with ``described``
+    over the defaults: key_max 2), ``epoch`` its epoch in ZooKeeper and leading placement."""
     return verify(
         _client(FILE),
         "events",
         channels=channels,
-        describe=lambda _s: [{**_described(PID), **described}],
-        rows=lambda _s, _p: rows,
-        epoch=lambda _pid: (epoch, leader),
+        describe=lambda _s: [{**_described(PID), "key_max": 2, **(described or {})}],
+        rows=scan,
+        epoch=epoch,
+        **kw,
     )
+
+
+def _verify(channels: FakeChannels, rows: pa.Table, epoch: int = 1, leader: int | None = 1, **described: Any) -> Any:
+    """verify of the one partition, its epoch in ZooKeeper ``epoch`` led by placement ``leader``."""
+    return _verify_scan(channels, lambda _s, _p: rows, lambda _pid: (epoch, leader), {"key_max": 1, **described})
 
 
 def _one_wal(*batches: tuple[Gtid, pa.Table]) -> FakeChannels:
@@ -77,14 +91,7 @@ def test_an_epoch_that_cannot_be_read_is_a_named_problem() -> None:
         raise ZooKeeperUnavailableError("read epoch: connection lost")
 
     channels = _one_wal((Gtid(1, 0), _batch([1], ["a"], [False])))
-    report = verify(
-        _client(FILE),
-        "events",
-        channels=channels,
-        describe=lambda _s: [{**_described(PID), **NO_KEYS}],
-        rows=lambda _s, _p: _tomb(1, 7, 0),
-        epoch=unreachable,
-    )
+    report = _verify_scan(channels, lambda _s, _p: _tomb(1, 7, 0), unreachable, NO_KEYS)
     error = report.partitions[0].coverage_error or ""
     assert (
         not report.ok and "the partition's epoch in ZooKeeper could not be read: ZooKeeperUnavailableError" in error
@@ -116,14 +123,7 @@ def _grown_before_scan(first: list[ChannelRecord], later: list[ChannelRecord], r
         channels.wal[WAL] = (0, [*first, *later])
         return rows
 
-    return verify(
-        _client(FILE),
-        "events",
-        channels=channels,
-        describe=lambda _s: [{**_described(PID), "key_max": 2}],
-        rows=scan,
-        epoch=lambda _pid: (kw.get("epoch", 1), 1),
-    )
+    return _verify_scan(channels, scan, lambda _pid: (kw.get("epoch", 1), 1))
 
 
 def test_a_write_that_lands_after_the_channels_were_read_passes() -> None:
@@ -177,14 +177,7 @@ def test_what_the_second_read_finds_wrong_is_reported() -> None:
         channels.published[TOPICS.segments(PID, 1)] = [manifest]
         return _replica([(1, "a", 1, 0), (2, "c", 1, 1)])
 
-    report = verify(
-        _client(FILE),
-        "events",
-        channels=channels,
-        describe=lambda _s: [{**_described(PID), "key_max": 2}],
-        rows=scan,
-        epoch=lambda _pid: (1, 1),
-    )
+    report = _verify_scan(channels, scan)
     error = report.partitions[0].coverage_error or ""
     assert not report.ok and "read again after the scans: 1 key(s) held at the same GTID with different rows" in error
 
@@ -219,15 +212,7 @@ def test_channels_deleted_between_the_reads_after_a_metadata_change_are_not_judg
             del channels.wal[WAL]
             return rows
 
-        return verify(
-            _client(FILE),
-            "events",
-            channels=channels,
-            describe=lambda _s: [{**_described(PID), "key_max": 2}],
-            rows=scan,
-            epoch=lambda _pid: (1, 1),
-            metadata_moved=lambda: moved,
-        )
+        return _verify_scan(channels, scan, metadata_moved=lambda: moved)
 
     report = run(moved=True)
     error = report.partitions[0].coverage_error or ""
