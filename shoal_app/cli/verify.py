@@ -30,8 +30,11 @@ that holds its key now (:mod:`shoal_app.cli.verify_retired`).
 
 Not checked: rows that no channel holds any more (a major that lost rows, once the Tail truncated
 the minors it replaced from its channel), and an epoch that went back from one leader to the next
-once the Tail truncated the predecessor's WAL records. A retired partition's channel deleted while
-verify reads it shows as a read error: verify again.
+once the Tail truncated the predecessor's WAL records, a replica version newer than the channels at
+an epoch that left no WAL record on them (:mod:`shoal_app.cli.verify_newer`), and a WAL channel
+deleted before any segment covered it, whose placement then reads as one that never led. A retired
+partition's channel deleted while verify reads it shows as a read error: verify again. METADATA is
+read once; a split or a leave finalized while verify runs shows as "METADATA changed": verify again.
 
 Exit code 0 when everything agrees and every chain is intact, 1 otherwise, and 1 for an error too
 (an unknown table, a cluster that cannot be reached): a script reads ``ok`` in ``--output json`` to
