@@ -534,9 +534,15 @@ def coverage(
     keys = list(floors.table.primary_key)
     high = newest_gtid(newest)
     newer: dict[str, pa.Table] = {}
+    led: list[int | None] = []  # ZooKeeper's epoch when its leader's WAL channel was read, asked once
 
     def seen(who: str, scan: pa.Table) -> None:
-        later = to_read_again(newer_than_floors(scan, newest, keys), floors.first_seq, high)
+        candidates = newer_than_floors(scan, newest, keys)
+        if candidates.num_rows == 0:
+            return
+        if not led:
+            led.append(_led_epoch(epoch_now, read.present))
+        later = to_read_again(candidates, floors.first_seq, high, led[0])
         if later.num_rows:
             newer[who] = later
 
@@ -564,6 +570,17 @@ def coverage(
             ]
         problems += late
     return "; ".join(problems) if problems else None
+
+
+def _led_epoch(epoch_now: Callable[[], tuple[int, str | None]] | None, present: set[str]) -> int | None:
+    """ZooKeeper's epoch for the partition when its leader's WAL channel is one of ``present``."""
+    if epoch_now is None:
+        return None
+    try:
+        epoch, leader_wal = epoch_now()
+    except ShoalError:  # not answering now: newer_problems asks again and says so
+        return None
+    return epoch if leader_wal is not None and leader_wal in present else None
 
 
 def _changed(metadata_changed: Callable[[], bool]) -> bool:

@@ -47,6 +47,7 @@ import struct
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -104,6 +105,8 @@ class WalFloors:
     _kept: list[pa.Table] = field(default_factory=list)
 
     def __post_init__(self) -> None:
+        self._wanted = _by_epoch(self.keep, [*self.table.primary_key, EPOCH_COLUMN, SEQ_COLUMN])
+        self._merged = False
         self._schema = ingest_schema(self.table.arrow_schema(), self.table.primary_key)
         self._columns = [*self.table.arrow_schema().names, *SYSTEM_COLUMNS]
         # rows as the WAL carries them: columns outside the key nullable (a tombstone has no values)
@@ -175,15 +178,38 @@ class WalFloors:
         if rows.num_rows == 0:
             return
         self._parts.append(rows.select(self._columns))
-        if self.keep is not None and self.keep.num_rows:
-            by = [*self.table.primary_key, EPOCH_COLUMN, SEQ_COLUMN]
-            kept = self._parts[-1].join(self.keep.select(by), keys=by, join_type="left semi")
-            if kept.num_rows:
-                self._kept.append(kept.select(self._columns).cast(self._stored))
+        self._merged = False
+        if self._wanted:
+            self._keep_wanted(self._parts[-1])
         if len(self._parts) >= _MERGE_EVERY:
             self._merge()
 
+    def _keep_wanted(self, rows: pa.Table) -> None:
+        """Keep the rows of ``rows`` at a key and GTID of :attr:`keep`: per epoch, only the slice of
+        its wanted sequence numbers within the rows' range is looked at (a WAL record is one range),
+        so each record costs a binary search, not a join with everything wanted."""
+        by = [*self.table.primary_key, EPOCH_COLUMN, SEQ_COLUMN]
+        epochs = rows.column(EPOCH_COLUMN)
+        distinct = pc.unique(epochs).to_pylist()
+        for epoch in distinct:
+            wanted = self._wanted.get(epoch)
+            if wanted is None:
+                continue
+            seqs, table = wanted
+            part = rows if len(distinct) == 1 else rows.filter(pc.equal(epochs, epoch))
+            bounds = pc.min_max(part.column(SEQ_COLUMN)).as_py()
+            lo = int(np.searchsorted(seqs, bounds["min"], side="left"))
+            hi = int(np.searchsorted(seqs, bounds["max"], side="right"))
+            if lo >= hi:
+                continue
+            kept = part.join(table.slice(lo, hi - lo), keys=by, join_type="left semi")
+            if kept.num_rows:
+                self._kept.append(kept.select(self._columns).cast(self._stored))
+
     def _merge(self) -> None:
+        if self._merged and len(self._parts) == 1:
+            return  # merged already, nothing read since: the conflicts are counted once
+        self._merged = True
         combined = pa.concat_tables(self._parts, promote_options="permissive")
         self._conflicts(combined)
         self._parts = [lww_merge([combined], self.table.primary_key)]
@@ -197,7 +223,7 @@ class WalFloors:
         by = [*keys, EPOCH_COLUMN, SEQ_COLUMN]
         ordered = rows.sort_by([(c, "ascending") for c in by])
         a, b = ordered.slice(0, rows.num_rows - 1), ordered.slice(1)
-        same_version = pa.chunked_array([pa.array([True] * a.num_rows, pa.bool_())])
+        same_version = pa.chunked_array([pa.array(np.ones(a.num_rows, np.bool_))])
         for c in by:
             same_version = pc.and_(same_version, pc.fill_null(pc.equal(a.column(c), b.column(c)), False))
         written = pc.invert(a.column(DELETED_COLUMN))
@@ -234,6 +260,9 @@ class WalFloors:
 def _outside_declared(rows: pa.Table, manifest: WireManifest) -> str | None:
     """Why ``rows`` (a segment's file) do not fit its manifest's declared GTID range (the publisher
     computes it from the file, and the GTID order checks trust it), or None when they do."""
+    nulls = rows.column(EPOCH_COLUMN).null_count + rows.column(SEQ_COLUMN).null_count
+    if nulls:
+        return f"{nulls} of its rows' GTID values are null"
     if manifest.min_gtid is None or manifest.max_gtid is None or rows.num_rows == 0:
         return None
     low, high = lowest_and_highest_gtid(rows)
@@ -254,6 +283,20 @@ def lowest_and_highest_gtid(rows: pa.Table) -> tuple[tuple[int, int], tuple[int,
     low_s = pc.min(rows.filter(pc.equal(epochs, low_e)).column(SEQ_COLUMN)).as_py()
     high_s = pc.max(rows.filter(pc.equal(epochs, high_e)).column(SEQ_COLUMN)).as_py()
     return (low_e, int(low_s)), (high_e, int(high_s))
+
+
+def _by_epoch(keep: pa.Table | None, by: Sequence[str]) -> dict[int, tuple[np.ndarray, pa.Table]]:
+    """``keep`` (keys and GTIDs) per epoch: its sequence numbers sorted, and its rows in that order."""
+    if keep is None or keep.num_rows == 0:
+        return {}
+    out = {}
+    rows = keep.select(list(by))
+    for epoch in pc.unique(rows.column(EPOCH_COLUMN)).to_pylist():
+        if epoch is None:
+            continue
+        mine = rows.filter(pc.equal(rows.column(EPOCH_COLUMN), epoch)).sort_by(SEQ_COLUMN)
+        out[int(epoch)] = (mine.column(SEQ_COLUMN).to_numpy(), mine)
+    return out
 
 
 def _describe(row: dict[str, object], skip: Iterable[str]) -> str:
@@ -311,7 +354,7 @@ def missing_writes(floors: pa.Table, replica_rows: pa.Table, key_columns: Iterab
     if missing:
         raise ShoalError(f"the replica's scan lacks the columns {missing}")
     if DELETED_COLUMN not in replica_rows.column_names:  # a scan without its tombstones: none is a delete
-        replica_rows = replica_rows.append_column(DELETED_COLUMN, pa.array([False] * replica_rows.num_rows))
+        replica_rows = replica_rows.append_column(DELETED_COLUMN, pa.array(np.zeros(replica_rows.num_rows, np.bool_)))
     replica_rows = channel_keys(floors.schema, replica_rows, keys)
     renamed = [*keys, *(replica_name(i) for i in range(len(values))), _R_EPOCH, _R_SEQ, _R_DELETED]
     theirs = replica_rows.select([*theirs_names, DELETED_COLUMN]).rename_columns(renamed)
@@ -323,7 +366,7 @@ def missing_writes(floors: pa.Table, replica_rows: pa.Table, key_columns: Iterab
     reaches = pc.fill_null(_at_or_above(re, rs, e, s), False)
     same_gtid = pc.fill_null(pc.and_(pc.equal(re, e), pc.equal(rs, s)), False)
     deleted = joined.column(DELETED_COLUMN)
-    alike = pa.chunked_array([pa.array([True] * joined.num_rows, pa.bool_())])
+    alike = pa.chunked_array([pa.array(np.ones(joined.num_rows, np.bool_))])
     for i, name in enumerate(values):
         try:
             alike = pc.and_(alike, same_values(joined.column(name), joined.column(replica_name(i))))
@@ -466,7 +509,7 @@ def null_keys(scan: pa.Table, key_columns: Sequence[str]) -> int:
     (key columns are NOT NULL), and a node's lowest and highest key leave nulls out."""
     if scan.num_rows == 0:
         return 0
-    null = pa.chunked_array([pa.array([False] * scan.num_rows, pa.bool_())])
+    null = pa.chunked_array([pa.array(np.zeros(scan.num_rows, np.bool_))])
     for name in key_columns:
         null = pc.or_(null, pc.is_null(scan.column(name)))
     return int(pc.sum(null.cast(pa.int64())).as_py() or 0)

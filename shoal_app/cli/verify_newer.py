@@ -41,6 +41,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping, Sequence
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -75,26 +76,34 @@ def _greater(epoch: pa.ChunkedArray, seq: pa.ChunkedArray, other_epoch: object, 
     return pc.fill_null(above, False)
 
 
+def _flags(n: int, value: bool) -> pa.ChunkedArray:
+    return pa.chunked_array([pa.array(np.full(n, value, dtype=np.bool_))])
+
+
 def newer_than_floors(scan: pa.Table, floors: pa.Table | None, key_columns: Sequence[str]) -> pa.Table:
     """The rows of ``scan`` (its key columns of the channels' types) whose key the channels do not
-    hold or hold at a lower GTID than the scan (``floors``: the newest version per key read)."""
+    hold or hold at a lower GTID than the scan (``floors``: the newest version per key read). Only
+    the keys, GTIDs and row numbers are joined; the rows are then taken from ``scan``."""
     if scan.num_rows == 0 or floors is None or floors.num_rows == 0:
         return scan
     keys = list(key_columns)
     theirs = floors.select([*keys, EPOCH_COLUMN, SEQ_COLUMN]).rename_columns(
         [*keys, replica_name("epoch"), replica_name("seq")]
     )
-    joined = scan.join(theirs, keys=keys, join_type="left outer")
+    mine = scan.select([*keys, EPOCH_COLUMN, SEQ_COLUMN]).append_column(
+        _ROW, pa.array(np.arange(scan.num_rows, dtype=np.int64))
+    )
+    joined = mine.join(theirs, keys=keys, join_type="left outer")
     e, s = joined.column(replica_name("epoch")), joined.column(replica_name("seq"))
     newer = pc.or_(pc.is_null(e), _greater(joined.column(EPOCH_COLUMN), joined.column(SEQ_COLUMN), e, s))
-    return joined.filter(newer).drop_columns([replica_name("epoch"), replica_name("seq")])
+    return scan.take(np.sort(joined.filter(newer).column(_ROW).to_numpy()))
 
 
 def accounted(rows: pa.Table, first_seq: Mapping[int, int]) -> pa.ChunkedArray:
     """Row by row, whether a WAL channel read holds every GTID of the row's epoch from below its
     sequence number on (:attr:`WalFloors.first_seq`)."""
     if not first_seq:
-        return pa.chunked_array([pa.array([False] * rows.num_rows, pa.bool_())])
+        return _flags(rows.num_rows, False)
     epochs = pa.array(list(first_seq), rows.schema.field(EPOCH_COLUMN).type)
     firsts = pa.array(list(first_seq.values()), rows.schema.field(SEQ_COLUMN).type)
     where = pc.index_in(rows.column(EPOCH_COLUMN), value_set=epochs)
@@ -102,18 +111,22 @@ def accounted(rows: pa.Table, first_seq: Mapping[int, int]) -> pa.ChunkedArray:
     return pc.fill_null(pc.greater_equal(rows.column(SEQ_COLUMN), first), False)
 
 
-def to_read_again(newer: pa.Table, first_seq: Mapping[int, int], high: Gtid | None) -> pa.Table:
+def to_read_again(newer: pa.Table, first_seq: Mapping[int, int], high: Gtid | None, led: int | None = None) -> pa.Table:
     """The rows of ``newer`` (:func:`newer_than_floors`) the second read can judge: those a WAL
-    channel accounts for (:func:`accounted`), and those above ``high``, everything the first read
-    held (a write after it, or a new leader's epoch)."""
+    channel accounts for (:func:`accounted`), those above ``high``, everything the first read held
+    (a write after it, or a new leader's epoch), and those of epoch ``led`` (ZooKeeper's current
+    epoch, given when its leader's WAL channel exists: whatever it wrote is on its channels)."""
     if newer.num_rows == 0:
         return newer
     after = (
-        pa.chunked_array([pa.array([True] * newer.num_rows, pa.bool_())])
+        _flags(newer.num_rows, True)
         if high is None
         else _greater(newer.column(EPOCH_COLUMN), newer.column(SEQ_COLUMN), high[0], high[1])
     )
-    return newer.filter(pc.or_(accounted(newer, first_seq), after))
+    keep = pc.or_(accounted(newer, first_seq), after)
+    if led is not None:
+        keep = pc.or_(keep, pc.fill_null(pc.equal(newer.column(EPOCH_COLUMN), led), False))
+    return newer.filter(keep)
 
 
 def unexplained(
@@ -126,10 +139,10 @@ def unexplained(
     keys = list(key_columns)
     values = [c for c in versions.column_names if c not in keys and c not in SYSTEM_COLUMNS]
     if DELETED_COLUMN not in replica.column_names:
-        replica = replica.append_column(DELETED_COLUMN, pa.array([False] * replica.num_rows))
+        replica = replica.append_column(DELETED_COLUMN, pa.array(np.zeros(replica.num_rows, dtype=np.bool_)))
     gtid = [EPOCH_COLUMN, SEQ_COLUMN]
     mine = replica.select([*keys, *gtid, *values, DELETED_COLUMN]).append_column(
-        _ROW, pa.array(range(replica.num_rows), pa.int64())
+        _ROW, pa.array(np.arange(replica.num_rows, dtype=np.int64))
     )
     renamed = [*keys, *gtid, *(replica_name(i) for i in range(len(values))), replica_name("deleted"), _ROW]
     mine = mine.rename_columns(renamed)
@@ -137,12 +150,12 @@ def unexplained(
     if versions.num_rows:
         same = mine.join(versions.select([*keys, *gtid, *values, DELETED_COLUMN]), keys=[*keys, *gtid])
         ok = pc.equal(pc.fill_null(same.column(replica_name("deleted")), False), same.column(DELETED_COLUMN))
-        alike = pa.chunked_array([pa.array([True] * same.num_rows, pa.bool_())])
+        alike = _flags(same.num_rows, True)
         for i, name in enumerate(values):
             try:
                 alike = pc.and_(alike, same_values(same.column(name), same.column(replica_name(i))))
             except pa.ArrowInvalid:  # a value the channel's type cannot hold: not the channel's row
-                alike = pa.chunked_array([pa.array([False] * same.num_rows, pa.bool_())])
+                alike = _flags(same.num_rows, False)
         ok = pc.and_(ok, pc.or_(same.column(DELETED_COLUMN), alike))
         explained.append(same.filter(ok).column(_ROW).combine_chunks())
     if newest is not None and newest.num_rows:

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -54,11 +55,12 @@ def retired_coverage(
     if newest is not None:
         keys = list(floors.table.primary_key)
         column = newest.column(floors.table.partition_key)
-        placed = pa.chunked_array([pa.array([False] * newest.num_rows, pa.bool_())])
+        placed = pa.chunked_array([pa.array(np.zeros(newest.num_rows, np.bool_))])
         for key_range, replicas in listed:
             mask = key_range_mask(column, key_range, keyspace)
-            if not pc.any(mask).as_py():
-                continue
+            holds = pc.any(mask).as_py()
+            if not holds and (retired_range is None or not key_range.overlaps(retired_range)):
+                continue  # holds none of the retired keys, or no write of them is left to compare with
             placed = pc.or_(placed, mask)
             found: list[str] = []
 

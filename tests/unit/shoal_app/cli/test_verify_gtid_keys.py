@@ -109,3 +109,16 @@ def test_metadata_is_read_once() -> None:
     )
     assert [p.partition_id for p in report.partitions] == [e.partition_id for e in final.partitions]
     assert not report.ok and "misses 1 of 1 writes" in (report.partitions[0].coverage_error or "")
+
+
+def test_a_segment_row_without_a_gtid_is_undecodable_not_a_traceback() -> None:
+    from test_verify_coverage import TABLE
+
+    from shoal_app.cli.verify_coverage import ChannelSegment, WalFloors
+
+    manifest = _manifest(PID, 1, 1, (0, 2), (Gtid(1, 0), Gtid(1, 9)), segment_id="cd" * 16)
+    for rows in ([(1, "a", None, 0, False)], [(1, "a", 1, None, False)]):
+        segment, data = _segment(manifest, rows)  # type: ignore[arg-type]
+        floors = WalFloors(TABLE)
+        floors.add_segment("segs", ChannelSegment(0, segment, data))
+        assert floors.undecodable == [f"segment {'cd' * 16} at segs@0: 1 of its rows' GTID values are null"]

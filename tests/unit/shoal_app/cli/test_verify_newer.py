@@ -220,3 +220,21 @@ def test_channels_deleted_between_the_reads_after_a_metadata_change_are_not_judg
     assert "no channel holds that gtid" not in error
     # the same deletion with METADATA unchanged is a channel lost under a listed partition
     assert "no channel holds that gtid" in (run(moved=False).partitions[0].coverage_error or "")
+
+
+def test_a_version_at_the_current_epoch_is_judged_when_its_wal_channel_is_empty() -> None:
+    """The leader (placement 1, ZooKeeper's epoch 1) flushed k=1 at 1:0 and k=2 at 1:9 and its Tail
+    emptied its WAL channel: no record accounts for epoch 1, yet whatever it wrote is on its
+    channels, so every replica's tombstone of k=1 at 1:5 (below everything read) is a phantom."""
+    manifest = _manifest(PID, 1, 1, (0, 2), (Gtid(1, 0), Gtid(1, 9)), segment_id="cd" * 16)
+    manifest, data = _segment(manifest, [(1, "a", 1, 0, False), (2, "b", 1, 9, False)])
+    channels = FakeChannels({WAL: (2, [])}, {TOPICS.segments(PID, 1): [manifest]}, {manifest.segment_id: data})
+    healthy = _replica([(1, "a", 1, 0), (2, "b", 1, 9)])
+    assert _verify(channels, healthy, key_max=2).ok
+    phantom = pa.concat_tables([_tomb(1, 1, 5), healthy.slice(1)], promote_options="permissive")
+    report = _verify(channels, phantom, key_max=2)
+    assert not report.ok and "k=1: a delete at gtid 1:5, no channel holds that gtid" in (
+        report.partitions[0].coverage_error or ""
+    ), report.partitions[0].coverage_error
+    # another leader now (placement 2, whose channels are gone): epoch 1 is not judged that way
+    assert _verify(channels, phantom, leader=2, key_max=2).ok
