@@ -85,6 +85,7 @@ from shoal_app.cli.verify_coverage import (
     Rows,
     WalFloors,
     floor_problems,
+    lowest_and_highest_gtid,
     replicas_missing,
 )
 from shoal_app.cli.verify_gtids import (
@@ -96,7 +97,7 @@ from shoal_app.cli.verify_gtids import (
     covered_run,
     shared_epochs,
 )
-from shoal_app.cli.verify_newer import newer_problems, newer_than_floors, newest_gtid, to_read_again
+from shoal_app.cli.verify_newer import newer_problems, newer_than_floors, to_read_again
 from shoal_app.cli.verify_retired import epochs_not_above, retired_coverage
 
 log = logging.getLogger(__name__)
@@ -532,7 +533,8 @@ def coverage(
     assert floors is not None
     newest, problems = floor_problems(floors)
     keys = list(floors.table.primary_key)
-    high = newest_gtid(newest)
+    bounds = lowest_and_highest_gtid(newest)
+    high = None if bounds is None else bounds[1]
     newer: dict[str, pa.Table] = {}
     led: list[int | None] = []  # ZooKeeper's epoch when its leader's WAL channel was read, asked once
 

@@ -46,6 +46,7 @@ import math
 import struct
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -265,7 +266,9 @@ def _outside_declared(rows: pa.Table, manifest: WireManifest) -> str | None:
         return f"{nulls} of its rows' GTID values are null"
     if manifest.min_gtid is None or manifest.max_gtid is None or rows.num_rows == 0:
         return None
-    low, high = lowest_and_highest_gtid(rows)
+    bounds = lowest_and_highest_gtid(rows)
+    assert bounds is not None  # no null GTID, at least one row
+    low, high = bounds
     declared = ((manifest.min_gtid.epoch, manifest.min_gtid.seq), (manifest.max_gtid.epoch, manifest.max_gtid.seq))
     if declared[0] <= low and high <= declared[1]:
         return None
@@ -275,10 +278,14 @@ def _outside_declared(rows: pa.Table, manifest: WireManifest) -> str | None:
     )
 
 
-def lowest_and_highest_gtid(rows: pa.Table) -> tuple[tuple[int, int], tuple[int, int]]:
-    """The lowest and highest GTID (epoch, then sequence) of ``rows``, which holds at least one."""
+def lowest_and_highest_gtid(rows: pa.Table | None) -> tuple[tuple[int, int], tuple[int, int]] | None:
+    """The lowest and highest GTID (epoch, then sequence) of ``rows``; None when no row has an epoch."""
+    if rows is None or rows.num_rows == 0:
+        return None
     epochs = rows.column(EPOCH_COLUMN)
     bounds = pc.min_max(epochs).as_py()
+    if bounds["min"] is None:
+        return None
     low_e, high_e = int(bounds["min"]), int(bounds["max"])
     low_s = pc.min(rows.filter(pc.equal(epochs, low_e)).column(SEQ_COLUMN)).as_py()
     high_s = pc.max(rows.filter(pc.equal(epochs, high_e)).column(SEQ_COLUMN)).as_py()
@@ -306,10 +313,14 @@ def _describe(row: dict[str, object], skip: Iterable[str]) -> str:
     return "a row " + ", ".join(shown)
 
 
-def _at_or_above(epoch: pa.ChunkedArray, seq: pa.ChunkedArray, floor_epoch: pa.Array, floor_seq: pa.Array) -> pa.Array:
-    return pc.or_kleene(
-        pc.greater(epoch, floor_epoch), pc.and_kleene(pc.equal(epoch, floor_epoch), pc.greater_equal(seq, floor_seq))
+def gtid_above(epoch: Any, seq: Any, other_epoch: Any, other_seq: Any, *, or_equal: bool = False) -> pa.ChunkedArray:
+    """Row by row, whether (epoch, seq) is above (``or_equal``: at or above) (other_epoch,
+    other_seq), arrays or scalars; a null on either side is not."""
+    seq_test = pc.greater_equal if or_equal else pc.greater
+    above = pc.or_kleene(
+        pc.greater(epoch, other_epoch), pc.and_kleene(pc.equal(epoch, other_epoch), seq_test(seq, other_seq))
     )
+    return pc.fill_null(above, False)
 
 
 def replica_name(i: int | str) -> str:
@@ -363,7 +374,7 @@ def missing_writes(floors: pa.Table, replica_rows: pa.Table, key_columns: Iterab
     e, s = joined.column(EPOCH_COLUMN), joined.column(SEQ_COLUMN)
     re, rs = joined.column(_R_EPOCH), joined.column(_R_SEQ)
     their_delete = pc.fill_null(joined.column(_R_DELETED), False)
-    reaches = pc.fill_null(_at_or_above(re, rs, e, s), False)
+    reaches = gtid_above(re, rs, e, s, or_equal=True)
     same_gtid = pc.fill_null(pc.and_(pc.equal(re, e), pc.equal(rs, s)), False)
     deleted = joined.column(DELETED_COLUMN)
     alike = pa.chunked_array([pa.array(np.ones(joined.num_rows, np.bool_))])

@@ -48,32 +48,13 @@ import pyarrow.compute as pc
 from shoal.errors import ShoalError
 from shoal.segments.merge import same_values
 from shoal.segments.versioned import DELETED_COLUMN, EPOCH_COLUMN, SEQ_COLUMN, SYSTEM_COLUMNS
-from shoal_app.cli.verify_coverage import WalFloors, replica_name, show
+from shoal_app.cli.verify_coverage import WalFloors, gtid_above, replica_name, show
 
 Gtid = tuple[int, int]
 
 _EXAMPLES = 3
 _ROW = replica_name("row")
 _FIRST = replica_name("first")
-
-
-def newest_gtid(rows: pa.Table | None) -> Gtid | None:
-    """The highest GTID (epoch, then sequence) in ``rows`` (None when it holds none)."""
-    if rows is None or rows.num_rows == 0:
-        return None
-    epoch = pc.max(rows.column(EPOCH_COLUMN)).as_py()
-    if epoch is None:
-        return None
-    seq = pc.max(rows.filter(pc.equal(rows.column(EPOCH_COLUMN), epoch)).column(SEQ_COLUMN)).as_py()
-    return int(epoch), int(seq)
-
-
-def _greater(epoch: pa.ChunkedArray, seq: pa.ChunkedArray, other_epoch: object, other_seq: object) -> pa.ChunkedArray:
-    """Row by row, whether (epoch, seq) is strictly above (other_epoch, other_seq); nulls are not."""
-    above = pc.or_kleene(
-        pc.greater(epoch, other_epoch), pc.and_kleene(pc.equal(epoch, other_epoch), pc.greater(seq, other_seq))
-    )
-    return pc.fill_null(above, False)
 
 
 def _flags(n: int, value: bool) -> pa.ChunkedArray:
@@ -95,7 +76,7 @@ def newer_than_floors(scan: pa.Table, floors: pa.Table | None, key_columns: Sequ
     )
     joined = mine.join(theirs, keys=keys, join_type="left outer")
     e, s = joined.column(replica_name("epoch")), joined.column(replica_name("seq"))
-    newer = pc.or_(pc.is_null(e), _greater(joined.column(EPOCH_COLUMN), joined.column(SEQ_COLUMN), e, s))
+    newer = pc.or_(pc.is_null(e), gtid_above(joined.column(EPOCH_COLUMN), joined.column(SEQ_COLUMN), e, s))
     return scan.take(np.sort(joined.filter(newer).column(_ROW).to_numpy()))
 
 
@@ -121,7 +102,7 @@ def to_read_again(newer: pa.Table, first_seq: Mapping[int, int], high: Gtid | No
     after = (
         _flags(newer.num_rows, True)
         if high is None
-        else _greater(newer.column(EPOCH_COLUMN), newer.column(SEQ_COLUMN), high[0], high[1])
+        else gtid_above(newer.column(EPOCH_COLUMN), newer.column(SEQ_COLUMN), high[0], high[1])
     )
     keep = pc.or_(accounted(newer, first_seq), after)
     if led is not None:
@@ -161,7 +142,7 @@ def unexplained(
     if newest is not None and newest.num_rows:
         later = newest.select([*keys, *gtid]).rename_columns([*keys, replica_name("epoch"), replica_name("seq")])
         joined = mine.select([*keys, *gtid, _ROW]).join(later, keys=keys)
-        newer = _greater(
+        newer = gtid_above(
             joined.column(replica_name("epoch")),
             joined.column(replica_name("seq")),
             joined.column(EPOCH_COLUMN),
