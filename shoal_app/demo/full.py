@@ -20,7 +20,8 @@ Orchestration only; each step calls the public piece that does the work:
 11. leaders spread again: a preferred-leader election (what ``shoal table rebalance --wait`` does;
     the nodes also do it by themselves once the restarted node is caught up), then the leaders per node;
 12. ``shoal verify`` (every replica holds the same rows, WAL hash chains intact) and the content
-    check (every acknowledged event present exactly once, with its own content).
+    check (every acknowledged event present exactly once, with its own content);
+13. a split of a serving partition at its middle key (``shoal table split --wait``).
 
 Everything started is stopped by pid through one ExitStack, also on failure, Ctrl-C or SIGTERM;
 ``keep_running`` leaves the cluster, the monitor and the ingest job up (``stop_kept`` stops them later).
@@ -74,7 +75,7 @@ from shoal_app.runtime.restart import restart_process
 
 log = logging.getLogger(__name__)
 
-STEPS = 12
+STEPS = 13
 QUERY_NAME = "demo_ingest"
 VERIFY_PATIENCE_S = 120.0
 """How long replicas may take to agree once everything is ingested (followers fast-forwarding the last segments)."""
@@ -338,10 +339,11 @@ def _steps(run: _Run, stack: contextlib.ExitStack) -> None:
     gen = run.generator
 
     def time_to_kill() -> bool:
-        # while events still come: once the ingest has put kill_at of them into shoal (or the generator is
-        # nearly done, so that writes continue through the failover either way)
+        # while writes still come: once the ingest has put kill_at of them into shoal, or has put some in
+        # while the generator is nearly done or done (the ingest job, which starts slower than the
+        # generator, then still writes its backlog through the failover)
         in_shoal = observe.count_rows(run.md, cfg.table) or 0
-        return in_shoal >= kill_when or (in_shoal > 0 and gen.produced >= 0.8 * cfg.events) or not gen.running
+        return in_shoal >= kill_when or (in_shoal > 0 and (gen.produced >= 0.8 * cfg.events or not gen.running))
 
     run.wait(f"{kill_when:,} events in shoal", time_to_kill)
 
