@@ -217,6 +217,7 @@ class Collector:
         spark_committed.update(intake_committed)  # both: groups found by prefix, offsets read as committed
         spark_tps = {tp for offs in spark_committed.values() for tp in offs}
         bounds.update(self.kafka.log_bounds(spark_tps))
+        stable = self.kafka.stable_ends(bounds)
         members = self.kafka.members(list(requests) + spark_groups + intake_groups)
 
         def position(group: str, tp: tuple[str, int]) -> int | None:
@@ -238,7 +239,7 @@ class Collector:
                 prev = self._avg_size.get(topic)
                 self._avg_size[topic] = info.size_bytes if prev is None else 0.8 * prev + 0.2 * info.size_bytes
 
-        ctx = _PollContext(self, now, bounds, committed, members, records, existing, indexes)
+        ctx = _PollContext(self, now, bounds, committed, members, records, existing, indexes, stable)
         tables: dict[str, list[PartitionReport]] = {}
         with self._lock:
             self._read_manifests(ctx, parts)
@@ -313,7 +314,8 @@ class Collector:
         raw_lag = lag
         if settled is not None:
             lag, lag_s = 0, 0.0
-        sample = Sample(ctx.now, committed, start, end, lag, max(ctx.members.get(group, 0), int(serving)))
+        members = max(ctx.members.get(group, 0), int(serving))
+        sample = Sample(ctx.now, committed, start, end, lag, members, ctx.stable.get((topic, partition)))
         window = self.history.add(key, sample)
         self._labels[key] = label
         events = self.history.active_events(f"topic:{topic}", ctx.now, self.config.window_s)
@@ -324,6 +326,8 @@ class Collector:
             warn_samples=self.config.warn_after,
             events=events,
             truncated_status=truncated_status,
+            # an old leader's channel whose records are covered elsewhere: its open transaction holds nothing back
+            open_transaction_s=None if settled is not None else self.config.open_transaction_warn_s,
         )
         if settled is not None and verdict.status is Status.OK:
             verdict = Verdict(Status.OK, f"{settled} (offset lag {raw_lag}, counted as caught up)")
@@ -666,8 +670,11 @@ class _PollContext:
         records: dict[tuple[str, int, int], RecordInfo | None],
         existing: dict[str, int],
         indexes: dict[str, ChannelIndexes],
+        stable: dict[tuple[str, int], int] | None = None,
     ) -> None:
         self.collector = collector
+        self.stable = stable or {}
+        """The last stable offset of every topic partition in ``bounds`` that answered."""
         self.indexes = indexes
         """The channel indexes (Tail, Append, Ack, Consume) of every channel whose topic exists."""
         self.now = now

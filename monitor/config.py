@@ -21,6 +21,11 @@ class MonitorConfig:
     """Samples in the sliding window (Burrow's ``intervals``): interval 10 s x 30 = a 5-minute window."""
     warn_samples: int | None = None
     """Polls of non-decreasing lag before WARN (None: half the window, at least 2)."""
+    open_transaction_warn_s: float = 120.0
+    """How long a transaction may hold a channel's last stable offset at one offset below its log end
+    before its readers are WARN (two leader transaction timeouts: a killed leader's open transaction
+    is aborted by Kafka after one); a window shorter than this (``interval_s`` x ``window_samples``)
+    does not judge it."""
     history_dir: Path | None = None
     """Where the window is persisted (``monitor-history.json``); None keeps it in memory only."""
     recent_segments: int = 5
@@ -36,6 +41,10 @@ class MonitorConfig:
             except ConfigError as exc:
                 raise ConfigError(f"monitor {exc}") from exc
         TopicNames(self.topic_prefix)
+        if not 0 < self.open_transaction_warn_s <= 86_400:
+            raise ConfigError(
+                f"monitor open_transaction_warn_s must be in (0, 86400], got {self.open_transaction_warn_s!r}"
+            )
         if not 0 < self.interval_s <= 3600:
             raise ConfigError(f"monitor interval_s must be in (0, 3600], got {self.interval_s!r}")
         if (

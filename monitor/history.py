@@ -113,7 +113,7 @@ class History:
                 for pid, m in self.partitions.items()
             },
             series={
-                key: [(s.ts, s.committed, s.log_start, s.log_end, s.lag, s.members) for s in dq]
+                key: [(s.ts, s.committed, s.log_start, s.log_end, s.lag, s.members, s.stable_end) for s in dq]
                 for key, dq in self.series.items()
             },
             events={key: list(evs) for key, evs in self.events.items()},

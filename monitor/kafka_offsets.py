@@ -37,6 +37,7 @@ from shoal.kafka.indexes import (
     committed_offsets,
     log_bounds,
     read_indexes,
+    stable_ends,
 )
 from shoal.kafka.settings import KafkaSettings
 
@@ -151,6 +152,10 @@ class KafkaOffsets:
     def log_bounds(self, tps: Iterable[TP]) -> dict[TP, tuple[int, int]]:
         """{(topic, partition): (log start, log end)}; partitions that vanished meanwhile are left out."""
         return log_bounds(self.admin, tps, timeout_s=self.request_timeout_s)
+
+    def stable_ends(self, tps: Iterable[TP]) -> dict[TP, int]:
+        """{(topic, partition): last stable offset} (below the log end while a transaction is open)."""
+        return stable_ends(self.admin, tps, timeout_s=self.request_timeout_s)
 
     # -- groups ---------------------------------------------------------------------------------
 

@@ -260,7 +260,8 @@ Instant = Annotated[float, Field(allow_inf_nan=False)]
 class HistoryFile(BaseModel):
     """``<history dir>/monitor-history.json``: the monitor's windows and events, kept across restarts.
 
-    ``series`` rows are ``[ts, committed|null, log_start, log_end, lag, members]``; ``events`` rows
+    ``series`` rows are ``[ts, committed|null, log_start, log_end, lag, members, stable_end|null]``
+    (a file written before the last stable offset was sampled has rows without it); ``events`` rows
     are ``[ts, text]``. Unknown keys are ignored (a newer monitor may add some)."""
 
     version: Literal[1] = HISTORY_VERSION
@@ -268,7 +269,12 @@ class HistoryFile(BaseModel):
     cluster_id: str | None
     topic_ids: dict[str, str]
     partitions: dict[str, PartitionMemoryFile]
-    series: dict[str, list[tuple[Instant, int | None, int, int, int, int]]]
+    series: dict[
+        str,
+        list[
+            tuple[Instant, int | None, int, int, int, int, int | None] | tuple[Instant, int | None, int, int, int, int]
+        ],
+    ]
     events: dict[str, list[tuple[Instant, str]]]
 
     def to_json(self) -> dict[str, Any]:

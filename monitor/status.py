@@ -92,6 +92,8 @@ class Sample:
     """Data records past the committed offset (transaction markers excluded)."""
     members: int = 0
     """1 if the group has live members, else 0 (a group that commits with assign() has no membership)."""
+    stable_end: int | None = None
+    """The last stable offset (below ``log_end`` while a transaction is open; None: not read)."""
 
 
 @dataclass(frozen=True)
@@ -107,13 +109,61 @@ def evaluate(
     warn_samples: int | None = None,
     events: Sequence[str] = (),
     truncated_status: Status = Status.ERR,
+    open_transaction_s: float | None = None,
 ) -> Verdict:
     """The status of one (channel, group) from its newest samples (oldest first; at most the last
-    ``window_samples`` are used). ``events``: explanations of recreations seen inside the window."""
+    ``window_samples`` are used). ``events``: explanations of recreations seen inside the window.
+    ``open_transaction_s``: how long the last stable offset may stay at one offset below the log
+    end before an otherwise OK verdict is WARN (:func:`held_by_transaction`; None: not judged)."""
     if not window:
         return Verdict(Status.OK, "no samples yet")
     warn_after = max(2, window_samples // 2) if warn_samples is None else warn_samples
     window = list(window)[-window_samples:]
+    verdict = _lag_verdict(window, window_samples, warn_after, events, truncated_status)
+    if verdict.status is Status.OK and open_transaction_s is not None:
+        held = held_by_transaction(window, warn_after, open_transaction_s)
+        if held is not None:
+            return Verdict(Status.WARN, held)
+    return verdict
+
+
+def held_by_transaction(window: Sequence[Sample], polls: int, min_s: float) -> str | None:
+    """Why the newest samples show a transaction holding records back, or None.
+
+    A reader's lag counts data records a ``read_committed`` consumer can read; the records of an
+    open transaction are not among them, so a transaction left open (a producer that died or hangs
+    mid-transaction, until Kafka's transaction timeout aborts it; a hanging transaction, KIP-664)
+    holds every reader of the partition at its first offset while the lag reads 0. It shows as the
+    last stable offset staying at one offset below the log end: here for ``polls`` polls in a row
+    and ``min_s`` seconds (so a window shorter than ``min_s`` never says it: a transaction of a few
+    seconds under load is no fault). Under steady transactional writes the last stable offset is
+    below the log end at most polls too, but it moves with every commit."""
+    cur = window[-1]
+    if cur.stable_end is None or cur.stable_end >= cur.log_end:
+        return None
+    held = []
+    for s in reversed(window):
+        if s.stable_end != cur.stable_end or s.stable_end >= s.log_end:
+            break
+        held.append(s)
+    span = cur.ts - held[-1].ts
+    if len(held) < polls or span < min_s:
+        return None
+    return (
+        f"a transaction open for {span:.0f}s or more holds {cur.log_end - cur.stable_end} offsets back: the last "
+        f"stable offset stays at {cur.stable_end} below the log end {cur.log_end}, and read_committed readers see "
+        "nothing past it until it commits or Kafka's transaction timeout aborts it "
+        "(`kafka-transactions.sh find-hanging` names it)"
+    )
+
+
+def _lag_verdict(
+    window: list[Sample],
+    window_samples: int,
+    warn_after: int,
+    events: Sequence[str],
+    truncated_status: Status,
+) -> Verdict:
     cur = window[-1]
     if events:
         return Verdict(Status.ERR, "; ".join(events))

@@ -24,7 +24,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException, TopicPartition
+from confluent_kafka import IsolationLevel, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from shoal.errors import KafkaOperationError
@@ -152,7 +152,19 @@ def log_bounds(admin: AdminClient, tps: Iterable[TP], *, timeout_s: float = 10.0
     return {k: (starts[k], ends[k]) for k in keys if k in starts and k in ends}
 
 
-def _list_offsets(admin: AdminClient, keys: Sequence[TP], spec: Any, timeout_s: float) -> dict[TP, int]:
+def stable_ends(admin: AdminClient, tps: Iterable[TP], *, timeout_s: float = 10.0) -> dict[TP, int]:
+    """{(topic, partition): last stable offset}: the end a ``read_committed`` consumer reads up to,
+    below the log end while a transaction is open on the partition (the first offset of the oldest
+    open transaction); partitions that do not exist are left out."""
+    keys = sorted(set(tps))
+    if not keys:
+        return {}
+    return _list_offsets(admin, keys, OffsetSpec.latest(), timeout_s, IsolationLevel.READ_COMMITTED)
+
+
+def _list_offsets(
+    admin: AdminClient, keys: Sequence[TP], spec: Any, timeout_s: float, isolation: IsolationLevel | None = None
+) -> dict[TP, int]:
     """{(topic, partition): offset} by ``spec``; a partition that does not exist is left out.
 
     A partition whose leader moved is asked again, after a metadata refresh, until ``timeout_s``
@@ -172,7 +184,9 @@ def _list_offsets(admin: AdminClient, keys: Sequence[TP], spec: Any, timeout_s: 
         moved: list[TP] = []
         why = ""
         futures = admin.list_offsets(
-            {TopicPartition(t, p): spec for t, p in pending}, request_timeout=max(1.0, deadline.remaining())
+            {TopicPartition(t, p): spec for t, p in pending},
+            request_timeout=max(1.0, deadline.remaining()),
+            **({} if isolation is None else {"isolation_level": isolation}),
         )
         for tp, fut in futures.items():
             key = (tp.topic, tp.partition)

@@ -39,6 +39,8 @@ class OffsetsTable:
     def __init__(self) -> None:
         self.bounds: dict[str, tuple[int, int]] = {}
         self.acks: dict[tuple[str, str], int] = {}
+        self.stable: dict[str, int] = {}
+        """Last stable offsets below the log end (an open transaction); others are at the end."""
         self.fail: Exception | None = None
 
     def cluster_and_topics(self) -> tuple[str, dict[str, int]]:
@@ -67,6 +69,9 @@ class OffsetsTable:
 
     def log_bounds(self, tps: Any) -> dict[Any, Any]:
         return {}
+
+    def stable_ends(self, tps: Iterable[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        return {(t, p): self.stable.get(t, self.bounds[t][1]) for t, p in tps if t in self.bounds}
 
     def members(self, groups: Iterable[str]) -> dict[str, int]:
         return {g: 0 for g in groups}

@@ -10,6 +10,7 @@ from confluent_kafka import TopicPartition
 from shoal.kafka import clients
 from shoal.kafka.admin import create_topic
 from shoal.kafka.errors import ProducerFencedError, WedgedCallError
+from shoal.kafka.indexes import log_bounds, stable_ends
 from shoal.kafka.settings import KafkaSettings, TopicPolicy
 from shoal.kafka.transaction import ChannelState, TransactionalChannel
 from shoal_app.testing.cluster import TestCluster
@@ -103,3 +104,28 @@ def test_a_call_past_its_bound_abandons_the_channel(cluster: TestCluster, group_
         assert channel.usable
     finally:
         channel.close()
+
+
+def test_the_last_stable_offset_waits_for_an_open_transaction(
+    cluster: TestCluster, kafka_admin, topic_prefix: str, group_id: str
+) -> None:
+    """What the monitor reads to see a transaction holding readers back (``monitor.status.held_by_transaction``):
+    the last stable offset stays at the open transaction's first offset until it commits."""
+    settings = KafkaSettings(cluster.bootstrap_servers)
+    topic = f"{topic_prefix}.lso"
+    create_topic(kafka_admin, topic, policy=TopicPolicy())
+    tp = (topic, 0)
+    with TransactionalChannel(settings, f"{group_id}-txn", call_timeout_s=30) as channel:
+        with channel.transaction() as txn:
+            txn.produce(topic, b"first", partition=0)
+        committed_end = log_bounds(kafka_admin, [tp])[tp][1]  # the record and its commit marker
+        assert stable_ends(kafka_admin, [tp]) == {tp: committed_end}
+        with channel.transaction() as txn:
+            for i in range(3):
+                txn.produce(topic, f"open{i}".encode(), partition=0)
+            assert txn.flush(30) == 0
+            assert log_bounds(kafka_admin, [tp])[tp][1] == committed_end + 3
+            assert stable_ends(kafka_admin, [tp]) == {tp: committed_end}
+        end = log_bounds(kafka_admin, [tp])[tp][1]
+        assert end == committed_end + 4 and stable_ends(kafka_admin, [tp]) == {tp: end}
+    assert stable_ends(kafka_admin, [(f"{topic_prefix}.absent", 0)]) == {}
