@@ -83,4 +83,7 @@ def test_a_short_random_fault_schedule_keeps_every_acknowledged_write(tmp_path: 
     print(json.dumps(report.to_json(), indent=2))
     [run] = report.runs
     assert run.result.counts.acked > 0, run.errors
+    # every planned fault happened as planned (a split with too few keys, a leader kill without a leader, fails)
+    assert [e.kind for e in run.events] == [f.kind for f in run.schedule], run.events
+    assert all(e.injected for e in run.events), run.events
     assert run.ok, (run.seed, run.result.to_json(), run.errors)

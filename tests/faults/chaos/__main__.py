@@ -27,12 +27,23 @@ def _kinds(text: str) -> list[FaultKind]:
     return list(ALL_KINDS) if text == "all" else [FaultKind(k.strip()) for k in text.split(",") if k.strip()]
 
 
+def _positive(text: str) -> int:
+    """A count of at least 1: zero runs or zero faults would pass without testing anything."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m chaos", description=__doc__.splitlines()[0])
     parser.add_argument("--seed", type=int, default=None, help="first seed (default: from the clock, printed)")
-    parser.add_argument("--runs", type=int, default=1)
+    parser.add_argument("--runs", type=_positive, default=1)
     parser.add_argument("--duration", type=float, default=600.0, help="seconds of faults per run")
-    parser.add_argument("--faults", type=int, default=None, help="faults planned per run (default: duration/15)")
+    parser.add_argument("--faults", type=_positive, default=None, help="faults planned per run (default: duration/15)")
     parser.add_argument("--kinds", default="all", help=f"comma-separated, of: {', '.join(k.value for k in ALL_KINDS)}")
     parser.add_argument("--converge-timeout", type=float, default=300.0)
     parser.add_argument("--data-dir", type=Path, default=None, help="keep the clusters (and node logs) here")
@@ -61,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     counts = ChaosCounts()
     for r in runs:
         counts = counts.add(r.result.counts)
-    report = ChaosReport(ok=all(r.ok for r in runs), counts=counts, runs=runs)
+    report = ChaosReport(ok=bool(runs) and all(r.ok for r in runs), counts=counts, runs=runs)
     if args.output == "json":
         print(json.dumps(report.to_json(), indent=2))
     else:

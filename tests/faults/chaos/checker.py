@@ -191,6 +191,32 @@ def summarize_channels(observations: Sequence[WalObservation]) -> list[ChannelSu
     return out
 
 
+def accepted(
+    history: Mapping[int, KeyWrites], observations: Sequence[WalObservation]
+) -> tuple[dict[int, KeyWrites], int]:
+    """``history`` with every uncertain version a committed WAL record holds moved to acknowledged,
+    and how many were. A writer that never got its delivery report (a message timeout while a
+    broker restarts, a producer closed with messages in flight) does not know its write landed; the
+    leader that committed its WAL record accepted it, and an accepted write is never lost. Deletes
+    carry no version on the WAL and stay as they are."""
+    landed: dict[int, set[int]] = defaultdict(set)
+    for obs in observations:
+        for key, value in obs.rows:
+            version = decode_value(key, value)
+            if version is not None:
+                landed[key].add(version)
+    out = dict(history)
+    promoted = 0
+    for key, versions in landed.items():
+        writes = history.get(key)
+        moved = versions & writes.uncertain if writes is not None else set()
+        if writes is None or not moved:
+            continue
+        out[key] = KeyWrites(writes.acked | moved, writes.uncertain - moved, writes.sent, set(writes.deletes))
+        promoted += len(moved)
+    return out, promoted
+
+
 def check(
     history: Mapping[int, KeyWrites],
     replicas: Mapping[str, Sequence[tuple[int, str | None]] | None],
@@ -200,7 +226,9 @@ def check(
     limit: int = 20,
 ) -> CheckResult:
     """The verdict on a converged cluster. ``replicas`` maps every live replica to its rows (None:
-    it could not be scanned, which counts every acknowledged key as lost there)."""
+    it could not be scanned, which counts every acknowledged key as lost there). A version a
+    committed WAL record in ``observations`` holds counts as acknowledged (:func:`accepted`)."""
+    history, promoted = accepted(history, observations)
     key_violations: list[KeyViolation] = []
     for server_id, rows in sorted(replicas.items()):
         key_violations += check_replica(server_id, rows if rows is not None else [], history)
@@ -212,8 +240,9 @@ def check(
         runs=1,
         writes=sum(w.sent for w in history.values()),
         deletes=sum(len(w.deletes) for w in history.values()),
-        acked=sum(len(w.acked) for w in history.values()),
-        uncertain=sum(len(w.uncertain) for w in history.values()),
+        acked=sum(len(w.acked) for w in history.values()) - promoted,
+        uncertain=sum(len(w.uncertain) for w in history.values()) + promoted,
+        uncertain_accepted=promoted,
         keys=len(history),
         lost=problems["lost"],
         duplicated=problems["duplicated"],

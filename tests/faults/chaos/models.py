@@ -61,6 +61,9 @@ class FaultEvent(Shape):
     """Seconds since the workload started."""
     healed_s: float
     note: str = ""
+    injected: bool = True
+    """False when the nemesis could not do what the fault names (no leader to kill, too few keys to
+    split): the run then fails, since the schedule's guarantee went unexercised."""
 
 
 class KeyViolation(Shape):
@@ -105,6 +108,9 @@ class ChaosCounts(Shape):
     """Row writes acknowledged: ``Producer.sync()`` returned after their delivery succeeded."""
     uncertain: int = 0
     """Row writes whose delivery or acceptance failed: they may or may not be in the table."""
+    uncertain_accepted: int = 0
+    """Of ``uncertain``, the writes a committed WAL record holds: a leader accepted them, so they are
+    judged as acknowledged."""
     keys: int = 0
     lost: int = 0
     """(replica, key) pairs where an acknowledged key is missing."""
@@ -118,6 +124,9 @@ class ChaosCounts(Shape):
     wal_offsets_unobserved: int = 0
     """WAL channel offsets the Tail truncated before the observer read them (transaction markers
     included): the GTID rules did not see the records among them."""
+    wal_rounds_failed: int = 0
+    """Observer rounds that raised (a broker restarting): records the Tail truncated meanwhile count
+    in ``wal_offsets_unobserved``."""
     verify_failures: int = 0
     failed_runs: int = 0
 

@@ -32,6 +32,9 @@ SPLIT_TIMEOUT_S = 120.0
 """How long a split fault waits for SPLIT_FINALIZE (its copy runs under the writers' load)."""
 RELEASE_BEFORE_END_S = (0.3, 1.8)
 """quiet_zk_blip: the writers resume this long before ZooKeeper does (by the fault's pick, in this range)."""
+NO_LEADER = "no leader within 30 s"
+NO_SPLIT = "no split"
+"""How the note of a fault the nemesis could not inject starts (``FaultEvent.injected`` False)."""
 
 
 class Nemesis:
@@ -89,7 +92,7 @@ class Nemesis:
         if kind in (FaultKind.KILL_LEADER, FaultKind.PAUSE_LEADER, FaultKind.QUIET_PAUSE_LEADER):
             if leader is not None:
                 return leader, "leader"
-            return NODES[fault.pick % len(NODES)], "no leader within 30 s: a node picked instead"
+            return NODES[fault.pick % len(NODES)], f"{NO_LEADER}: a node picked instead"
         followers = sorted(n for n in NODES if n != leader)
         return followers[fault.pick % len(followers)], f"follower (leader {leader})"
 
@@ -100,8 +103,11 @@ class Nemesis:
         name, note = self._target(fault)
         started = self.clock()
         kind = fault.kind
+        # a leader fault on whichever node, because none led: not the fault the schedule names
+        injected = not note.startswith(NO_LEADER)
         if kind is FaultKind.SPLIT:
             note = self._split()
+            injected = not note.startswith(NO_SPLIT)
         elif kind in (FaultKind.PAUSE_LEADER, FaultKind.PAUSE_FOLLOWER, FaultKind.ZK_BLIP):
             self._pause(name, fault.duration_s)
         elif kind is FaultKind.QUIET_ZK_BLIP:
@@ -132,6 +138,7 @@ class Nemesis:
             self._restart(name)
             leader = self.leader()
             note += f"; then leader {leader} killed"
+            injected = injected and leader is not None  # no failover without a leader to kill
             if leader is not None:
                 self._kill(leader)
                 self.halt.wait(fault.duration_s)
@@ -149,6 +156,7 @@ class Nemesis:
             started_s=round(started, 2),
             healed_s=round(self.clock(), 2),
             note=note,
+            injected=injected,
         )
 
     def _split(self) -> str:
@@ -162,7 +170,7 @@ class Nemesis:
         end = self.highest_key() + 1 if key_range.end == UNBOUNDED else int(ks.decode(key_range.end))
         point = (begin + end) // 2
         if not begin < point < end:
-            return f"no split: too few keys in [{begin}, {end})"
+            return f"{NO_SPLIT}: too few keys in [{begin}, {end})"
         servers = [p.server_id for p in file.partition(self.pid).servers]
         split = coordinator.split(TABLE, self.pid, ks.encode(point), servers, servers[1:] + servers[:1])
         low = split.partition(self.pid).split_partition_id_low

@@ -326,3 +326,39 @@ def test_the_observer_reads_a_delete_as_a_row_without_value() -> None:
     (obs,) = observer.observations
     assert obs.rows == ((7, "7:0"), (8, None)) and obs.partition_id == pid and obs.first == (2, 5)
     assert obs.ingest_offset == 41
+
+
+def test_a_version_a_committed_wal_record_holds_counts_as_acknowledged() -> None:
+    """A writer that never got its delivery report does not know its write landed; the leader that
+    committed its WAL record accepted it, and an accepted write is never lost (audit40 M1)."""
+    history = {
+        1: KeyWrites(acked={0}, uncertain={1}, sent=2),  # 1:1 accepted, its report lost
+        2: KeyWrites(acked=set(), uncertain={0}, sent=1),  # 2:0 accepted, never acknowledged
+        3: KeyWrites(acked={0}, uncertain={1, 2}, sent=3),  # 3:2 accepted, 3:1 not seen
+    }
+    observations = [_obs("wal.1", 0, 1, 0, (1, 0), (3, 0)), _obs("wal.1", 2, 1, 2, (1, 1), (2, 0), (3, 2))]
+    lost = [(1, "1:0"), (3, "3:1")]  # every replica lost the accepted versions, identically
+    result = check(history, {"n1": lost, "n2": list(lost)}, observations, verify_ok=True)
+    assert not result.ok
+    assert {(v.key, v.problem) for v in result.key_violations} == {(1, "stale"), (2, "lost"), (3, "stale")}
+    assert result.counts.uncertain_accepted == 3 and result.counts.acked == 2 and result.counts.uncertain == 4
+    held = [(1, "1:1"), (2, "2:0"), (3, "3:2")]
+    assert check(history, {"n1": held, "n2": list(held)}, observations, verify_ok=True).ok
+    # a newer uncertain version may still have landed over an accepted one
+    history[1] = KeyWrites(acked={0}, uncertain={1, 2}, sent=3)
+    newer = [(1, "1:2"), (2, "2:0"), (3, "3:2")]
+    assert check(history, {"n1": newer, "n2": list(newer)}, observations, verify_ok=True).ok
+    # deletes carry no version on the WAL: an uncertain delete stays uncertain
+    history[4] = KeyWrites(acked={0}, uncertain={1}, sent=2, deletes={1})
+    gone = [*newer]  # key 4 absent: its delete may have landed
+    assert check(history, {"n1": gone, "n2": list(gone)}, [*observations, _obs("wal.1", 5, 1, 5)], verify_ok=True).ok
+
+
+def test_the_chaos_command_refuses_zero_runs_and_zero_faults(capsys: pytest.CaptureFixture[str]) -> None:
+    from chaos.__main__ import main
+
+    for argv in (["--runs", "0"], ["--runs", "-3"], ["--faults", "0"]):
+        with pytest.raises(SystemExit) as exit_info:
+            main(argv)
+        assert exit_info.value.code == 2
+        assert "must be at least 1" in capsys.readouterr().err
