@@ -32,7 +32,8 @@ Not checked: rows that no channel holds any more (a major that lost rows, once t
 the minors it replaced from its channel), and an epoch that went back from one leader to the next
 once the Tail truncated the predecessor's WAL records, a replica version newer than the channels at
 an epoch that left no WAL record on them (:mod:`shoal_app.cli.verify_newer`), and a WAL channel
-deleted before any segment covered it, whose placement then reads as one that never led. A retired
+deleted before any segment covered it, whose placement then reads as one that never led (unless it
+is ZooKeeper's current leader and a replica holds versions of its epoch no segment holds). A retired
 partition's channel deleted while verify reads it shows as a read error: verify again. METADATA is
 read once; a split or a leave finalized while verify runs shows as "METADATA changed": verify again.
 
@@ -55,6 +56,7 @@ from typing import Any, Protocol, TypeVar
 
 import click
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from metadata.client import MetadataClient
 from metadata.errors import InvalidKeyError
@@ -416,6 +418,8 @@ class ChannelsRead:
     floors: WalFloors | None = None
     present: set[str] = field(default_factory=set)
     """The WAL channels that exist (their Tail was read)."""
+    looked: set[str] = field(default_factory=set)
+    """The WAL channels whose Tail was asked for (``present`` and those not there)."""
     error: str | None = None
     """Set when no read was whole: the Tail moved under each of :data:`CHANNEL_READS` reads."""
 
@@ -467,6 +471,7 @@ def _read_channels_once(
     wal_topics = [topics.wal(entry.partition_id, p.placement_id) for p in placements]
     tails = {topic: _tail_before(source, topic) for topic in wal_topics}
     out.present = {topic for topic, tail in tails.items() if tail is not None}
+    out.looked = set(tails)
     orders: list[SegmentsOrder] = []
     for p, wal_topic in zip(placements, wal_topics, strict=True):
         seg_check, order = check_segments_channel(
@@ -536,15 +541,27 @@ def coverage(
     bounds = lowest_and_highest_gtid(newest)
     high = None if bounds is None else bounds[1]
     newer: dict[str, pa.Table] = {}
-    led: list[int | None] = []  # ZooKeeper's epoch when its leader's WAL channel was read, asked once
+    led: list[tuple[int | None, int | None, str | None]] = []  # ZooKeeper's epoch and its leader's WAL, asked once
+    gone: list[str] = []
 
     def seen(who: str, scan: pa.Table) -> None:
         candidates = newer_than_floors(scan, newest, keys)
         if candidates.num_rows == 0:
             return
         if not led:
-            led.append(_led_epoch(epoch_now, read.present))
-        later = to_read_again(candidates, floors.first_seq, high, led[0])
+            led.append(_led_epoch(epoch_now, read.present, read.looked))
+        present_epoch, gone_epoch, _wal = led[0]
+        if gone_epoch is not None:  # a leader creates its WAL channel before it stamps a row
+            lost = pc.sum(pc.equal(candidates.column(EPOCH_COLUMN), gone_epoch)).as_py() or 0
+            if lost:
+                gone.append(
+                    f"{who} holds {lost} version(s) of epoch {gone_epoch}, ZooKeeper's current one, that no "
+                    "segment holds, and that leader's WAL channel is gone"
+                )
+        # versions of ZooKeeper's epoch are read again also when its leader's channel was not there:
+        # a leader elected meanwhile creates it, and they are judged on it then
+        epoch = present_epoch if present_epoch is not None else gone_epoch
+        later = to_read_again(candidates, floors.first_seq, high, epoch)
         if later.num_rows:
             newer[who] = later
 
@@ -555,6 +572,8 @@ def coverage(
         keys,
         seen=seen,
     )
+    if gone and read_again is None and not (metadata_changed is not None and _changed(metadata_changed)):
+        problems += gone
     if newer and read_again is not None:
         by = [*keys, EPOCH_COLUMN, SEQ_COLUMN]
         wanted = pa.concat_tables([t.select(by) for t in newer.values()], promote_options="permissive")
@@ -564,6 +583,8 @@ def coverage(
             return "; ".join(problems)
         before = set(read.problems())  # what the first read found is reported by the checks above
         late = [f"read again after the scans: {p}" for p in again.problems() if p not in before]
+        if gone and led[0][2] not in again.present:  # still gone: nothing can hold those versions
+            late += gone
         late += newer_problems(newer, again.floors, floors.first_seq, epoch_now, again.present)
         if late and metadata_changed is not None and _changed(metadata_changed):
             late = [
@@ -574,15 +595,30 @@ def coverage(
     return "; ".join(problems) if problems else None
 
 
-def _led_epoch(epoch_now: Callable[[], tuple[int, str | None]] | None, present: set[str]) -> int | None:
-    """ZooKeeper's epoch for the partition when its leader's WAL channel is one of ``present``."""
-    if epoch_now is None:
+def _covered(checked: bool, missing: str | None, unscanned: Sequence[str]) -> bool | None:
+    """``covered`` of a partition: False when a scanned replica misses a write, True when every
+    replica was scanned and none does, None when not checked (on every replica)."""
+    if not checked:
         return None
+    if missing is not None:
+        return False
+    return None if unscanned else True
+
+
+def _led_epoch(
+    epoch_now: Callable[[], tuple[int, str | None]] | None, present: set[str], looked: set[str]
+) -> tuple[int | None, int | None, str | None]:
+    """ZooKeeper's epoch for the partition when its leader's WAL channel is one of ``present``; that
+    epoch when the channel is one of ``looked`` (read for the partition) but was not there; the channel."""
+    if epoch_now is None:
+        return None, None, None
     try:
         epoch, leader_wal = epoch_now()
     except ShoalError:  # not answering now: newer_problems asks again and says so
-        return None
-    return epoch if leader_wal is not None and leader_wal in present else None
+        return None, None, None
+    if leader_wal is None or leader_wal not in looked:
+        return None, None, None
+    return (epoch, None, leader_wal) if leader_wal in present else (None, epoch, leader_wal)
 
 
 def _changed(metadata_changed: Callable[[], bool]) -> bool:
@@ -715,6 +751,7 @@ def verify(
                 metadata_changed,
             )
         )
+        unscanned = [f"{r.server_id}#{r.placement_id}" for r in replicas if isinstance(r, ReplicaError)]
         listed.append((key_range, described_ok))
         listed_epochs.append((key_range, entry.partition_id, list(read.epochs.values())))
         partitions.append(
@@ -730,8 +767,10 @@ def verify(
                 gtid_error=shared,
                 in_range=range_error is None,
                 range_error=range_error,
-                covered=None if floors is None else missing is None,
-                coverage_error=missing,
+                covered=_covered(floors is not None, missing, unscanned),
+                coverage_error=missing
+                if missing is not None or not unscanned or floors is None
+                else f"not checked on {', '.join(unscanned)}: not described, so not scanned",
             )
         )
     retired = [

@@ -32,7 +32,9 @@ well. Records the Tail truncated between the reads are in a segment the second r
 that moves under it makes the partition's channels read again, as for the first read.
 
 Not checked: a version at an epoch that left no WAL record on the channels read (all truncated, or
-its channel gone) other than ZooKeeper's current one, at or below ZooKeeper's epoch. A split child's
+its channel gone) at or below ZooKeeper's epoch, unless it is ZooKeeper's current one: then it is
+judged while that leader's WAL channel exists, and is a mismatch when the channel is gone
+(``shoal_app.cli.verify.coverage``: a leader creates its channel before it stamps a row). A split child's
 versions at its parent's epochs are judged against the parent's channels
 (:func:`~shoal_app.cli.verify_retired.phantoms`).
 """
