@@ -168,7 +168,8 @@ class WalObserver(threading.Thread):
     Each round uses :func:`shoal.kafka.readers.read_wal_channel` (a short-lived read_committed consumer,
     as ``shoal verify`` reads a channel); a round that fails (a broker down) is retried the next second.
     A record truncated by Tail before a round reached it is not observed; ``unobserved`` counts the
-    offsets truncated before a round read them (transaction markers included).
+    offsets truncated before a round read them (transaction markers included), and those a channel
+    deleted between two rounds (a split parent's, at UNLOAD_FINAL) still had past the last one.
     """
 
     def __init__(self, kafka: KafkaSettings, prefix: str) -> None:
@@ -181,6 +182,7 @@ class WalObserver(threading.Thread):
         self.failed_rounds = 0
         self.halt = threading.Event()
         self._next: dict[str, int] = {}
+        self._end: dict[str, int] = {}
 
     def run(self) -> None:
         while not self.halt.is_set():
@@ -190,8 +192,11 @@ class WalObserver(threading.Thread):
     def read_round(self) -> None:
         try:
             topics = clients.admin(self.kafka).list_topics(timeout=10).topics
+            for topic in [t for t in self._end if t not in topics]:  # deleted since the last round
+                self.unobserved += max(0, self._end.pop(topic) - self._next.get(topic, 0))
             for topic in sorted(t for t in topics if t.startswith(self.stem)):
-                start, _end = log_start_and_end(self.kafka, topic)
+                start, end = log_start_and_end(self.kafka, topic)
+                self._end[topic] = end
                 self.unobserved += max(0, start - self._next.get(topic, 0))  # truncated before this round
                 self._next[topic] = max(start, self._next.get(topic, 0))
                 # exact_start: records truncated since log_start_and_end are counted next round, not skipped

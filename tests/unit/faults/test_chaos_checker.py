@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -167,7 +168,6 @@ def test_a_chaos_write_is_acknowledged_once_delivered_even_when_every_sync_fails
     delivery failed or never finished stays uncertain."""
     import threading
     from concurrent.futures import Future
-    from typing import Any
 
     from chaos.workload import ChaosWriter
 
@@ -362,3 +362,34 @@ def test_the_chaos_command_refuses_zero_runs_and_zero_faults(capsys: pytest.Capt
             main(argv)
         assert exit_info.value.code == 2
         assert "must be at least 1" in capsys.readouterr().err
+
+
+def test_the_observer_counts_what_a_channel_deleted_between_two_rounds_still_had(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A split parent's channel deleted at UNLOAD_FINAL between two rounds drops out of the topic
+    list: the offsets past the last round are unobserved, not silently gone (audit40 L1)."""
+    from types import SimpleNamespace
+
+    from chaos import workload
+    from chaos.workload import WalObserver
+
+    from shoal.kafka.settings import KafkaSettings
+
+    topic = "pre.wal." + "ab" * 16 + ".1"
+    state: dict[str, Any] = {"topics": {topic: None}, "end": 0}
+    monkeypatch.setattr(
+        workload.clients,
+        "admin",
+        lambda _kafka: SimpleNamespace(list_topics=lambda timeout: SimpleNamespace(topics=state["topics"])),
+    )
+    monkeypatch.setattr(workload, "log_start_and_end", lambda _kafka, _topic: (0, state["end"]))
+    monkeypatch.setattr(workload, "read_wal_channel", lambda *_a, **_kw: iter(()))
+    observer = WalObserver(KafkaSettings("127.0.0.1:1"), "pre")
+    observer.read_round()
+    state["end"] = 7  # written after the round, then the channel is deleted
+    observer.read_round()
+    assert observer.unobserved == 0  # nothing truncated (this fake reads no record)
+    state["topics"] = {}
+    observer.read_round()
+    assert observer.unobserved == 7 and observer.failed_rounds == 0
