@@ -21,11 +21,12 @@ class MonitorConfig:
     """Samples in the sliding window (Burrow's ``intervals``): interval 10 s x 30 = a 5-minute window."""
     warn_samples: int | None = None
     """Polls of non-decreasing lag before WARN (None: half the window, at least 2)."""
-    open_transaction_warn_s: float = 120.0
+    open_transaction_warn_s: float = 240.0
     """How long a transaction may hold a channel's last stable offset at one offset below its log end
-    before its readers are WARN (two leader transaction timeouts: a killed leader's open transaction
-    is aborted by Kafka after one); a window shorter than this (``interval_s`` x ``window_samples``)
-    does not judge it."""
+    before its readers are WARN (four leader transaction timeouts: a killed leader's open transaction
+    is aborted by Kafka after one; a Spark sink task's stays open while the task writes, up to its
+    ``transactionTimeout``, 300 s by default); a window shorter than this (``interval_s`` x
+    ``window_samples``) does not judge it."""
     history_dir: Path | None = None
     """Where the window is persisted (``monitor-history.json``); None keeps it in memory only."""
     recent_segments: int = 5

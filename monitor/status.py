@@ -137,7 +137,9 @@ def held_by_transaction(window: Sequence[Sample], polls: int, min_s: float) -> s
     last stable offset staying at one offset below the log end: here for ``polls`` polls in a row
     and ``min_s`` seconds (so a window shorter than ``min_s`` never says it: a transaction of a few
     seconds under load is no fault). Under steady transactional writes the last stable offset is
-    below the log end at most polls too, but it moves with every commit."""
+    below the log end at most polls too, but it moves with every commit. A reader whose committed
+    offset is past the last stable offset reads uncommitted records (Spark's Kafka source by
+    default): nothing holds it."""
     cur = window[-1]
     if cur.stable_end is None or cur.stable_end >= cur.log_end:
         return None
@@ -145,6 +147,8 @@ def held_by_transaction(window: Sequence[Sample], polls: int, min_s: float) -> s
     for s in reversed(window):
         if s.stable_end != cur.stable_end or s.stable_end >= s.log_end:
             break
+        if s.committed is not None and s.committed > s.stable_end:  # reads uncommitted: not held (Spark's Kafka source)
+            return None
         held.append(s)
     span = cur.ts - held[-1].ts
     if len(held) < polls or span < min_s:

@@ -111,7 +111,11 @@ class ChannelSource(Protocol):
     """How verify reads channels (Kafka by default; tests pass their own)."""
 
     def bounds(self, topic: str) -> tuple[int, int] | None:
-        """(Tail, Append) of a channel, or None when it does not exist."""
+        """(Tail, Append) of a channel, or None when it does not exist (as listed since :meth:`refresh`)."""
+
+    def refresh(self) -> None:
+        """List the topics again at the next :meth:`bounds`: each read of a partition's channels
+        sees those created since the last one (a leader elected meanwhile creates its WAL channel)."""
 
     def wal_records(self, topic: str, start: int) -> Iterator[ChannelRecord]:
         """A WAL channel's records from ``start`` to its end, one at a time."""
@@ -153,6 +157,9 @@ class KafkaChannels:
                 log.info("%s: %s; asking again", topic, exc)
                 self._topics = None  # listed again: the error was the listing's
                 time.sleep(self.transient_pause_s)
+
+    def refresh(self) -> None:
+        self._topics = None
 
     def _bounds_once(self, topic: str) -> tuple[int, int] | None:
         from shoal.kafka.admin import log_start_and_end
@@ -466,6 +473,7 @@ def _read_channels_once(
     removed: Sequence[Placement],
 ) -> ChannelsRead:
     out = ChannelsRead(floors=floors)
+    source.refresh()
     placements = channel_placements(entry)
     placements += [p for p in removed if p not in placements]
     wal_topics = [topics.wal(entry.partition_id, p.placement_id) for p in placements]

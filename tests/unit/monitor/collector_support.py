@@ -77,7 +77,11 @@ class OffsetsTable:
         return {g: 0 for g in groups}
 
     def first_records(self, fetch: Iterable[tuple[str, int, int]]) -> dict[tuple[str, int, int], RecordInfo]:
-        return {(t, p, o): RecordInfo(o, 1_000_000, 10) for t, p, o in fetch}
+        # a read_committed read from inside an open transaction finds nothing before the log end
+        return {
+            (t, p, o): RecordInfo(self.bounds[t][1] if o >= self.stable.get(t, o + 1) else o, 1_000_000, 10)
+            for t, p, o in fetch
+        }
 
     def close(self) -> None:
         pass

@@ -59,12 +59,14 @@ def test_a_worse_verdict_stays() -> None:
 def test_the_collector_warns_about_a_channel_held_by_an_open_transaction() -> None:
     kafka, clock = healthy(), Clock()
     kafka.stable[wal(1)] = 45  # the leader's transaction from offset 45 on never ends
-    col = collector(lambda: [topology()], kafka, clock, window=20, warn=3)
+    for p in (2, 3):  # read_committed readers: at most up to it
+        kafka.acks[(replica_group(p), wal(1))] = 45
+    col = collector(lambda: [topology()], kafka, clock, window=30, warn=3)
     statuses = []
-    for _ in range(14):  # polls 10 s apart, open_transaction_warn_s: 120 s
+    for _ in range(26):  # polls 10 s apart, open_transaction_warn_s: 240 s
         statuses.append(col.poll().status.value)
         clock.tick()
-    assert statuses[:12] == ["OK"] * 12 and statuses[12:] == ["WARN", "WARN"], statuses
+    assert statuses[:24] == ["OK"] * 24 and statuses[24:] == ["WARN", "WARN"], statuses
     snap = col.snapshot
     assert snap is not None
     (part,) = snap.tables[0].partitions
@@ -74,7 +76,27 @@ def test_the_collector_warns_about_a_channel_held_by_an_open_transaction() -> No
     assert any("wal#1" in p.where and "transaction open" in p.reason for p in snap.problems), snap.problems
     kafka.stable[wal(1)] = 50  # committed: the readers read on
     kafka.acks[(replica_group(2), wal(1))] = 50
+    kafka.acks[(replica_group(3), wal(1))] = 50
     assert col.poll().status is Status.OK
+
+
+def test_a_reader_past_the_last_stable_offset_reads_uncommitted_and_is_not_held() -> None:
+    # Spark's Kafka source reads uncommitted records by default: an open transaction holds it not
+    window = [Sample(1000.0 + i * 60, 48, 0, 50, 0, 1, 40) for i in range(6)]
+    assert verdict(window)[0] is Status.OK
+
+
+def test_a_poll_that_cannot_read_the_last_stable_offsets_keeps_its_lag_figures() -> None:
+    from shoal.errors import KafkaOperationError
+
+    kafka, clock = healthy(), Clock()
+
+    def fails(_tps: object) -> dict[tuple[str, int], int]:
+        raise KafkaOperationError("listing offsets timed out")
+
+    kafka.stable_ends = fails  # type: ignore[method-assign]
+    snap = collector(lambda: [topology()], kafka, clock).poll()
+    assert snap.status is Status.OK
 
 
 def test_the_history_file_keeps_the_last_stable_offset_and_reads_older_rows(tmp_path: Path) -> None:

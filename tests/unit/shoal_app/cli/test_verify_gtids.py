@@ -89,11 +89,20 @@ class FakeChannels:
         self.wal, self.published, self.files = wal, segments, files or {}
         self.retained: dict[str, str] = {}
         """Topics that Kafka deletes records of by time or size (``KafkaChannels.time_retained``)."""
+        self.listed: set[str] | None = None
+        """The topics as listed at the first ``bounds`` since ``refresh`` (``KafkaChannels`` lists once)."""
+
+    def refresh(self) -> None:
+        self.listed = None
 
     def time_retained(self, topics: Iterable[str]) -> dict[str, str]:
         return {t: s for t, s in self.retained.items() if t in set(topics)}
 
     def bounds(self, topic: str) -> tuple[int, int] | None:
+        if self.listed is None:
+            self.listed = {*self.wal, *self.published}
+        if topic not in self.listed:
+            return None
         if topic in self.wal:
             tail, records = self.wal[topic]
             return tail, (records[-1].offset + 1 if records else tail)
