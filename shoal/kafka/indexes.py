@@ -155,7 +155,8 @@ def log_bounds(admin: AdminClient, tps: Iterable[TP], *, timeout_s: float = 10.0
 def stable_ends(admin: AdminClient, tps: Iterable[TP], *, timeout_s: float = 10.0) -> dict[TP, int]:
     """{(topic, partition): last stable offset}: the end a ``read_committed`` consumer reads up to,
     below the log end while a transaction is open on the partition (the first offset of the oldest
-    open transaction); partitions that do not exist are left out."""
+    open transaction). A topic that does not exist is a KafkaOperationError ("no leaders found"),
+    like a partition without a leader."""
     keys = sorted(set(tps))
     if not keys:
         return {}
