@@ -26,7 +26,7 @@ import atexit
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_futures
 from dataclasses import dataclass
@@ -501,6 +501,14 @@ class Producer:
         with self._lock:
             return dict(self._last_offset)
 
+    @property
+    def refusals_from(self) -> int | None:
+        """The deadletter offset this producer's refusal check reads from (noted before its first
+        message), or None when it checks none (``check_refusals`` off, or nothing written yet)."""
+        with self._lock:
+            reader = self._refusals if self._refusals_started else None
+        return None if reader is None else getattr(reader, "position", None)
+
     def sync(self, timeout: float = 60.0) -> None:
         """Wait until the leaders have accepted everything written so far.
 
@@ -521,11 +529,30 @@ class Producer:
 
     def _sync(self, timeout: float, only: set[str] | None = None) -> None:
         """:meth:`sync`, for the ingest topics ``only`` when given."""
-        policy = self.config.sync_policy
-        deadline = policy.clock() + timeout
+        deadline = self.config.sync_policy.clock() + timeout
         remaining = self._delivered_before(timeout)
         if only is not None:
             remaining = {t: v for t, v in remaining.items() if t in only}
+        self._await_accepted(remaining, timeout, deadline)
+        if only is None:
+            self._raise_refused(max(5.0, deadline - self.config.sync_policy.clock()))
+
+    def await_accepted(self, written: Mapping[str, tuple[str, int]], timeout: float = 60.0) -> None:
+        """Wait until the leaders accepted ``written`` ({ingest topic: (partition_id, last offset)},
+        what :meth:`written` of other producers returned): what :meth:`sync` waits for after its
+        own messages are delivered, for messages other producers sent (the Spark sink's driver
+        waits once for all its write tasks, DESIGN.md section 9). SyncTimeoutError after
+        ``timeout`` seconds; refusals are not read (see :class:`~producer.refusals.DeadletterWatch`)."""
+        for topic, (partition_id, last) in written.items():
+            if self.topics.ingest(partition_id) != topic:
+                raise ValueError(f"{topic} is not the ingest topic of partition {partition_id!r:.40}")
+            if isinstance(last, bool) or not isinstance(last, int) or last < 0:
+                raise ValueError(f"{topic}: not an offset: {last!r:.40}")
+        self._await_accepted(dict(written), timeout, self.config.sync_policy.clock() + timeout)
+
+    def _await_accepted(self, remaining: dict[str, tuple[str, int]], timeout: float, deadline: float) -> None:
+        """Poll the leader groups' committed offsets until each topic of ``remaining`` is past its offset."""
+        policy = self.config.sync_policy
         committed: dict[str, int | None] = {}
         last_error: KafkaOperationError | None = None
         intervals = policy.intervals()
@@ -565,8 +592,6 @@ class Producer:
                     lagging,
                 )
             policy.sleep(min(next(intervals), max(0.0, deadline - now)))
-        if only is None:
-            self._raise_refused(max(5.0, deadline - policy.clock()))
 
     def _raise_refused(self, timeout: float) -> None:
         """MessagesRefusedError if a leader refused messages of this producer since the last check."""

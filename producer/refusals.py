@@ -30,6 +30,7 @@ import secrets
 import threading
 import time
 from collections.abc import Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -78,14 +79,18 @@ class RefusalReader(Protocol):
     def close(self) -> None: ...
 
 
-def refusal_of(headers: Sequence[tuple[str, str | bytes | None]] | None, producer_id: str) -> Refusal | None:
-    """The :class:`Refusal` a deadletter record's ``headers`` describe, if the refused message was ``producer_id``'s."""
+def refusal_of(
+    headers: Sequence[tuple[str, str | bytes | None]] | None, producer_id: str | AbstractSet[str]
+) -> Refusal | None:
+    """The :class:`Refusal` a deadletter record's ``headers`` describe, if the refused message was
+    ``producer_id``'s (one of them, given a set)."""
     fields: dict[str, str] = {}
     for name, value in headers or ():
         if value is None:
             continue
         fields[name] = value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
-    if fields.get(PRODUCER_HEADER) != producer_id:
+    ids = {producer_id} if isinstance(producer_id, str) else producer_id
+    if fields.get(PRODUCER_HEADER) not in ids:
         return None
     offset = fields.get("shoal.source.offset", "")
     return Refusal(
@@ -99,15 +104,18 @@ def refusal_of(headers: Sequence[tuple[str, str | bytes | None]] | None, produce
 
 
 class DeadletterWatch:
-    """Reads the deadletter topic (one partition, as the leaders create it) for ``producer_id``'s refusals.
+    """Reads the deadletter topic (one partition, as the leaders create it) for the refusals of
+    ``producer_id`` (or of each of a set of producers).
 
     Thread-safe: reads are serialized, and each refusal is returned by one :meth:`read` only.
     """
 
-    def __init__(self, settings: KafkaSettings, topics: TopicNames, producer_id: str) -> None:
-        if not PRODUCER_ID_PATTERN.fullmatch(producer_id):
-            raise ValueError(f"not a producer id: {producer_id!r:.60}")
-        self.settings, self.producer_id = settings, producer_id
+    def __init__(self, settings: KafkaSettings, topics: TopicNames, producer_id: str | AbstractSet[str]) -> None:
+        ids = frozenset({producer_id} if isinstance(producer_id, str) else producer_id)
+        for one in ids:
+            if not isinstance(one, str) or not PRODUCER_ID_PATTERN.fullmatch(one):
+                raise ValueError(f"not a producer id: {one!r:.60}")
+        self.settings, self.producer_ids = settings, ids
         self.topic, self.group = topics.deadletter, topics.refusals_group
         self._lock = threading.Lock()
         self._consumer: Any = None
@@ -139,11 +147,21 @@ class DeadletterWatch:
         found = read_indexes(self._admin, [IndexQuery(self.topic)], timeout_s=timeout_s).get(self.topic)
         return (0, 0) if found is None else (found.tail, found.append)
 
-    def start(self, timeout_s: float) -> None:
-        """Note where the deadletter topic ends now: call before this producer's first message."""
+    def start(self, timeout_s: float, *, at: int | None = None) -> None:
+        """Note where the deadletter topic ends now: call before this producer's first message.
+        ``at``: read from that offset instead (where other producers' checks started, noted by
+        their :attr:`position`)."""
         with self._lock:
             if self._position is None:
-                self._position = self._end(timeout_s)[1]
+                if at is not None and (isinstance(at, bool) or not isinstance(at, int) or at < 0):
+                    raise ValueError(f"not a deadletter offset: {at!r:.40}")
+                self._position = self._end(timeout_s)[1] if at is None else at
+
+    @property
+    def position(self) -> int | None:
+        """Where the next :meth:`read` starts (None before :meth:`start`)."""
+        with self._lock:
+            return self._position
 
     def read(self, timeout_s: float) -> list[Refusal]:
         """The refusals recorded since the previous read (or :meth:`start`), up to the topic's current end.
@@ -188,7 +206,7 @@ class DeadletterWatch:
                             continue
                         raise KafkaOperationError(f"deadletter topic {self.topic}: {err}", err)
                     position = int(msg.offset() or 0) + 1
-                    refusal = refusal_of(msg.headers(), self.producer_id)
+                    refusal = refusal_of(msg.headers(), self.producer_ids)
                     if refusal is not None:
                         found.append(refusal)
             finally:

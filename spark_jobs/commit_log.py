@@ -1,9 +1,11 @@
 """The sink's record of committed micro-batches, per streaming query, in ZooKeeper.
 
-``<zk_root>/spark/sinks/<query_id>`` holds ``{"batch_id": N, "table": T}``: the newest batch the
-driver committed for that query (the query id is Spark's, stable across restarts from the same
-checkpoint). The driver's ``commit(messages, batchId)`` raises it by compare-and-swap on the
-znode version; executors read it before they write (:meth:`BatchCommitLog.check`):
+``<zk_root>/spark/sinks/<query_id>`` holds ``{"batch_id": N, "table": T, "partitions": P}``: the
+newest batch the driver committed for that query (the query id is Spark's, stable across restarts
+from the same checkpoint), and how many Spark partitions its batches had at most (the driver
+fences their transactional ids at each commit, :mod:`spark_jobs.sink`). The driver's
+``commit(messages, batchId)`` raises it by compare-and-swap on the znode version; executors read
+it before they write (:meth:`BatchCommitLog.check`):
 
 - the batch id equals it: Spark replays the last batch after a crash lost its commit-log entry, over
   the same offsets (``offsets/N`` is written before batch N runs): skipped, so it changes nothing
@@ -83,6 +85,16 @@ class BatchCommitLog:
             )
         return batch_id == committed
 
+    def partitions(self, query_id: str) -> int:
+        """The most Spark partitions a committed batch of the query had (0 if none is recorded)."""
+        path = self.path(query_id)
+        with zk_errors(f"read sink commit {path}"):
+            try:
+                data, _ = self.zk.get(path)
+            except NoNodeError:
+                return 0
+        return self._partitions(path, data)
+
     def _read(self, query_id: str) -> tuple[int, str | None] | None:
         path = self.path(query_id)
         with zk_errors(f"read sink commit {path}"):
@@ -109,12 +121,26 @@ class BatchCommitLog:
             raise SinkCommitError(f"{path}: bad table {table!r:.40}")
         return table
 
-    def record(self, query_id: str, batch_id: int, *, table: str) -> bool:
-        """Raise the query's committed batch id to ``batch_id`` (CAS); False if it already was >= it."""
+    @staticmethod
+    def _partitions(path: str, data: bytes) -> int:
+        BatchCommitLog._decode(path, data)  # malformed: SinkCommitError
+        value = json.loads(data.decode()).get("partitions", 0)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise SinkCommitError(f"{path}: bad partition count {value!r:.40}")
+        return value
+
+    def record(self, query_id: str, batch_id: int, *, table: str, partitions: int = 0) -> bool:
+        """Raise the query's committed batch id to ``batch_id`` (CAS), and its partition count to at
+        least ``partitions``; False if the batch id already was >= ``batch_id``."""
         if isinstance(batch_id, bool) or not isinstance(batch_id, int) or batch_id < 0:
             raise SinkCommitError(f"batch id must be an int >= 0, got {batch_id!r:.40}")
+        if isinstance(partitions, bool) or not isinstance(partitions, int) or partitions < 0:
+            raise SinkCommitError(f"partition count must be an int >= 0, got {partitions!r:.40}")
         path = self.path(query_id)
-        data = json.dumps({"batch_id": batch_id, "table": table}).encode()
+
+        def data(before: int) -> bytes:
+            return json.dumps({"batch_id": batch_id, "table": table, "partitions": max(before, partitions)}).encode()
+
         with zk_errors(f"record sink commit {path}"):
             ensure_path(self.zk, path.rsplit("/", 1)[0], self.config.security)
             for _attempt in range(50):
@@ -122,14 +148,14 @@ class BatchCommitLog:
                     current, stat = self.zk.get(path)
                 except NoNodeError:
                     try:
-                        self.zk.create(path, data, acl=self.config.security.acls())
+                        self.zk.create(path, data(0), acl=self.config.security.acls())
                         return True
                     except NodeExistsError:
                         continue
                 if self._decode(path, current) >= batch_id:
                     return False
                 try:
-                    self.zk.set(path, data, version=stat.version)
+                    self.zk.set(path, data(self._partitions(path, current)), version=stat.version)
                     return True
                 except BadVersionError:
                     continue

@@ -103,8 +103,9 @@ DEFAULT_WRITE_ROWS = 100_000
 class SinkSettings:
     """What the sink needs on every executor: the table, the cluster, and how long to wait.
 
-    ``sync``: a task returns only once the partition leaders accepted its rows
-    (``Producer.sync``), so a committed batch is readable; ``sync_timeout_s`` bounds that wait.
+    ``sync``: the driver's commit waits until the partition leaders accepted every task's rows
+    and refused none (``Producer.await_accepted``), before it records the batch, so a committed
+    batch is readable; ``sync_timeout_s`` bounds that wait. Off, a commit records what Kafka has.
     ``write_rows``: a task gathers Spark's Arrow batches (``spark.sql.execution.arrow.maxRecordsPerBatch``,
     10,000 rows by default) into writes of about this many rows, so each partition's ingest
     messages, and its leader's WAL records, are fewer and larger; a task holds at most that many

@@ -2,9 +2,13 @@
 
 DESIGN.md section 9 (Sink). Executors (``write``) turn each Arrow record batch Spark hands them into
 ``Producer.write`` calls (validation, routing by key, Arrow IPC to the ingest topics, idempotent
-with acks=all), flush, and by default ``sync()`` until the partition leaders accepted the rows.
-The driver's ``commit(messages, batchId)`` records the batch id per streaming query in ZooKeeper
-(:mod:`spark_jobs.commit_log`); ``write`` reads it and skips a replay of the batch recorded last. So:
+with acks=all), flush, and report the last offset they produced to each ingest topic. By default
+(``sync``) the driver's ``commit`` waits once, for every task together, until the partition leaders
+accepted those offsets and refused none of the messages (``Producer.await_accepted`` and the
+deadletter topic), before it records anything: a task does not wait for its own rows, so the next
+task starts while the leaders take the last one's. A streaming query's driver then records the
+batch id in ZooKeeper (:mod:`spark_jobs.commit_log`); ``write`` reads it and skips a replay of the
+batch recorded last. So:
 
 * a batch killed mid-way (no commit) is written again when Spark replays it: rows are keyed
   upserts, so rows written twice with the same values leave the table as if written once;
@@ -16,9 +20,12 @@ Kafka transaction whose id is the query's and the Spark partition's, and leaders
 topics ``read_committed``. A task attempt first runs ``init_transactions``, which fences every
 older attempt of its partition (an executor Spark declared lost but still running, a speculative
 copy, an attempt of an earlier batch), and only then reads the commit log. The driver fences the
-id of every partition of a batch before it records the batch. So an attempt that still writes
-after its batch was recorded cannot commit: its rows never reach a leader, and no older value
-lands over a newer batch's.
+id of every partition of a batch before it records the batch, and of every partition an earlier
+batch of the query had (the commit log keeps how many): a transaction a task of an earlier run left
+open (a run restarted with fewer partitions) is aborted then, instead of holding the ingest topics'
+last stable offset, and so this batch's rows, until ``transactionTimeout``. The driver waits for the
+leaders only after that fence. So an attempt that still writes after its batch was recorded cannot
+commit: its rows never reach a leader, and no older value lands over a newer batch's.
 
 A batch write (``df.write``) has no batch id: it is an idempotent upsert of the DataFrame's rows,
 written without a transaction.
@@ -28,7 +35,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
@@ -74,6 +81,12 @@ class ShoalCommitMessage(WriterCommitMessage):
     skipped: bool = False
     partition_id: int | None = None
     """The task's Spark partition (its transactional id's, :func:`sink_transactional_id`)."""
+    written: dict[str, tuple[str, int]] = field(default_factory=dict)
+    """Ingest topic -> (partition id, last offset the task produced to it): what the driver waits for."""
+    producer_id: str | None = None
+    """The task producer's id (``shoal.producer`` header): its refusals on the deadletter topic."""
+    refusals_from: int | None = None
+    """The deadletter offset noted before the task's first message (None: refusals not checked)."""
 
 
 class _MapLoader:
@@ -117,18 +130,30 @@ def gathered(batches: Iterator[pa.RecordBatch], rows: int) -> Iterator[pa.Table]
         yield pa.Table.from_batches(pending)
 
 
+@dataclass(frozen=True)
+class Written:
+    """What :func:`write_batches` sent: rows, Kafka messages, and what the driver waits for."""
+
+    rows: int = 0
+    messages: int = 0
+    offsets: dict[str, tuple[str, int]] = field(default_factory=dict)
+    producer_id: str | None = None
+    refusals_from: int | None = None
+
+
 def write_batches(
     settings: SinkSettings,
     file: MetadataFile,
     batches: Iterator[pa.RecordBatch],
     *,
     channel: TransactionalChannel | None = None,
-) -> tuple[int, int]:
-    """Produce every row of ``batches`` to ``settings.table``; (rows, Kafka messages). Columnar:
+) -> Written:
+    """Produce every row of ``batches`` to ``settings.table``, delivered (acks=all) but not waited
+    for at the leaders: the driver does that once for all tasks (:func:`await_tasks`). Columnar:
     Spark's batches are gathered into writes of ``settings.write_rows`` rows (:func:`gathered`).
 
-    With an open ``channel`` every row goes out in one transaction of it, committed before the
-    ``sync()`` (a fenced channel raises, and nothing it produced becomes readable)."""
+    With an open ``channel`` every row goes out in one transaction of it, committed before this
+    returns (a fenced channel raises, and nothing it produced becomes readable)."""
     from producer import Producer
 
     producer: Producer | None = None
@@ -155,12 +180,64 @@ def write_batches(
         else:
             with channel.transaction():
                 produce_all()
-        if producer is not None and settings.sync:
-            producer.sync(settings.sync_timeout_s)
+        if producer is None:
+            return Written()
+        return Written(rows, messages, producer.written(), producer.producer_id, producer.refusals_from)
     finally:
         if producer is not None:
             producer.close()
-    return rows, messages
+
+
+def await_tasks(settings: SinkSettings, messages: list[ShoalCommitMessage], what: str) -> None:
+    """On the driver: wait until the partition leaders accepted every offset the tasks ``messages``
+    report, then read the deadletter topic for refusals of their messages. SinkCommitError (so
+    nothing is recorded) when a leader does not accept in ``settings.sync_timeout_s`` or refused a
+    message: its rows are not stored (DESIGN.md sections 4.2 and 9)."""
+    from producer import Producer
+    from producer.errors import ProducerError
+    from producer.refusals import DeadletterWatch
+
+    targets: dict[str, tuple[str, int]] = {}
+    for m in messages:
+        for topic, (partition_id, last) in m.written.items():
+            if topic not in targets or last > targets[topic][1]:
+                targets[topic] = (partition_id, last)
+    if not targets:
+        return
+    config = producer_config(settings)
+    try:
+        with Producer(config) as producer:
+            producer.await_accepted(targets, settings.sync_timeout_s)
+        checked = [m for m in messages if m.written and m.producer_id and m.refusals_from is not None]
+        if not checked or not config.check_refusals:
+            return
+        watch = DeadletterWatch(config.kafka, config.topics, {m.producer_id for m in checked if m.producer_id})
+        try:
+            watch.start(config.topic_timeout_s, at=min(m.refusals_from for m in checked if m.refusals_from is not None))
+            refusals = watch.read(max(5.0, settings.sync_timeout_s))
+        finally:
+            watch.close()
+    except (ProducerError, KafkaOperationError, ValueError) as exc:
+        raise SinkCommitError(f"{what}: {exc}; nothing is recorded") from exc
+    if refusals:
+        first = refusals[0]
+        raise SinkCommitError(
+            f"{what}: the leaders refused {len(refusals)} message(s), whose rows are not stored; first: "
+            f"{first.topic} offset {first.offset} ({first.reason}: {first.detail}); nothing is recorded"
+        )
+
+
+def _message(query_id: str | None, batch_id: int | None, partition_id: int | None, w: Written) -> ShoalCommitMessage:
+    return ShoalCommitMessage(
+        query_id,
+        batch_id,
+        w.rows,
+        w.messages,
+        partition_id=partition_id,
+        written=w.offsets,
+        producer_id=w.producer_id,
+        refusals_from=w.refusals_from,
+    )
 
 
 def _task_batch() -> tuple[str | None, int | None, int]:
@@ -201,8 +278,7 @@ class ShoalStreamWriter(DataSourceStreamWriter, DataSourceArrowWriter):
         """One task attempt: fence the older attempts of ``partition_id`` (``init_transactions``),
         then read the commit log, then write in one transaction (the module docstring)."""
         if query_id is None or batch_id is None:
-            rows, messages = write_batches(self.settings, self.file, iterator)
-            return ShoalCommitMessage(query_id, batch_id, rows, messages, partition_id=partition_id)
+            return _message(query_id, batch_id, partition_id, write_batches(self.settings, self.file, iterator))
         connection = self.settings.connection
         channel = _channel(self.settings, sink_transactional_id(connection.topic_prefix, query_id, partition_id))
         try:
@@ -214,10 +290,10 @@ class ShoalStreamWriter(DataSourceStreamWriter, DataSourceArrowWriter):
                     pass
                 log.warning("query %s batch %d was committed already: replay skipped", query_id, batch_id)
                 return ShoalCommitMessage(query_id, batch_id, 0, 0, skipped=True, partition_id=partition_id)
-            rows, messages = write_batches(self.settings, self.file, iterator, channel=channel)
+            written = write_batches(self.settings, self.file, iterator, channel=channel)
         finally:
             channel.close()
-        return ShoalCommitMessage(query_id, batch_id, rows, messages, partition_id=partition_id)
+        return _message(query_id, batch_id, partition_id, written)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # type: ignore[override]
         ours = [m for m in messages if isinstance(m, ShoalCommitMessage)]
@@ -232,9 +308,15 @@ class ShoalStreamWriter(DataSourceStreamWriter, DataSourceArrowWriter):
         if len(query_ids) > 1:
             raise SinkCommitError(f"batch {batchId}: write tasks report several query ids {sorted(query_ids)}")
         query_id = query_ids.pop()
-        self._fence_tasks(query_id, batchId, {m.partition_id for m in ours if m.partition_id is not None})
+        used = {m.partition_id for m in ours if m.partition_id is not None}
         with BatchCommitLog(self.settings.connection) as commits:
-            recorded = commits.record(query_id, batchId, table=self.settings.table)
+            earlier = commits.partitions(query_id)
+            self._fence_tasks(query_id, batchId, used | set(range(earlier)))
+            if self.settings.sync:
+                await_tasks(self.settings, ours, f"batch {batchId} of query {query_id}")
+            recorded = commits.record(
+                query_id, batchId, table=self.settings.table, partitions=max([earlier, *(p + 1 for p in used)])
+            )
         rows = sum(m.rows for m in ours)
         skipped = all(m.skipped for m in ours)
         log.info(
@@ -248,8 +330,9 @@ class ShoalStreamWriter(DataSourceStreamWriter, DataSourceArrowWriter):
         )
 
     def _fence_tasks(self, query_id: str, batch_id: int, partition_ids: set[int]) -> None:
-        """Fence every attempt of the batch's partitions before the batch is recorded: an attempt
-        that read the commit log before the record and still writes cannot commit after it."""
+        """Fence every attempt of the batch's partitions (and of the partitions earlier batches had)
+        before the batch is recorded: an attempt that read the commit log before the record and
+        still writes cannot commit after it, and a transaction left open is aborted."""
         prefix = self.settings.connection.topic_prefix
         for partition_id in sorted(partition_ids):
             txn_id = sink_transactional_id(prefix, query_id, partition_id)
@@ -276,12 +359,13 @@ class ShoalBatchWriter(DataSourceArrowWriter):
         self.file = file
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> ShoalCommitMessage:
-        rows, messages = write_batches(self.settings, self.file, iterator)
-        return ShoalCommitMessage(None, None, rows, messages)
+        return _message(None, None, None, write_batches(self.settings, self.file, iterator))
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
-        rows = sum(m.rows for m in messages if isinstance(m, ShoalCommitMessage))
-        log.info("wrote %d rows to %s", rows, self.settings.table)
+        ours = [m for m in messages if isinstance(m, ShoalCommitMessage)]
+        if self.settings.sync:
+            await_tasks(self.settings, ours, f"write to {self.settings.table}")
+        log.info("wrote %d rows to %s", sum(m.rows for m in ours), self.settings.table)
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         rows = sum(m.rows for m in messages if isinstance(m, ShoalCommitMessage))

@@ -38,6 +38,29 @@ def test_commits_only_move_forward_even_when_racing(zk_hosts: str, cluster: obje
         log.zk.set(log.path(query), b"garbage")
         with pytest.raises(SinkCommitError, match="malformed"):
             log.committed(query)
+        with pytest.raises(SinkCommitError, match="malformed"):
+            log.partitions(query)
+
+
+def test_the_partition_count_only_grows(zk_hosts: str, cluster: object) -> None:
+    """The driver fences the transactional ids of every partition an earlier batch had: the count
+    stays the largest any batch recorded, also when a later batch has fewer partitions."""
+    meta = MetadataConfig(zk_hosts=zk_hosts, bootstrap_servers="127.0.0.1:1")
+    query = str(uuid.uuid4())
+    with BatchCommitLog(meta) as log:
+        assert log.partitions(query) == 0
+        log.record(query, 0, table="t", partitions=4)
+        log.record(query, 1, table="t", partitions=2)
+        assert (log.committed(query), log.partitions(query)) == (1, 4)
+        log.record(query, 2, table="t")  # a record without a count keeps it
+        assert log.partitions(query) == 4
+        log.zk.set(log.path(query), b'{"batch_id": 2, "table": "t"}')  # written before counts were kept
+        assert log.partitions(query) == 0
+        log.zk.set(log.path(query), b'{"batch_id": 2, "table": "t", "partitions": -1}')
+        with pytest.raises(SinkCommitError, match="bad partition count"):
+            log.partitions(query)
+        with pytest.raises(SinkCommitError, match="partition count must be"):
+            log.record(query, 3, table="t", partitions=True)
 
 
 def test_a_write_task_skips_only_the_replay_of_the_last_batch(zk_hosts: str, cluster: object) -> None:

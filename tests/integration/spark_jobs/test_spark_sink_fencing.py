@@ -10,6 +10,7 @@ with Spark's task context), so the interleaving is exact; ``test_spark_sink.py``
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,9 +29,9 @@ from spark_jobs.sink import ShoalCommitMessage, ShoalStreamWriter
 pytestmark = pytest.mark.integration
 
 
-def _rows(value: str, n: int) -> pa.RecordBatch:
+def _rows(value: str, n: int, first: int = 1) -> pa.RecordBatch:
     return pa.RecordBatch.from_pylist(
-        [{"k": k, "v": value, "n": i} for i, k in enumerate(range(1, 1 + n))],
+        [{"k": k, "v": value, "n": i} for i, k in enumerate(range(first, first + n))],
         schema=pa.schema([("k", pa.uint64()), ("v", pa.string()), ("n", pa.int64())]),
     )
 
@@ -128,3 +129,67 @@ def test_the_driver_fences_an_attempt_that_read_the_log_before_the_batch_was_rec
         writer.commit([writer.write_task(iter([_rows("b2", 1)]), query, 2, 0)], 2)
         rows = sc.rows()
         assert rows[1] == ("b2", 0) and {rows[k][0] for k in range(2, 6)} == {"b1"}, rows
+
+
+def test_a_transaction_left_open_by_a_partition_the_restarted_query_lacks_is_aborted_at_commit(
+    cluster: Any, zk_hosts: str, topic_prefix: str, tmp_path: Path
+) -> None:
+    """A run with two partitions commits batch 0; its partition 1 then opens batch 1's transaction,
+    produces, and the run dies. The restarted query has one partition: its batch 1 rows sit behind
+    that open transaction on the same ingest topic (leaders read ``read_committed``) until Kafka
+    aborts it (``transactionTimeout``, 600 s here). The driver's commit fences partition 1 too (the
+    commit record kept the count), so the leaders accept batch 1 well within ``syncTimeout``."""
+    with spark_cluster(cluster.bootstrap_servers, zk_hosts, topic_prefix, tmp_path) as sc:
+        settings = SinkSettings(
+            table=sc.table.name, connection=sc.meta, write_rows=1, sync_timeout_s=45, transaction_timeout_s=600
+        )
+        writer = ShoalStreamWriter(settings, sc.file)
+        query = str(uuid.uuid4())
+        writer.commit(
+            [
+                writer.write_task(iter([_rows("b0", 5)]), query, 0, 0),
+                writer.write_task(iter([_rows("b0", 5, first=6)]), query, 0, 1),
+            ],
+            0,
+        )
+        produced, resume = threading.Event(), threading.Event()
+
+        def stalled() -> Iterator[pa.RecordBatch]:
+            yield _rows("orphan", 5, first=6)
+            yield _rows("orphan", 5, first=6)
+            produced.set()
+            assert resume.wait(180)
+
+        outcome: list[Any] = []
+
+        def orphan() -> None:
+            try:
+                outcome.append(writer.write_task(stalled(), query, 1, 1))
+            except BaseException as exc:
+                outcome.append(exc)
+
+        thread = threading.Thread(target=orphan, name="orphaned-attempt")
+        thread.start()
+        try:
+            assert produced.wait(60)
+            time.sleep(1)  # its first rows are in the ingest topic, inside the open transaction
+            started = time.monotonic()
+            # the restarted query: one partition, batch 1 again; its task returns without waiting
+            message = writer.write_task(iter([_rows("b1", 5)]), query, 1, 0)
+            assert message.written and message.producer_id
+            writer.commit([message], 1)  # fences partitions 0 and 1, then waits for the leaders
+            waited = time.monotonic() - started
+            rows = sc.rows()
+            assert {rows[k][0] for k in range(1, 6)} == {"b1"}, rows
+            assert {rows[k][0] for k in range(6, 11)} == {"b0"}, rows
+            assert waited < 45, waited
+            with BatchCommitLog(sc.meta) as commits:
+                assert (commits.committed(query), commits.partitions(query)) == (1, 2)
+        finally:
+            resume.set()
+            thread.join(120)
+        (result,) = outcome
+        assert isinstance(result, ShoalError), result  # fenced: nothing of it becomes readable
+        writer.commit([writer.write_task(iter([_rows("b2", 1)]), query, 2, 0)], 2)
+        rows = sc.rows()
+        assert rows[1] == ("b2", 0) and {rows[k][0] for k in range(6, 11)} == {"b0"}, rows

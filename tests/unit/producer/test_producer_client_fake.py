@@ -349,3 +349,36 @@ def test_a_message_kafka_refuses_mid_write_is_not_waited_for_and_the_error_names
         producer.sync(5)  # waits for the sent message only; before, it waited for the refused one forever
         assert err.futures[0].result().ok  # type: ignore[attr-defined]
         assert len(kafka.messages) == 1
+
+
+def test_await_accepted_waits_for_offsets_other_producers_wrote() -> None:
+    """The Spark sink's driver waits once for what its write tasks produced (``written()`` of each)."""
+    kafka = FakeKafka()
+    clock = FakeClock()
+    committed: dict[str, int] = {}
+    writer, file = _producer(kafka, clock, offsets_reader=lambda _g, topic: committed.get(topic))
+    writer.write("events", [{"k": 1, "ts": 1}, {"k": 150, "ts": 1}])
+    writer.flush(5)
+    written = writer.written()
+    assert len(written) == 2
+    waiter, _ = _producer(FakeKafka(), clock, offsets_reader=lambda _g, topic: committed.get(topic))
+    with pytest.raises(SyncTimeoutError) as info:
+        waiter.await_accepted(written, timeout=2)
+    assert set(info.value.lagging) == set(written)
+    first = sorted(written)[0]
+    committed[first] = written[first][1] + 1
+    with pytest.raises(SyncTimeoutError) as info:
+        waiter.await_accepted(written, timeout=2)
+    assert set(info.value.lagging) == set(written) - {first}
+    for topic, (_pid, last) in written.items():
+        committed[topic] = last + 1
+    waiter.await_accepted(written, timeout=2)
+    topics = TopicNames("p")
+    pid = file.partitions[0].partition_id
+    with pytest.raises(ValueError, match="not the ingest topic"):
+        waiter.await_accepted({topics.ingest(pid): (file.partitions[1].partition_id, 0)})
+    with pytest.raises(ValueError, match="not an offset"):
+        waiter.await_accepted({topics.ingest(pid): (pid, -1)})
+    assert not kafka.messages[0:0] and not waiter.written()  # it sent nothing itself
+    writer.close()
+    waiter.close()

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from producer.refusals import new_producer_id, refusal_of
+import pytest
+
+from producer.refusals import DeadletterWatch, new_producer_id, refusal_of
+from shoal.kafka.settings import ConnectionSettings
+from shoal.topics import TopicNames
 from shoal.wire.ingest import PRODUCER_HEADER, PRODUCER_ID_PATTERN
 from storage_node.replica import Rejected
 from storage_node.roles.leader.deadletter import deadletter_headers
@@ -57,3 +61,28 @@ def test_a_leader_drops_a_malformed_or_repeated_producer_header() -> None:
         assert refusal_of(dead, mine) is None
     # a str header value (as a dict of headers may carry) is accepted like bytes
     assert refusal_of(_dead({PRODUCER_HEADER: mine}), mine) is not None
+
+
+def test_a_set_of_producer_ids_finds_the_refusals_of_each() -> None:
+    """The Spark sink's driver reads the refusals of all its write tasks' producers at once."""
+    first, second, other = new_producer_id(), new_producer_id(), new_producer_id()
+    ids = frozenset({first, second})
+    for mine in (first, second):
+        found = refusal_of(_dead([("shoal.table", b"events"), (PRODUCER_HEADER, mine.encode())]), ids)
+        assert found is not None and found.reason == "oversized"
+    assert refusal_of(_dead([(PRODUCER_HEADER, other.encode())]), ids) is None
+    assert refusal_of(_dead([(PRODUCER_HEADER, other.encode())]), frozenset()) is None
+
+
+def test_a_watch_starts_where_the_producers_it_checks_started() -> None:
+    settings = ConnectionSettings.plain("kafka:9092", "zk:2181", topic_prefix="p").kafka
+    ids = {new_producer_id(), new_producer_id()}
+    watch = DeadletterWatch(settings, TopicNames("p"), ids)
+    assert watch.producer_ids == ids and watch.position is None
+    with pytest.raises(ValueError, match="not a deadletter offset"):
+        watch.start(1.0, at=-1)
+    watch.start(1.0, at=7)  # no request: the offset is given
+    assert watch.position == 7
+    watch.close()
+    with pytest.raises(ValueError, match="not a producer id"):
+        DeadletterWatch(settings, TopicNames("p"), {new_producer_id(), "../x"})
