@@ -28,6 +28,18 @@ FILE_NAME = "monitor-history.json"
 VERSION = HISTORY_VERSION
 
 
+def _samples(
+    rows: list[tuple[float, int | None, int, int, int, int, int | None] | tuple[float, int | None, int, int, int, int]],
+    stable_ends: list[int | None] | None,
+) -> list[Sample]:
+    """A series' samples from a file's rows and their last stable offsets (:class:`HistoryFile`):
+    those of ``stable_ends`` only when it has one per row (a monitor of an earlier release rewrote
+    the series without it otherwise), else a seven-field row's own."""
+    if stable_ends is None or len(stable_ends) != len(rows):
+        return [Sample(*row) for row in rows]
+    return [Sample(*row[:6], stable_end=stable) for row, stable in zip(rows, stable_ends, strict=True)]
+
+
 @dataclass
 class PartitionMemory:
     epoch: int
@@ -113,10 +125,11 @@ class History:
                 for pid, m in self.partitions.items()
             },
             series={
-                key: [(s.ts, s.committed, s.log_start, s.log_end, s.lag, s.members, s.stable_end) for s in dq]
+                key: [(s.ts, s.committed, s.log_start, s.log_end, s.lag, s.members) for s in dq]
                 for key, dq in self.series.items()
             },
             events={key: list(evs) for key, evs in self.events.items()},
+            stable_ends={key: [s.stable_end for s in dq] for key, dq in self.series.items()},
         )
 
     def save(self, directory: Path, now: float) -> Path:
@@ -160,7 +173,8 @@ class History:
             pid: PartitionMemory(m.epoch, m.leader, m.leader_changes) for pid, m in saved.partitions.items()
         }
         hist.series = {
-            key: deque((Sample(*row) for row in rows), maxlen=keep_samples) for key, rows in saved.series.items()
+            key: deque(_samples(rows, saved.stable_ends.get(key)), maxlen=keep_samples)
+            for key, rows in saved.series.items()
         }
         hist.events = {key: list(evs) for key, evs in saved.events.items()}
         hist.drop_older_than(now - keep_s)

@@ -260,9 +260,12 @@ Instant = Annotated[float, Field(allow_inf_nan=False)]
 class HistoryFile(BaseModel):
     """``<history dir>/monitor-history.json``: the monitor's windows and events, kept across restarts.
 
-    ``series`` rows are ``[ts, committed|null, log_start, log_end, lag, members, stable_end|null]``
-    (a file written before the last stable offset was sampled has rows without it); ``events`` rows
-    are ``[ts, text]``. Unknown keys are ignored (a newer monitor may add some)."""
+    ``series`` rows are ``[ts, committed|null, log_start, log_end, lag, members]``; ``stable_ends``
+    holds, per series key, the last stable offset of each of its rows in the same order (null: not
+    read), kept apart so that a monitor of an earlier release, which knows six-field rows only and
+    ignores unknown keys, still reads the file. Rows of seven fields (the last stable offset last)
+    are read too. ``events`` rows are ``[ts, text]``. Unknown keys are ignored (a newer monitor may
+    add some)."""
 
     version: Literal[1] = HISTORY_VERSION
     saved_at: Instant
@@ -276,6 +279,7 @@ class HistoryFile(BaseModel):
         ],
     ]
     events: dict[str, list[tuple[Instant, str]]]
+    stable_ends: dict[str, list[int | None]] = Field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return self.model_dump(mode="json")

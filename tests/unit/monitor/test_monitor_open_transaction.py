@@ -4,7 +4,10 @@ has stayed at one offset below the log end long enough (``monitor.status.held_by
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+
+from pydantic import BaseModel
 
 from monitor.history import History
 from monitor.status import Sample, Status, evaluate
@@ -99,13 +102,34 @@ def test_a_poll_that_cannot_read_the_last_stable_offsets_keeps_its_lag_figures()
     assert snap.status is Status.OK
 
 
+class _PreviousHistoryFile(BaseModel):
+    """``HistoryFile`` as the release before the last stable offset was sampled had it."""
+
+    version: int
+    saved_at: float
+    cluster_id: str | None
+    topic_ids: dict[str, str]
+    partitions: dict[str, dict[str, object]]
+    series: dict[str, list[tuple[float, int | None, int, int, int, int]]]
+    events: dict[str, list[tuple[float, str]]]
+
+
 def test_the_history_file_keeps_the_last_stable_offset_and_reads_older_rows(tmp_path: Path) -> None:
     h = History(keep_samples=5, keep_s=1000)
     h.add("k", Sample(100.0, 1, 0, 5, 0, 1, 3))
     h.save(tmp_path, 100.0)
     back = History.load(tmp_path, keep_samples=5, keep_s=1000, now=100.0)
     assert back.series["k"][-1] == Sample(100.0, 1, 0, 5, 0, 1, 3)
-    text = (tmp_path / "monitor-history.json").read_text().replace("[100.0,1,0,5,0,1,3]", "[100.0,1,0,5,0,1]")
-    (tmp_path / "monitor-history.json").write_text(text)
-    old = History.load(tmp_path, keep_samples=5, keep_s=1000, now=100.0)
-    assert old.series["k"][-1] == Sample(100.0, 1, 0, 5, 0, 1, None)
+    path = tmp_path / "monitor-history.json"
+    saved = json.loads(path.read_text())
+    assert saved["series"]["k"] == [[100.0, 1, 0, 5, 0, 1]] and saved["stable_ends"] == {"k": [3]}
+    # the previous release's model (six-field rows, unknown keys ignored) reads it
+    previous = _PreviousHistoryFile.model_validate(saved)
+    assert previous.series["k"] == [(100.0, 1, 0, 5, 0, 1)]
+    # a file without stable ends (an earlier release wrote it), and one with seven-field rows
+    path.write_text(json.dumps({**saved, "stable_ends": {}}))
+    assert History.load(tmp_path, keep_samples=5, keep_s=1000, now=100.0).series["k"][-1].stable_end is None
+    path.write_text(json.dumps({**saved, "stable_ends": {"k": [3, 4]}}))  # not one per row: not used
+    assert History.load(tmp_path, keep_samples=5, keep_s=1000, now=100.0).series["k"][-1].stable_end is None
+    path.write_text(json.dumps({**saved, "series": {"k": [[100.0, 1, 0, 5, 0, 1, 3]]}, "stable_ends": {}}))
+    assert History.load(tmp_path, keep_samples=5, keep_s=1000, now=100.0).series["k"][-1].stable_end == 3
