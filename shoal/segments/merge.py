@@ -45,12 +45,17 @@ def _unified_schema(tables: Sequence[pa.Table]) -> pa.Schema:
 
 
 def _sortable(col: pa.ChunkedArray) -> pa.ChunkedArray | None:
-    """The column as pyarrow can sort and compare it (dictionaries decoded), or None if it cannot."""
+    """The column as pyarrow can sort and compare it (dictionaries decoded), or None if it cannot.
+    Floating point values are sorted by their bits, as :func:`same_values` compares them: a sort
+    calls 0.0 and -0.0 (and NaNs of any payload) equal, so a tie between them would go by input
+    order."""
     t = col.type
     if pa.types.is_dictionary(t):
         return _sortable(pc.cast(col, t.value_type))
     if pa.types.is_nested(t) or pa.types.is_null(t):
         return None
+    if pa.types.is_floating(t) and t.bit_width in _FLOAT_BITS:
+        return _bits(col)
     return col
 
 
@@ -189,8 +194,9 @@ def check_major(
     major that lost a row, kept a stale version, folded a delete away or changed a value (a type
     converted on the way through Spark) would lose data silently. The keys and the version columns
     are compared (one row per key, its GTID and delete flag), then, for the rows whose versions
-    match, the ``value_columns`` (null equals null, NaN equals NaN, and 0.0 equals -0.0 as numbers
-    do); tombstones must be kept (compaction never drops them: :func:`lww_merge` ``drop_tombstones``).
+    match, the ``value_columns`` (:func:`same_values`: null equals null, floats are equal when their
+    bits are, so 0.0 is not -0.0); tombstones must be kept (compaction never drops them:
+    :func:`lww_merge` ``drop_tombstones``).
     :func:`shoal.segments.major_check.check_major_files` feeds it from files in bounded memory.
     """
     diff = diff_major(sources, major, key_columns, value_columns=value_columns)

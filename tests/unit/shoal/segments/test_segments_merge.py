@@ -450,3 +450,25 @@ def test_exactly_as_converts_only_what_it_keeps() -> None:
     ):
         with pytest.raises(SchemaError, match="cannot hold exactly"):
             exactly_as(values, target, name="c")
+
+
+@pytest.mark.parametrize("pair", [(0.0, -0.0), (float("nan"), -float("nan"))], ids=["signed zero", "nan payloads"])
+def test_a_tie_between_floats_equal_as_numbers_merges_the_same_in_any_order(pair: tuple[float, float]) -> None:
+    """Two versions of a key at one GTID (never produced, but the merge promises an order-free
+    result) that differ only in a float's bits: the sort compares bits, as ``same_values`` does."""
+
+    def version(value: float) -> pa.Table:
+        return pa.table(
+            {
+                "k": pa.array([1], pa.int64()),
+                "f": pa.array([value], pa.float64()),
+                EPOCH_COLUMN: pa.array([3], pa.int64()),
+                SEQ_COLUMN: pa.array([7], pa.int64()),
+                DELETED_COLUMN: pa.array([False]),
+            }
+        )
+
+    a, b = (version(v) for v in pair)
+    assert not same_values(a.column("f"), b.column("f"))[0].as_py()
+    one, other = lww_merge([a, b], ["k"]), lww_merge([b, a], ["k"])
+    assert same_values(one.column("f"), other.column("f"))[0].as_py()

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from shoal.segments.chain import MAX_SEGMENT_HISTORY, SegmentChain, SegmentEntry
 from shoal.segments.compaction import commit_compaction, compaction_entry, segments_to_compact
 from shoal.segments.coverage import WalRange
-from shoal.segments.errors import ChainError, CompactionConflictError
+from shoal.segments.errors import ChainError, CompactionConflictError, MajorContentError
 from shoal.segments.replicate import (
     ActionKind,
     SegmentAction,
@@ -179,3 +181,24 @@ class TestCompaction:
         with pytest.raises(ChainError):
             commit_compaction(chain, seg(12, 3), leader_epoch=1)
         assert commit_compaction(chain, major, leader_epoch=2).root == sid(10)
+
+    def test_a_major_listing_a_segment_it_did_not_fold_is_refused(self) -> None:
+        """Every id in a major's included list counts as folded into it: never merged again, its
+        file deleted as weakly referenced (source 3.5). A detached segment waiting for its merge,
+        listed there by a faulty compaction, would lose its rows (its content check passes: the
+        major holds exactly what it replaced)."""
+        chain = chain_minors(3)
+        detached = sid(9)
+        with_detached = SegmentChain.of([*chain.entries.values(), seg(9, 2)], chain.root)
+        major = compaction_entry(with_detached, sid(10), placement_id=1, epoch=2)
+        assert detached not in major.included_segment_ids
+        for wrong in (
+            (*major.included_segment_ids, detached),  # one it did not fold
+            major.included_segment_ids[1:],  # one it folded left out
+            tuple(reversed(major.included_segment_ids)),  # another order: the cap keeps the newest
+        ):
+            bad = replace(major, included_segment_ids=wrong)
+            with pytest.raises(MajorContentError, match="included segment"):
+                commit_compaction(with_detached, bad, leader_epoch=2)
+        after = commit_compaction(with_detached, major, leader_epoch=2)
+        assert after.root == sid(10) and not after.is_referenced(detached)
