@@ -100,6 +100,11 @@ class WalOverlay:
             self._entries = kept
         return len(gone), sum(e.row_count for e in gone)
 
+    def offsets(self, channel: Channel) -> set[int]:
+        """The offsets of ``channel``'s records the overlay holds."""
+        with self._lock:
+            return {e.offset for e in self._entries if e.channel == channel}
+
     def channels(self) -> set[Channel]:
         """The channels the overlay holds records of."""
         with self._lock:

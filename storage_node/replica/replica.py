@@ -406,10 +406,17 @@ class PartitionReplica:
         return mem.rows
 
     def rewind(self, segment_id: str | None) -> SegmentChain:
-        """Move root back to ``segment_id`` (see SegmentChain.rewind); the overlay is emptied."""
+        """Move root back to ``segment_id`` (see SegmentChain.rewind).
+
+        The overlay keeps its records: each is a committed WAL record no segment of the chain
+        covered, and a rewind only shrinks what the chain covers, so reads do not lose rows they
+        returned. The records the detached segments covered were dropped from it when those
+        segments arrived: the follower tails its leader's channel again from the new covered end
+        (former leaders' records come back with the new leader's adoption segment). Rewound to
+        nothing (the replica bootstraps and serves nothing meanwhile), the overlay is emptied."""
         with self._lock:
             chain = self._list.rewind(segment_id)
-            if self.overlay is not None:
+            if self.overlay is not None and segment_id is None:
                 self.overlay.clear()
             return chain
 

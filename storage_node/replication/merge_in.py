@@ -15,7 +15,12 @@ so its committed offsets there are its acks of pushed segments) and decides per 
 A pushed segment whose bytes are corrupt or whose merge fails (a full disk, a SQLite error) is not
 skipped: the channel is sought back to its manifest and read again after ``retry_pause_s``. Going on
 would ack the next segment's offset, past the failed one, and the Tail would then delete it from the
-pusher's channel.
+pusher's channel. A pushed segment whose chunks are broken on the channel (a record among them that
+is not its next chunk, a manifest before its last chunk) is read again the same way up to
+``max_attempts`` times; one still not merged then, or refused (INVALID) although its manifest
+decodes, holds the channel's Ack at its manifest (:attr:`PeerSegmentReceiver.held`): later segments
+are merged, but the Ack never passes it, so the pusher keeps its copy and does not count its push
+as merged; reading the channel again (a new leader term) tries it again.
 
 At a channel's end with every delivered record acked, the Ack moves past the transaction markers
 (as a follower's does): a pusher waits for an Ack at its channel's end before it counts a push as
@@ -96,9 +101,11 @@ class PeerSegmentReceiver(Worker):
         peers: Callable[[], Sequence[int]],
         submit: Callable[[MergeJob], None],
         retry_pause_s: float = 2.0,
+        max_attempts: int = 5,
     ) -> None:
         super().__init__(f"merge-{replica.partition_id[:8]}")
         self.retry_pause_s = retry_pause_s
+        self.max_attempts = max_attempts
         self.replica = replica
         self.kafka = kafka
         self.topics = topics
@@ -113,6 +120,10 @@ class PeerSegmentReceiver(Worker):
         """Per peer channel: one past the last record delivered."""
         self._acked: dict[str, int] = {}
         """Per peer channel: the offset last committed."""
+        self.held: dict[str, int] = {}
+        """Per peer channel: the manifest offset of the first pushed segment not merged; the Ack
+        stays at or below it."""
+        self._attempts: dict[tuple[str, int], int] = {}
 
     def start(self) -> PeerSegmentReceiver:
         super().start()
@@ -171,7 +182,7 @@ class PeerSegmentReceiver(Worker):
 
     def _ack_past_markers(self, topic: str, eof: int) -> None:
         """At ``topic``'s end with every delivered record acked: Ack = the position past the markers."""
-        if topic not in self._owners or topic in self._assembling:
+        if topic not in self._owners or topic in self._assembling or topic in self.held:
             return
         acked = self._acked.get(topic, -1)
         if self._delivered.get(topic, -1) <= acked < eof:
@@ -202,6 +213,8 @@ class PeerSegmentReceiver(Worker):
                 topic,
                 offset,
             )
+            if unfinished.keep and self._failed(topic, unfinished):
+                return  # read again from the unfinished segment's manifest
         self.stats.manifests += 1
         try:
             wire = WireManifest.from_bytes(value)
@@ -232,7 +245,8 @@ class PeerSegmentReceiver(Worker):
                 decision.outcome.value,
                 decision.reason,
             )
-            return  # its chunks find no assembly and are skipped; nothing is acked
+            self._hold(topic, offset, wire.segment_id)
+            return  # its chunks find no assembly and are skipped; the Ack stays at its manifest
         self._assembling[topic] = assembly
         if assembly.complete:
             self._finish(topic)
@@ -247,6 +261,8 @@ class PeerSegmentReceiver(Worker):
             self._assembling.pop(topic).discard()
             self.stats.invalid += 1
             log.error("%s: pushed segment %s: %s", self.replica.name, assembly.wire.segment_id, exc)
+            if assembly.keep:  # one this leader holds already needs no chunk: later acks may pass it
+                self._failed(topic, assembly)
             return
         if assembly.complete:
             self._finish(topic)
@@ -291,6 +307,31 @@ class PeerSegmentReceiver(Worker):
         log.info("%s: merged segment %s pushed by placement %d", self.replica.name, wire.segment_id, assembly.sender)
         self._ack(topic, assembly.last_offset + 1)
 
+    def _failed(self, topic: str, assembly: _Assembly) -> bool:
+        """A pushed segment to merge whose chunks broke: read it again (True), or, after
+        ``max_attempts``, hold the channel's Ack at its manifest (False)."""
+        key = (topic, assembly.manifest_offset)
+        attempts = self._attempts.get(key, 0) + 1
+        self._attempts[key] = attempts
+        if attempts < self.max_attempts:
+            self._again(topic, assembly.manifest_offset)
+            return True
+        self._hold(topic, assembly.manifest_offset, assembly.wire.segment_id)
+        return False
+
+    def _hold(self, topic: str, manifest_offset: int, segment_id: str) -> None:
+        """Never ack ``topic`` past ``manifest_offset`` (a pushed segment that was not merged)."""
+        if manifest_offset < self.held.get(topic, manifest_offset + 1):
+            self.held[topic] = manifest_offset
+            log.error(
+                "%s: pushed segment %s at %s@%d is not merged: the Ack on that channel stays at its manifest, "
+                "so its pusher keeps it",
+                self.replica.name,
+                segment_id,
+                topic,
+                manifest_offset,
+            )
+
     def _again(self, topic: str, manifest_offset: int) -> None:
         """Read ``topic`` again from a failed segment's manifest, after a pause: never ack past it."""
         assert self._consumer is not None
@@ -308,6 +349,9 @@ class PeerSegmentReceiver(Worker):
 
     def _ack(self, topic: str, next_offset: int) -> None:
         assert self._consumer is not None
+        next_offset = min(next_offset, self.held.get(topic, next_offset))
+        if next_offset <= self._acked.get(topic, -1):
+            return
         self._consumer.commit(offsets=[TopicPartition(topic, 0, next_offset)], asynchronous=False)
         self._acked[topic] = next_offset
 

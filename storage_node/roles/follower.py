@@ -164,6 +164,9 @@ class PartitionFollower(Worker):
         """Where the segments consumer last reached the channel's end (its position past markers)."""
         self._wal_delivered = -1
         self._wal_eof: int | None = None
+        self._wal_present: frozenset[int] = frozenset()
+        """Offsets of the leader's channel the overlay still held when the tail was opened again
+        after a rewind (:meth:`_tail_again`): read again, they are not added twice."""
         self._last_sid: str | None = None
         """The last segment the leader's channel delivered and this replica holds (None: none since
         the follower positioned on the channel): the leader's root as far as this replica knows."""
@@ -418,8 +421,10 @@ class PartitionFollower(Worker):
         channel = (self.replica.partition_id, leader)
         return max((r.end_offset for r in self.replica.chain.coverage() if r.channel == channel), default=0)
 
-    def _open_wal(self, leader: int) -> None:
-        """Tail the leader's WAL channel from what segments cover, into the replica's overlay."""
+    def _open_wal(self, leader: int, *, keep_present: bool = False) -> None:
+        """Tail the leader's WAL channel from what segments cover, into the replica's overlay.
+        ``keep_present``: the overlay keeps the records of that channel it holds, and the tail skips
+        them (after a rewind; otherwise they are dropped and tailed again)."""
         topic = self.config.topics.wal(self.replica.partition_id, leader)
         consumer = clients.consumer(
             self.config.kafka,
@@ -433,7 +438,11 @@ class PartitionFollower(Worker):
         if self.replica.overlay is None:
             self.replica.overlay = WalOverlay()
         channel = (self.replica.partition_id, leader)
-        self.replica.overlay.drop_channels(lambda c: c != channel)  # tailed again from what segments cover
+        if keep_present:
+            self._wal_present = frozenset(self.replica.overlay.offsets(channel))
+        else:
+            self._wal_present = frozenset()
+            self.replica.overlay.drop_channels(lambda c: c != channel)  # tailed again from what segments cover
 
     def _expire_retired(self) -> None:
         """Drop a former leader's overlay records that no segment covered in time.
@@ -516,7 +525,9 @@ class PartitionFollower(Worker):
                         exc,
                     )
                     continue
-                overlay.add(channel, int(m.offset() or 0), rows, coverage)
+                if offset in self._wal_present:
+                    continue  # still in the overlay from before the rewind (:meth:`_tail_again`)
+                overlay.add(channel, offset, rows, coverage)
                 self.stats.wal_records_tailed += 1
             with contextlib.suppress(KafkaException):
                 self._wal.commit(asynchronous=True)  # the Consume (Replica) index, for monitoring
@@ -622,9 +633,9 @@ class PartitionFollower(Worker):
         sid = wire.segment_id
         outcome = result.outcome
         if outcome.acks:
+            broken = False
             if outcome is ReceiveOutcome.SEGMENT_EXISTS:
-                for _ in chunks:  # skip the chunks, then ack past them
-                    pass
+                broken = self._skip_chunks(chunks, sid)  # then ack past them
             elif self._bootstrap_topic is not None:
                 self.replica.catch_up.progress(segment_bytes=result.bytes_written)
             if manifest.is_major and outcome is not ReceiveOutcome.SEGMENT_EXISTS:
@@ -635,6 +646,8 @@ class PartitionFollower(Worker):
             self._out_of_order.pop(sid, None)
             if outcome in (ReceiveOutcome.FAST_FORWARD, ReceiveOutcome.FAST_FORWARD_ADD) and manifest.is_major:
                 self._collect()
+            if broken:
+                self._seek(last[0] + 1)  # the record that broke the chunks is read as what it is
         elif outcome is ReceiveOutcome.INVALID:
             n = self._refetches.get(sid, 0) + 1
             self._refetches[sid] = n
@@ -673,6 +686,22 @@ class PartitionFollower(Worker):
             if n > 1:
                 self.stopping.wait(self.config.out_of_order_pause_s)
             self._seek(target if target is not None and target < offset else OFFSET_BEGINNING)
+
+    def _skip_chunks(self, chunks: Iterator[bytes], sid: str) -> bool:
+        """Read past the chunks of a segment this replica holds already; True when a record among
+        them is not its next chunk (garbage on the channel, or a chunk that did not arrive): the
+        chunks are not needed, so the follower goes on from that record instead of reading the
+        manifest again for ever."""
+        try:
+            for _ in chunks:
+                pass
+        except ChunkError as exc:
+            self.stats.invalid += 1
+            log.error(
+                "%s: segment %s is held already; its chunks on the channel are broken: %s", self.replica.name, sid, exc
+            )
+            return True
+        return False
 
     def _skip_given_up(self, sid: str, base: str | None, is_major: bool, offset: int) -> bool:
         """A segment given up as INVALID, or a minor based on one, is skipped without an ack and not
@@ -713,6 +742,7 @@ class PartitionFollower(Worker):
             above.append(s.segment_id)
         self.replica.rewind(base)
         self.stats.rewinds += 1
+        self._tail_again()
         try:  # PUSH what the leader lacks; it merges them (its rows were adopted already: defence in depth)
             pushed = [r for r in self.replica.detached() if r.segment_id in above]
             self.stats.pushed += push_segments(
@@ -804,11 +834,18 @@ class PartitionFollower(Worker):
             f" and the minors above it {above}" if above else "",
             "root moved back to it" if on_chain else "its folded segments are gone here: bootstrapping",
         )
-        if on_chain and self._wal is not None and self.leader_placement_id is not None:
-            self._wal.close()  # the overlay was emptied: tail again from what the chain now covers
-            self._wal = None
-            self._open_wal(self.leader_placement_id)
+        if on_chain:
+            self._tail_again()
         return True
+
+    def _tail_again(self) -> None:
+        """After a rewind: tail the leader's WAL channel again from what the chain now covers (the
+        records the detached segments covered left the overlay when those segments arrived); the
+        records the overlay still holds stay readable meanwhile and are not added twice."""
+        if self._wal is not None and self.leader_placement_id is not None:
+            self._wal.close()
+            self._wal = None
+            self._open_wal(self.leader_placement_id, keep_present=True)
 
     def _chunks(self, wire: WireManifest, last: list[int]) -> Iterator[bytes]:
         """The manifest's chunks, in order, as they arrive (updates ``last[0]`` to each chunk's offset)."""
@@ -852,12 +889,28 @@ class PartitionFollower(Worker):
             )
         except (ChecksumMismatchError, CorruptSegmentError, ChunkError) as exc:
             self.stats.invalid += 1
+            n = self._refetches.get(wire.segment_id, 0) + 1
+            self._refetches[wire.segment_id] = n
+            if n > self.config.max_refetches:
+                self._repair.discard(wire.segment_id)
+                self._refetches.pop(wire.segment_id, None)
+                log.error(
+                    "%s: repairing segment %s failed %d times (%s); given up: scans refuse its file until a "
+                    "major replaces it or a scrub finds it again",
+                    self.replica.name,
+                    wire.segment_id,
+                    n,
+                    exc,
+                )
+                self._seek(last[0] + 1)
+                return
             self.stats.refetches += 1
             log.error("%s: repairing segment %s failed, fetching again: %s", self.replica.name, wire.segment_id, exc)
             self.stopping.wait(self.config.overload_pause_s)
             self._seek(offset)
             return
         self._repair.discard(wire.segment_id)
+        self._refetches.pop(wire.segment_id, None)
         self.stats.repaired += 1
         log.warning("%s: segment %s fetched again and repaired", self.replica.name, wire.segment_id)
         self._ack(last[0] + 1)

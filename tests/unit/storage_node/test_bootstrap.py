@@ -612,3 +612,94 @@ def test_a_split_childs_seeded_epoch_is_not_a_partition_that_never_led(monkeypat
         )
         StorageNode._check_bootstrap(node, held)  # type: ignore[arg-type]
         assert checked == expect and held.bootstrap_checked, kind
+
+
+def test_a_rewound_follower_keeps_serving_the_leaders_records_it_tailed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The old leader (placement 9) published A, B, C; this follower holds them. The new leader
+    got A and B only, adopted C's rows from the old leader's WAL channel into D (based on B), and
+    accepted k=100 and k=101 (committed on its WAL channel, not flushed). The follower tailed them.
+    D is OUT_OF_ORDER here, so the follower rewinds to B: reads must still return 100 and 101
+    (the rewind emptied the overlay and the tail stayed past them: an audit's proof), once each."""
+    import storage_node.roles.follower as follower_module
+    from shoal.segments import read_segment
+    from shoal.segments.channel import from_wire
+    from shoal.wire.records import ManifestRecord
+    from storage_node.replication.receive import apply_segment
+
+    old_placement = 9
+    pid = new_partition_id()
+    old, (a, b, c) = _segments(tmp_path, pid, 3, placement=old_placement)
+
+    def copy(src: PartitionReplica, dst: PartitionReplica, record: SegmentRecord) -> None:
+        (_km, m), (_kc, chunk) = _published(src, record)
+        manifest = from_wire(ManifestRecord.from_bytes(m), sender_placement_id=old_placement, topics=TOPICS)
+        assert apply_segment(dst, manifest, [SegmentChunk.from_bytes(chunk).data], leader_placement_id=9).acks
+
+    new = PartitionReplica(TABLE, pid, LEADER, tmp_path / "new")
+    copy(old, new, a)
+    copy(old, new, b)
+    rows_c = read_segment(old.directory, c.segment_id).replace_schema_metadata(None)
+    d = new.write_adopted([rows_c], WalRange(pid, old_placement, 2, 3), 2)
+    assert d is not None and d.entry.base_segment_id == b.segment_id
+    replica = PartitionReplica(TABLE, pid, FOLLOWER, tmp_path / "follower")
+    for record in (a, b, c):
+        copy(old, replica, record)
+    r0 = _record([100], Gtid(2, 0), GENESIS_HASH, pid)
+    r1 = _record([101], Gtid(2, 1), r0.hash, pid)
+    opened: list[FakeChannel] = []
+
+    def consumer(*_args: Any, **_kwargs: Any) -> FakeChannel:
+        opened.append(_wal([r0, r1]))
+        return opened[-1]
+
+    monkeypatch.setattr(follower_module.clients, "consumer", consumer)
+    monkeypatch.setattr(follower_module, "push_segments", lambda *_a, **_k: 0)
+    f = _tail(replica, [r0, r1])
+    before = sorted(replica.scan().column("k").to_pylist())
+    assert {100, 101} <= set(before)
+    f._consumer, f.topic = FakeChannel([m for r in (a, b, d) for m in _published(new, r)]), TOPICS.segments(pid, 1)  # type: ignore[assignment]
+    for _ in range(30):
+        f._step()
+        f._tail_wal()
+        assert {100, 101} <= set(replica.scan().column("k").to_pylist())
+    assert f.stats.rewinds == 1 and replica.chain.root == d.segment_id
+    assert opened and opened[-1].position == 2  # tailed again from what the chain covers
+    after = replica.scan().column("k").to_pylist()
+    assert sorted(after) == before and len(after) == len(set(after))
+    assert replica.overlay is not None and replica.overlay.records == 2  # not added twice
+    for r in (old, new, replica):
+        r.close()
+
+
+def test_a_stray_record_among_the_chunks_of_a_held_segment_does_not_wedge_the_follower(tmp_path: Path) -> None:
+    """A replay from the latest major meets B, which this replica holds, with a garbage record among
+    its chunks: B's chunks are not needed, so the follower goes on from that record (it looped on
+    B's manifest for ever, never reading C or the major after it: an audit's proof)."""
+    pid = new_partition_id()
+    leader, (a, b, c) = _segments(tmp_path, pid, 3)
+    replica = PartitionReplica(TABLE, pid, FOLLOWER, tmp_path / "follower")
+    f = _follower(replica)
+    f._consumer, f.topic = FakeChannel(_published(leader, a) + _published(leader, b)), TOPICS.segments(pid, LEADER)  # type: ignore[assignment]
+    for _ in range(6):
+        f._step()
+    assert replica.chain.root == b.segment_id
+    major_id, _ = commit_local_major(leader, epoch=1)
+    major = leader.record(major_id)
+    assert major is not None
+    manifest_b, chunk_b = _published(leader, b)
+    stray = (KIND_CHUNK, b"\x07a stray record, not a chunk")
+    messages = [*_published(leader, a), manifest_b, stray, chunk_b, *_published(leader, c), *_published(leader, major)]
+    channel = FakeChannel(messages)
+    f = _follower(replica)
+    f.stopping.wait = lambda timeout=None: f.stopping.is_set()  # type: ignore[method-assign]
+    f._consumer, f.topic = channel, TOPICS.segments(pid, LEADER)  # type: ignore[assignment]
+    for _ in range(60):
+        f._step()
+    assert replica.chain.root == major_id, f"stuck: {channel.seeks}"
+    assert channel.seeks.count(2) <= 1 and f.stats.errors == 0 and f.stats.invalid == 1
+    assert channel.commits[-1] == len(messages)
+    assert sorted(replica.scan().column("k").to_pylist()) == sorted(leader.scan().column("k").to_pylist())
+    replica.close()
+    leader.close()

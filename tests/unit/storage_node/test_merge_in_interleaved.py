@@ -152,17 +152,28 @@ def test_a_chunk_out_of_order_drops_only_that_peers_segment(tmp_path: Path) -> N
     a = _messages(peer2, seg2)
     topic2 = TOPICS.segments(pid, 2)
     broken = [a[0], a[2], a[1], *a[3:]]  # chunk 1 before chunk 0
-    consumer = FakeConsumer([FakeMessage(topic2, i, *m) for i, m in enumerate(broken)])
+    consumer = SeekingConsumer([FakeMessage(topic2, i, *m) for i, m in enumerate(broken)])
     receiver = PeerSegmentReceiver(
-        leader, KafkaSettings("localhost:1"), topics=TOPICS, peers=lambda: (2,), submit=lambda job: None
+        leader,
+        KafkaSettings("localhost:1"),
+        topics=TOPICS,
+        peers=lambda: (2,),
+        submit=lambda job: None,
+        retry_pause_s=0,
+        max_attempts=3,
     )
     receiver._consumer = consumer  # type: ignore[assignment]
     receiver._owners = {topic2: 2}
-    while consumer.messages:
+    for _ in range(100):
         msg = receiver._poll(0)
-        assert msg is not None
+        if msg is None:
+            break
         receiver._handle(msg)
-    assert receiver.stats.invalid == 1 and consumer.commits == []
+    # read again twice, then the channel's Ack is held at the segment's manifest
+    assert receiver.stats.invalid == 3 and receiver.stats.retries == 2
+    assert receiver.held == {topic2: 0} and consumer.commits == []
+    receiver._ack_past_markers(topic2, len(broken))  # at the channel's end: still not past it
+    assert consumer.commits == []
 
 
 def test_a_failed_merge_is_read_again_and_never_acked_past(tmp_path: Path) -> None:
@@ -242,3 +253,59 @@ def test_no_ack_past_markers_while_a_segment_is_unacked(tmp_path: Path) -> None:
         if msg is not None:
             receiver._handle(msg)
     assert consumer.commits == []
+
+
+def test_a_pushed_segment_whose_chunks_stay_broken_holds_the_ack_while_later_ones_merge(tmp_path: Path) -> None:
+    """Placement 2 pushes X then Y; a record among X's chunks does not decode, on every read. Y is
+    merged, but the Ack on the channel never passes X's manifest, also at the channel's end: the
+    pusher counts its push as merged once the Ack reaches the end, then drops its copy, and the Tail
+    truncates the channel (the Ack went to Y's end, then past the markers: an audit's proof)."""
+    pid = new_partition_id()
+    leader = PartitionReplica(TABLE, pid, 1, tmp_path / "p1")
+    peer = PartitionReplica(TABLE, pid, 2, tmp_path / "p2")
+    records = []
+    for keys in (range(0, 10), range(10, 20)):
+        rows = pa.table(
+            {"k": pa.array(list(keys), pa.uint64()), "v": [f"v{k}" for k in keys], "_shoal_deleted": [False] * 10},
+            schema=ingest_schema(TABLE.arrow_schema()),
+        )
+        peer.append(versioned_rows(rows, Gtid(2, keys.start)), keys.start)
+        record = peer.flush(2)
+        assert record is not None
+        records.append(record)
+    topic = TOPICS.segments(pid, 2)
+    messages, offset = [], 0
+    for n, record in enumerate(records):
+        for i, (kind, value) in enumerate(_messages(peer, record)):
+            broken = n == 0 and i == 1
+            messages.append(FakeMessage(topic, offset, kind, b"\x00garbage on the topic" if broken else value))
+            offset += 1
+        offset += 1  # the transaction's commit marker
+    jobs: queue.Queue[MergeJob] = queue.Queue()
+
+    def submit(job: MergeJob) -> None:
+        jobs.put(job)
+        drain_merges(jobs, leader, 4)
+
+    receiver = PeerSegmentReceiver(
+        leader,
+        KafkaSettings("localhost:1"),
+        topics=TOPICS,
+        peers=lambda: (2,),
+        submit=submit,
+        retry_pause_s=0,
+        max_attempts=2,
+    )
+    consumer = SeekingConsumer([*messages, FakeMessage(topic, offset, b"", b"", eof=True)])
+    receiver._consumer = consumer  # type: ignore[assignment]
+    receiver._owners = {topic: 2}
+    for _ in range(200):
+        msg = receiver._poll(0)
+        if msg is None and not consumer.messages:
+            break
+        if msg is not None:
+            receiver._handle(msg)
+    assert receiver.stats.merged == 1 and receiver.stats.retries == 1
+    assert receiver.held == {topic: 0}
+    assert all(acked == 0 for _t, acked in consumer.commits), consumer.commits
+    assert sorted(leader.scan().column("k").to_pylist()) == list(range(10, 20))
