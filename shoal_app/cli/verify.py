@@ -429,6 +429,16 @@ class ChannelsRead:
     """The WAL channels whose Tail was asked for (``present`` and those not there)."""
     error: str | None = None
     """Set when no read was whole: the Tail moved under each of :data:`CHANNEL_READS` reads."""
+    _merged: tuple[pa.Table | None, list[str]] | None = field(default=None, init=False, repr=False, compare=False)
+
+    def merged(self) -> tuple[pa.Table | None, list[str]]:
+        """:func:`floor_problems` of :attr:`floors` (which must be set), computed once: it sorts and
+        merges every channel row, and the first read's result is asked for twice."""
+        assert self.floors is not None
+        if self._merged is None:
+            self._merged = floor_problems(self.floors)
+        newest, problems = self._merged
+        return newest, list(problems)
 
     def problems(self) -> list[str]:
         """What this read found wrong by itself: failed channel checks, GTIDs out of order across
@@ -436,7 +446,7 @@ class ChannelsRead:
         found = [f"{c.topic}: {c.error}" for c in (*self.wal_checks, *self.segment_checks) if not c.ok]
         order = self.error or shared_epochs(self.epochs) or accept_order(self.wal_orders)
         found += [] if order is None else [order]
-        return found + ([] if self.floors is None else floor_problems(self.floors)[1])
+        return found + ([] if self.floors is None else self.merged()[1])
 
 
 def read_channels(
@@ -544,7 +554,7 @@ def coverage(
     left meanwhile, and its UNLOAD_FINAL deleted channels the versions were on), and verify says so."""
     floors = read.floors
     assert floors is not None
-    newest, problems = floor_problems(floors)
+    newest, problems = read.merged()
     keys = list(floors.table.primary_key)
     bounds = lowest_and_highest_gtid(newest)
     high = None if bounds is None else bounds[1]
