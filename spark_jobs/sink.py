@@ -20,11 +20,12 @@ Kafka transaction whose id is the query's and the Spark partition's, and leaders
 topics ``read_committed``. A task attempt first runs ``init_transactions``, which fences every
 older attempt of its partition (an executor Spark declared lost but still running, a speculative
 copy, an attempt of an earlier batch), and only then reads the commit log. The driver fences the
-id of every partition of a batch before it records the batch, and of every partition an earlier
-batch of the query had (the commit log keeps how many): a transaction a task of an earlier run left
+id of every partition of a batch before it waits for the leaders, and of every partition the batch
+recorded last had (the commit log keeps how many): a transaction a task of an earlier run left
 open (a run restarted with fewer partitions) is aborted then, instead of holding the ingest topics'
-last stable offset, and so this batch's rows, until ``transactionTimeout``. The driver waits for the
-leaders only after that fence. So an attempt that still writes after its batch was recorded cannot
+last stable offset, and so this batch's rows, until ``transactionTimeout``. After the wait it fences
+the batch's partitions again (an attempt started meanwhile read the log before the record), then
+records the batch with its own partition count. So an attempt that still writes after its batch was recorded cannot
 commit: its rows never reach a leader, and no older value lands over a newer batch's.
 
 A batch write (``df.write``) has no batch id: it is an idempotent upsert of the DataFrame's rows,
@@ -34,6 +35,7 @@ written without a transaction.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -205,6 +207,7 @@ def await_tasks(settings: SinkSettings, messages: list[ShoalCommitMessage], what
     if not targets:
         return
     config = producer_config(settings)
+    deadline = time.monotonic() + settings.sync_timeout_s
     try:
         with Producer(config) as producer:
             producer.await_accepted(targets, settings.sync_timeout_s)
@@ -214,7 +217,7 @@ def await_tasks(settings: SinkSettings, messages: list[ShoalCommitMessage], what
         watch = DeadletterWatch(config.kafka, config.topics, {m.producer_id for m in checked if m.producer_id})
         try:
             watch.start(config.topic_timeout_s, at=min(m.refusals_from for m in checked if m.refusals_from is not None))
-            refusals = watch.read(max(5.0, settings.sync_timeout_s))
+            refusals = watch.read(max(5.0, deadline - time.monotonic()))
         finally:
             watch.close()
     except (ProducerError, KafkaOperationError, ValueError) as exc:
@@ -314,8 +317,11 @@ class ShoalStreamWriter(DataSourceStreamWriter, DataSourceArrowWriter):
             self._fence_tasks(query_id, batchId, used | set(range(earlier)))
             if self.settings.sync:
                 await_tasks(self.settings, ours, f"batch {batchId} of query {query_id}")
+                # an attempt of this batch started during the wait (a speculative copy) read the
+                # log before the record: fenced again, it cannot commit after it
+                self._fence_tasks(query_id, batchId, used)
             recorded = commits.record(
-                query_id, batchId, table=self.settings.table, partitions=max([earlier, *(p + 1 for p in used)])
+                query_id, batchId, table=self.settings.table, partitions=max((p + 1 for p in used), default=0)
             )
         rows = sum(m.rows for m in ours)
         skipped = all(m.skipped for m in ours)

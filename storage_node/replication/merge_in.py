@@ -16,8 +16,8 @@ A pushed segment whose bytes are corrupt or whose merge fails (a full disk, a SQ
 skipped: the channel is sought back to its manifest and read again after ``retry_pause_s``. Going on
 would ack the next segment's offset, past the failed one, and the Tail would then delete it from the
 pusher's channel. A pushed segment whose chunks are broken on the channel (a record among them that
-is not its next chunk, a manifest before its last chunk) is read again the same way up to
-``max_attempts`` times; one still not merged then, or refused (INVALID) although its manifest
+is not its next chunk, a manifest before its last chunk) is read again the same way, up to
+``max_attempts`` reads in all; one still not merged then, or refused (INVALID) although its manifest
 decodes, holds the channel's Ack at its manifest (:attr:`PeerSegmentReceiver.held`): later segments
 are merged, but the Ack never passes it, so the pusher keeps its copy and does not count its push
 as merged; reading the channel again (a new leader term) tries it again.

@@ -184,7 +184,7 @@ def test_a_transaction_left_open_by_a_partition_the_restarted_query_lacks_is_abo
             assert {rows[k][0] for k in range(6, 11)} == {"b0"}, rows
             assert waited < 45, waited
             with BatchCommitLog(sc.meta) as commits:
-                assert (commits.committed(query), commits.partitions(query)) == (1, 2)
+                assert (commits.committed(query), commits.partitions(query)) == (1, 1)
         finally:
             resume.set()
             thread.join(120)
@@ -193,3 +193,55 @@ def test_a_transaction_left_open_by_a_partition_the_restarted_query_lacks_is_abo
         writer.commit([writer.write_task(iter([_rows("b2", 1)]), query, 2, 0)], 2)
         rows = sc.rows()
         assert rows[1] == ("b2", 0) and {rows[k][0] for k in range(6, 11)} == {"b0"}, rows
+
+
+def test_an_attempt_started_while_the_driver_waits_for_the_leaders_cannot_commit(
+    cluster: Any, zk_hosts: str, topic_prefix: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A speculative copy of batch 1's partition 0 starts while the driver waits for the leaders
+    (after its first fence): it finds batch 1 not recorded and writes. Batch 2 writes the same keys
+    from partition 1 and its task commits; the late copy then commits. Without the driver's second
+    fence, after the wait, its older values land over batch 2's (an audit's proof)."""
+    import spark_jobs.sink as sink_module
+
+    with spark_cluster(cluster.bootstrap_servers, zk_hosts, topic_prefix, tmp_path) as sc:
+        settings = SinkSettings(table=sc.table.name, connection=sc.meta, write_rows=1, sync_timeout_s=60)
+        writer = ShoalStreamWriter(settings, sc.file)
+        query = str(uuid.uuid4())
+        writer.commit([writer.write_task(iter([_rows("b0", 5)]), query, 0, 0)], 0)
+        kept = writer.write_task(iter([_rows("b1", 5)]), query, 1, 0)
+        produced, resume = threading.Event(), threading.Event()
+
+        def stalled() -> Iterator[pa.RecordBatch]:
+            yield _rows("late", 5)
+            yield _rows("late", 5)
+            produced.set()
+            assert resume.wait(120)
+
+        outcome: list[Any] = []
+
+        def late() -> None:
+            try:
+                outcome.append(writer.write_task(stalled(), query, 1, 0))
+            except BaseException as exc:
+                outcome.append(exc)
+
+        thread = threading.Thread(target=late, name="late-attempt")
+        real = sink_module.await_tasks
+
+        def waiting(*args: Any, **kwargs: Any) -> None:
+            real(*args, **kwargs)
+            thread.start()  # the copy starts during the wait, after the driver's first fence
+            assert produced.wait(60)
+
+        monkeypatch.setattr(sink_module, "await_tasks", waiting)
+        writer.commit([kept], 1)
+        monkeypatch.setattr(sink_module, "await_tasks", real)
+        newer = writer.write_task(iter([_rows("b2", 5)]), query, 2, 1)  # committed: the leaders take it
+        resume.set()
+        thread.join(120)
+        (result,) = outcome
+        assert isinstance(result, ShoalError), result  # fenced by the second fence
+        writer.commit([newer], 2)
+        rows = sc.rows()
+        assert {rows[k][0] for k in range(1, 6)} == {"b2"}, rows
