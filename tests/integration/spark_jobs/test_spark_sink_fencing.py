@@ -24,7 +24,7 @@ from shoal.errors import ShoalError
 from shoal_app.testing.wait import wait_until
 from spark_jobs.commit_log import BatchCommitLog
 from spark_jobs.settings import SinkSettings
-from spark_jobs.sink import ShoalCommitMessage, ShoalStreamWriter
+from spark_jobs.sink import ShoalStreamWriter
 
 pytestmark = pytest.mark.integration
 
@@ -34,6 +34,42 @@ def _rows(value: str, n: int, first: int = 1) -> pa.RecordBatch:
         [{"k": k, "v": value, "n": i} for i, k in enumerate(range(first, first + n))],
         schema=pa.schema([("k", pa.uint64()), ("v", pa.string()), ("n", pa.int64())]),
     )
+
+
+class StalledAttempt:
+    """A write task attempt on its own thread: it produces its first rows (its transaction open),
+    then stalls until :meth:`resume`; :attr:`outcome` is its commit message or what it raised."""
+
+    def __init__(self, writer: ShoalStreamWriter, query: str, batch_id: int, partition_id: int, rows: pa.RecordBatch):
+        self.produced, self._resume = threading.Event(), threading.Event()
+        self.outcome: list[Any] = []
+
+        def stalled() -> Iterator[pa.RecordBatch]:
+            yield rows
+            yield rows  # gathered() hands the first one to the producer before this
+            self.produced.set()
+            assert self._resume.wait(180)
+
+        def attempt() -> None:
+            try:
+                self.outcome.append(writer.write_task(stalled(), query, batch_id, partition_id))
+            except BaseException as exc:  # what the stalled attempt sees once it wakes
+                self.outcome.append(exc)
+
+        self.thread = threading.Thread(target=attempt, name=f"stalled-attempt-{batch_id}-{partition_id}")
+
+    def start(self) -> StalledAttempt:
+        self.thread.start()
+        assert self.produced.wait(60)
+        return self
+
+    def resume(self) -> Any:
+        """Let it go on; what it returned or raised."""
+        self._resume.set()
+        self.thread.join(120)
+        assert not self.thread.is_alive()
+        (result,) = self.outcome
+        return result
 
 
 def test_a_stalled_attempt_of_a_committed_batch_cannot_land_its_rows(
@@ -52,34 +88,12 @@ def test_a_stalled_attempt_of_a_committed_batch_cannot_land_its_rows(
         batch(0, "b0")
         # batch 1, attempt 0: fences, reads the log (batch 0 committed), produces its first rows in
         # its transaction, then stalls with more to write
-        produced, resume = threading.Event(), threading.Event()
-
-        def stalled() -> Iterator[pa.RecordBatch]:
-            yield _rows("zombie", 5)
-            yield _rows("zombie", 5)  # gathered() hands the first one to the producer before this
-            produced.set()
-            assert resume.wait(120)
-            yield _rows("zombie", 5)
-
-        outcome: list[ShoalCommitMessage | BaseException] = []
-
-        def zombie() -> None:
-            try:
-                outcome.append(writer.write_task(stalled(), query, 1, 0))
-            except BaseException as exc:  # what the stalled attempt sees once it wakes
-                outcome.append(exc)
-
-        thread = threading.Thread(target=zombie, name="zombie-attempt")
-        thread.start()
-        assert produced.wait(60)
+        zombie = StalledAttempt(writer, query, 1, 0, _rows("zombie", 5)).start()
         # Spark re-runs the task (attempt 1 fences attempt 0), commits batch 1, then batch 2
         batch(1, "b1")
         batch(2, "b2")
         assert wait_until(lambda: {v for v, _n in sc.rows().values()} == {"b2"}, 60)
-        resume.set()
-        thread.join(120)
-        assert not thread.is_alive()
-        (result,) = outcome
+        result = zombie.resume()
         assert isinstance(result, ShoalError), result  # fenced: its transaction cannot commit
         with BatchCommitLog(sc.meta) as commits:
             assert commits.committed(query) == 2
@@ -100,31 +114,11 @@ def test_the_driver_fences_an_attempt_that_read_the_log_before_the_batch_was_rec
         writer = ShoalStreamWriter(settings, sc.file)
         query = str(uuid.uuid4())
         kept = writer.write_task(iter([_rows("b0", 5)]), query, 0, 1)
-        produced, resume = threading.Event(), threading.Event()
-
-        def stalled() -> Iterator[pa.RecordBatch]:
-            yield _rows("late", 5)
-            yield _rows("late", 5)
-            produced.set()
-            assert resume.wait(120)
-
-        outcome: list[Any] = []
-
-        def speculative() -> None:
-            try:
-                outcome.append(writer.write_task(stalled(), query, 0, 1))
-            except BaseException as exc:
-                outcome.append(exc)
-
-        thread = threading.Thread(target=speculative, name="speculative-attempt")
-        thread.start()
-        assert produced.wait(60)
+        speculative = StalledAttempt(writer, query, 0, 1, _rows("late", 5)).start()
         writer.commit([kept], 0)  # fences partition 1's id, then records batch 0
         writer.commit([writer.write_task(iter([_rows("b1", 5)]), query, 1, 0)], 1)
         assert wait_until(lambda: {v for v, _n in sc.rows().values()} == {"b1"}, 60), sc.rows()
-        resume.set()
-        thread.join(120)
-        (result,) = outcome
+        result = speculative.resume()
         assert isinstance(result, ShoalError), result
         writer.commit([writer.write_task(iter([_rows("b2", 1)]), query, 2, 0)], 2)
         rows = sc.rows()
@@ -152,26 +146,8 @@ def test_a_transaction_left_open_by_a_partition_the_restarted_query_lacks_is_abo
             ],
             0,
         )
-        produced, resume = threading.Event(), threading.Event()
-
-        def stalled() -> Iterator[pa.RecordBatch]:
-            yield _rows("orphan", 5, first=6)
-            yield _rows("orphan", 5, first=6)
-            produced.set()
-            assert resume.wait(180)
-
-        outcome: list[Any] = []
-
-        def orphan() -> None:
-            try:
-                outcome.append(writer.write_task(stalled(), query, 1, 1))
-            except BaseException as exc:
-                outcome.append(exc)
-
-        thread = threading.Thread(target=orphan, name="orphaned-attempt")
-        thread.start()
+        orphan = StalledAttempt(writer, query, 1, 1, _rows("orphan", 5, first=6)).start()
         try:
-            assert produced.wait(60)
             time.sleep(1)  # its first rows are in the ingest topic, inside the open transaction
             started = time.monotonic()
             # the restarted query: one partition, batch 1 again; its task returns without waiting
@@ -186,9 +162,7 @@ def test_a_transaction_left_open_by_a_partition_the_restarted_query_lacks_is_abo
             with BatchCommitLog(sc.meta) as commits:
                 assert (commits.committed(query), commits.partitions(query)) == (1, 1)
         finally:
-            resume.set()
-            thread.join(120)
-        (result,) = outcome
+            result = orphan.resume()
         assert isinstance(result, ShoalError), result  # fenced: nothing of it becomes readable
         writer.commit([writer.write_task(iter([_rows("b2", 1)]), query, 2, 0)], 2)
         rows = sc.rows()
@@ -210,37 +184,18 @@ def test_an_attempt_started_while_the_driver_waits_for_the_leaders_cannot_commit
         query = str(uuid.uuid4())
         writer.commit([writer.write_task(iter([_rows("b0", 5)]), query, 0, 0)], 0)
         kept = writer.write_task(iter([_rows("b1", 5)]), query, 1, 0)
-        produced, resume = threading.Event(), threading.Event()
-
-        def stalled() -> Iterator[pa.RecordBatch]:
-            yield _rows("late", 5)
-            yield _rows("late", 5)
-            produced.set()
-            assert resume.wait(120)
-
-        outcome: list[Any] = []
-
-        def late() -> None:
-            try:
-                outcome.append(writer.write_task(stalled(), query, 1, 0))
-            except BaseException as exc:
-                outcome.append(exc)
-
-        thread = threading.Thread(target=late, name="late-attempt")
+        late = StalledAttempt(writer, query, 1, 0, _rows("late", 5))
         real = sink_module.await_tasks
 
         def waiting(*args: Any, **kwargs: Any) -> None:
             real(*args, **kwargs)
-            thread.start()  # the copy starts during the wait, after the driver's first fence
-            assert produced.wait(60)
+            late.start()  # the copy starts during the wait, after the driver's first fence
 
         monkeypatch.setattr(sink_module, "await_tasks", waiting)
         writer.commit([kept], 1)
         monkeypatch.setattr(sink_module, "await_tasks", real)
         newer = writer.write_task(iter([_rows("b2", 5)]), query, 2, 1)  # committed: the leaders take it
-        resume.set()
-        thread.join(120)
-        (result,) = outcome
+        result = late.resume()
         assert isinstance(result, ShoalError), result  # fenced by the second fence
         writer.commit([newer], 2)
         rows = sc.rows()
