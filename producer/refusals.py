@@ -97,7 +97,7 @@ def refusal_of(
         table=fields.get("shoal.table", ""),
         partition_id=fields.get("shoal.partition_id", ""),
         topic=fields.get("shoal.source.topic", ""),
-        offset=int(offset) if offset.isdigit() else None,
+        offset=int(offset) if offset.isascii() and offset.isdigit() else None,
         reason=fields.get("shoal.reason", ""),
         detail=fields.get("shoal.detail", ""),
     )

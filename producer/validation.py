@@ -28,7 +28,7 @@ import pyarrow.compute as pc
 
 from metadata.table import TableDefinition
 from producer.errors import RowValidationError
-from shoal.wire.ingest import ingest_schema
+from shoal.wire.ingest import TIMESTAMP_MS_RANGE, ingest_schema
 
 
 @dataclass(frozen=True)
@@ -329,11 +329,6 @@ def _check_arrow_data(table: TableDefinition, name: str, arr: pa.Array | pa.Chun
         if row is not None:
             raise RowValidationError(table.name, "value is not valid UTF-8", row=row, column=name)
     raise RowValidationError(table.name, f"invalid Arrow data: {problem:.200}", column=name)
-
-
-TIMESTAMP_MS_RANGE = (-62_135_596_800_000, 253_402_300_799_999)
-"""The milliseconds from the epoch a timestamp column holds: the years 1 to 9999, which Python's
-datetime, Spark's timestamps and Avro readers all represent."""
 
 
 def _check_timestamp_range(table: TableDefinition, name: str, arr: pa.Array | pa.ChunkedArray) -> None:

@@ -43,6 +43,29 @@ def ingest_schema(table_schema: pa.Schema, key_columns: Sequence[str] | None = N
     return table_schema.append(pa.field(DELETED_COLUMN, pa.bool_(), nullable=False))
 
 
+TIMESTAMP_MS_RANGE = (-62_135_596_800_000, 253_402_300_799_999)
+"""The milliseconds from the epoch a timestamp column holds: the years 1 to 9999, which Python's
+datetime, Spark's timestamps and Avro readers all represent (the producer refuses others, and so
+does a leader: stored, one would make every scan of its partition fail to convert)."""
+
+
+def timestamp_range_violation(rows: pa.Table, table_schema: pa.Schema) -> str | None:
+    """Why a timestamp of ``rows`` lies outside :data:`TIMESTAMP_MS_RANGE`, or None."""
+    low, high = TIMESTAMP_MS_RANGE
+    for field in table_schema:
+        if not pa.types.is_timestamp(field.type) or field.name not in rows.column_names:
+            continue
+        column = rows.column(field.name)
+        if column.null_count == len(column):
+            continue
+        millis = pc.cast(pc.cast(column, pa.timestamp("ms", tz=field.type.tz)), pa.int64())
+        bounds = pc.min_max(millis)
+        for bound in (bounds["min"].as_py(), bounds["max"].as_py()):
+            if not low <= bound <= high:
+                return f"column {field.name!r} holds {bound} ms from the epoch, outside the years 1-9999"
+    return None
+
+
 def not_null_violation(rows: pa.Table, table_schema: pa.Schema) -> str | None:
     """Why ``rows`` break a NOT NULL of ``table_schema`` in a row that is not a delete, or None."""
     writes = pc.invert(rows.column(DELETED_COLUMN))

@@ -21,7 +21,7 @@ from metadata.keyspace import KeyRange, Keyspace
 from metadata.table import TableDefinition
 from shoal.errors import SchemaError, WireFormatError
 from shoal.wire.arrow_ipc import decode_batch
-from shoal.wire.ingest import TABLE_HEADER, ingest_schema, not_null_violation
+from shoal.wire.ingest import TABLE_HEADER, ingest_schema, not_null_violation, timestamp_range_violation
 
 
 @dataclass(frozen=True)
@@ -59,7 +59,9 @@ class IngestValidator:
             return Rejected("schema_mismatch", str(exc))
         except WireFormatError as exc:
             return Rejected("undecodable", str(exc))
-        problem = not_null_violation(rows, self.table.arrow_schema())
+        problem = not_null_violation(rows, self.table.arrow_schema()) or timestamp_range_violation(
+            rows, self.table.arrow_schema()
+        )
         if problem is not None:
             return Rejected("schema_mismatch", problem)
         problem = self._out_of_range(rows)

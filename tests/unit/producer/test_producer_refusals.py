@@ -86,3 +86,12 @@ def test_a_watch_starts_where_the_producers_it_checks_started() -> None:
     watch.close()
     with pytest.raises(ValueError, match="not a producer id"):
         DeadletterWatch(settings, TopicNames("p"), {new_producer_id(), "../x"})
+
+
+def test_an_offset_header_of_non_ascii_digits_reads_as_no_offset() -> None:
+    """``"²".isdigit()`` is true and ``int("²")`` raises: one such deadletter record (any client
+    knowing a producer id can write one) made every later sync() of that producer raise."""
+    mine = new_producer_id()
+    for text in ("²", "①", "٣"):
+        found = refusal_of([(PRODUCER_HEADER, mine.encode()), ("shoal.source.offset", text.encode())], mine)
+        assert found is not None and found.offset is None

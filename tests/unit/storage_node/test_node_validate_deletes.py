@@ -6,7 +6,7 @@ import pyarrow as pa
 
 from metadata.table import Column, ColumnType, TableDefinition
 from shoal.wire.arrow_ipc import encode_batch
-from shoal.wire.ingest import DELETED_COLUMN
+from shoal.wire.ingest import DELETED_COLUMN, TIMESTAMP_MS_RANGE
 from storage_node.replica.validate import IngestValidator, Rejected
 
 TABLE = TableDefinition(
@@ -43,3 +43,36 @@ def test_write_with_null_in_not_null_column_is_refused() -> None:
 def test_mixed_batch_checks_only_the_writes() -> None:
     rows = IngestValidator(TABLE, None, 1 << 20).validate(_batch([1, 2], ["a", None], [False, True]))
     assert isinstance(rows, pa.Table) and rows.num_rows == 2
+
+
+def test_a_timestamp_outside_the_years_1_to_9999_is_refused_as_the_producer_refuses_it() -> None:
+    """Stored, it would make every scan of the partition fail to convert (an audit's proof): a
+    writer other than the shoal producer can send it."""
+    table = TableDefinition(
+        "t", (Column("k", ColumnType.UINT64, False), Column("at", ColumnType.TIMESTAMP_MS)), ("k",), "k", 1
+    )
+    schema = pa.schema(
+        [
+            pa.field("k", pa.uint64(), False),
+            pa.field("at", pa.timestamp("ms", tz="UTC")),
+            pa.field(DELETED_COLUMN, pa.bool_(), False),
+        ]
+    )
+    low, high = TIMESTAMP_MS_RANGE
+    validator = IngestValidator(table, None, 1 << 20)
+    for millis in (low - 1, high + 1):
+        batch = encode_batch(
+            pa.table(
+                [[1, 2], pa.array([0, millis], pa.int64()).cast(schema.field("at").type), [False, False]], schema=schema
+            )
+        )
+        result = validator.validate(batch)
+        assert isinstance(result, Rejected) and result.reason == "schema_mismatch" and "'at'" in result.detail
+    batch = encode_batch(
+        pa.table(
+            [[1, 2, 3], pa.array([low, high, None], pa.int64()).cast(schema.field("at").type), [False] * 3],
+            schema=schema,
+        )
+    )
+    rows = validator.validate(batch)
+    assert isinstance(rows, pa.Table) and rows.num_rows == 3
