@@ -103,7 +103,14 @@ class StragglerForwarder(Worker):
 
     def _forward(self) -> None:
         parent_topic = self.topics.ingest(self.parent.partition_id)
-        channel = TransactionalChannel(self.kafka, f"{parent_topic}.forward", call_timeout_s=60)
+        # librdkafka's own limit (1,000,000 bytes by default) would refuse a straggler the parent's
+        # ingest topic took (up to max_ingest_bytes), and the forwarder would retry it for ever
+        channel = TransactionalChannel(
+            self.kafka,
+            f"{parent_topic}.forward",
+            call_timeout_s=60,
+            **{"message.max.bytes": max(self.max_ingest_bytes + 1024 * 1024, 1_000_000)},
+        )
         channel.open()
         consumer = clients.consumer(
             self.kafka,
