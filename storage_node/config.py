@@ -72,6 +72,10 @@ class LeaderConfig:
     flush: FlushPolicy = field(default_factory=FlushPolicy)
     max_messages_per_transaction: int = 200
     """Ingest messages consumed into one Kafka transaction (one WAL record per valid message)."""
+    max_transaction_decoded_bytes: int = 256 * 1024 * 1024
+    """A transaction ends after the message whose decoded rows take its total past this (the rest
+    of the batch goes to the next one): the rows are held until the commit, and a compressed
+    message may decode to up to 1 GiB (Arrow IPC with zstd), so 200 of them must not be held at once."""
     poll_timeout_s: float = 0.2
     max_ingest_bytes: int = 16 * 1024 * 1024
     """An ingest message larger than this is rejected to deadletter (oversized)."""
@@ -115,8 +119,8 @@ class LeaderConfig:
             raise ConfigError(f"startup_retry_s must be >= 0, got {self.startup_retry_s!r}")
         if self.transaction_call_timeout_s <= 0:
             raise ConfigError("transaction_call_timeout_s must be positive")
-        if self.max_messages_per_transaction <= 0:
-            raise ConfigError("max_messages_per_transaction must be positive")
+        if self.max_messages_per_transaction <= 0 or self.max_transaction_decoded_bytes <= 0:
+            raise ConfigError("max_messages_per_transaction and max_transaction_decoded_bytes must be positive")
         if self.max_ingest_bytes <= 0 or self.max_deadletter_payload_bytes < 0:
             raise ConfigError("byte limits must be positive")
 

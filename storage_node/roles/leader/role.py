@@ -114,6 +114,9 @@ class LeaderStats:
     wal_records: int = 0
     rows: int = 0
     deadlettered: int = 0
+    decoded_limit_splits: int = 0
+    """Transactions ended early because their messages' decoded rows reached
+    ``max_transaction_decoded_bytes`` (the rest went to the next transaction)."""
     adopted_segments: int = 0
     merged_segments: int = 0
     segments: int = 0
@@ -526,16 +529,23 @@ class PartitionLeader(Worker):
         accepted: list[tuple[WalRecord, pa.Table]] = []
         offsets: dict[int, int] = {}
         began = False
+        decoded = 0
+        rest: Message | None = None
+        """The first message left for the next transaction (its rows would be too many to hold)."""
         try:
             with self._channel.transaction() as txn:
                 began = True
                 for i, msg in enumerate(msgs):
+                    if decoded >= self.config.max_transaction_decoded_bytes:
+                        rest, msgs = msg, msgs[:i]
+                        break
                     result = self.validator.validate(msg.value(), msg.headers())
                     if isinstance(result, Rejected):
                         self._deadletter(txn, msg, result)
                         continue
                     if result.num_rows == 0:
                         continue
+                    decoded += result.nbytes
                     gtid = Gtid(epoch, seq)
                     record = WalRecord.create(
                         partition_id=self.partition_id,
@@ -575,6 +585,9 @@ class PartitionLeader(Worker):
             self._consumer.seek(TopicPartition(self.ingest_topic, 0, message_offset(msgs[0])))
             return
         self._next_seq, self._chain.last_hash = seq, prev
+        if rest is not None:
+            self.stats.decoded_limit_splits += 1
+            self._consumer.seek(TopicPartition(self.ingest_topic, 0, message_offset(rest)))
         wal_offsets = sorted(offsets.items())
         for (record, rows), (_i, offset) in zip(accepted, wal_offsets, strict=True):
             self.replica.append(versioned_rows(rows, record.gtid), offset)
