@@ -153,6 +153,32 @@ def _python_type_error(kind: str, values: list[Any], types: set[type]) -> tuple[
     return None
 
 
+_EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.UTC)
+
+
+def _python_timestamps(values: list[Any]) -> list[Any]:
+    """``values`` with each date as its midnight UTC and each numpy datetime as a UTC datetime (to
+    the microsecond): Arrow takes neither from a list of Python values into a timestamp column. A
+    numpy datetime beyond what a datetime holds becomes its milliseconds (refused by the range check)."""
+    if not any(isinstance(v, np.datetime64) or type(v) is _dt.date for v in values):
+        return values
+    out: list[Any] = []
+    for v in values:
+        if type(v) is _dt.date:
+            v = _dt.datetime(v.year, v.month, v.day, tzinfo=_dt.UTC)
+        elif isinstance(v, np.datetime64):
+            if np.isnat(v):
+                v = None
+            else:
+                micros = int(v.astype("datetime64[us]").astype(np.int64))
+                try:
+                    v = _EPOCH + _dt.timedelta(microseconds=micros)
+                except OverflowError:  # past what a datetime holds: as milliseconds, for the range check
+                    v = micros // 1000
+        out.append(v)
+    return out
+
+
 def _sub_millisecond_row(values: list[Any]) -> int | None:
     """The first datetime in ``values`` with a part finer than a millisecond (None if there is none)."""
     for i, v in enumerate(values):
@@ -191,6 +217,8 @@ def _cast_values(
         problem = _python_type_error(kind, values, types)
         if problem is not None:
             raise RowValidationError(table.name, f"expected type {dtype}: {problem[1]}", row=problem[0], column=name)
+        if kind == "timestamp":
+            values = _python_timestamps(values)
         if kind == "timestamp" and in_key and (row := _sub_millisecond_row(values)) is not None:
             raise RowValidationError(
                 table.name,
@@ -255,12 +283,20 @@ def _does_not_fit(kind: str, dtype: pa.DataType, value: object, arrow_reason: st
             f"{shown} is not a time shoal reads: give ISO 8601 with a zone offset, "
             "such as 2020-01-01T00:00:00Z, or integer milliseconds since 1970"
         )
-    if kind == "float" and isinstance(value, int) and "exactly representable" in arrow_reason:
+    if (
+        kind == "float"
+        and isinstance(value, int)
+        and not isinstance(value, bool)
+        and abs(value) <= _FLOAT_MAX[dtype.id]
+    ):
         return f"the integer {shown} cannot be stored exactly as {dtype}; write it as a float if rounding is fine"
     if kind in ("int", "float") and isinstance(value, int | float):
         return f"{shown} is outside the range of {dtype}"
     return f"value does not fit type {dtype}: {arrow_reason}"
 
+
+_FLOAT_MAX = {pa.float16().id: 65504.0, pa.float32().id: 3.4028234663852886e38, pa.float64().id: 1.7976931348623157e308}
+"""The largest finite value of each float type: an integer within it that does not cast is not exact."""
 
 _UNIT_NAMES = {"s": "second", "ms": "millisecond", "us": "microsecond", "ns": "nanosecond"}
 _UNIT_ORDER = ("s", "ms", "us", "ns")
