@@ -440,6 +440,9 @@ class ForceJoin:
     def apply(self, base: MetadataFile) -> MetadataFile:
         i = base.index_of(self.partition_id)
         entry = base.partitions[i]
+        # a split's finalize keeps only the placements it chose when it began: this one would be
+        # dropped without passing through servers_leaving, undoing the operator's recovery
+        _check_not_splitting(entry, self.placement.server_id, "force-join")
         _check_not_listed(entry, self.placement.server_id)
         _check_new_placements(base, [self.placement])
         new = replace(entry, servers=(*entry.servers, self.placement))

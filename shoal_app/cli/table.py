@@ -655,7 +655,11 @@ def remove_replica(client: MetadataClient, table: str, partition: str, server: s
     if found is None and server not in registered_servers(client):
         raise UnknownServerError(server, registered_servers(client))
     file = coord.leave(table, pid, server)
-    placement = next(p for p in file.partition(pid).servers_leaving if p.server_id == server)
+    # the server may still be leaving under an older placement (removed, added back, removed again):
+    # the one this leave moved is the newest (placement ids only grow)
+    placement = max(
+        (p for p in file.partition(pid).servers_leaving if p.server_id == server), key=lambda p: p.placement_id
+    )
     return file, placement
 
 

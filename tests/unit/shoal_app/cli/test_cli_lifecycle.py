@@ -95,6 +95,22 @@ def test_add_and_remove_a_replica() -> None:
     assert replica_state(file, pid, 999) == "REMOVED"
 
 
+def test_a_server_removed_added_back_and_removed_again_reports_the_placement_it_just_left() -> None:
+    """Still leaving under its old placement, node-1 is added back and removed again: the command
+    named the old placement, and ``--wait`` could see it REMOVED while the new one still held data
+    (an audit's proof)."""
+    client, pid = _client()
+    coord = client.coordinator
+    _, third = add_replica(client, "events", pid, "node-3")
+    coord.finalize_join(pid, third.placement_id)
+    _, old = remove_replica(client, "events", pid, "node-1")
+    _, back = add_replica(client, "events", pid, "node-1")
+    coord.finalize_join(pid, back.placement_id)
+    file, left = remove_replica(client, "events", pid, "node-1")
+    assert {p.placement_id for p in file.partition(pid).servers_leaving} == {old.placement_id, back.placement_id}
+    assert left.placement_id == back.placement_id
+
+
 def test_unknown_server_is_refused_and_nothing_changes() -> None:
     client, pid = _client()
     with pytest.raises(UnknownServerError, match="unknown server 'node-9'") as info:
