@@ -94,16 +94,40 @@ class TableWatcher:
         return None
 
     def _deliver_next(self) -> bool:
-        """Deliver the next znode version; False once stopped."""
+        """Deliver the next znode version; False once stopped. A version whose file cannot be read
+        (the metadata topic without a leader for a moment) is read again, with backoff, until it is
+        delivered or a newer version queued meanwhile covers it (delivered with its parents): the
+        watch fires once per change, so a version dropped here would not come back until the next
+        commit on the table, and a node would not see a join, a leave or a split meanwhile."""
         head = self._events.get()
         if head is None:
             return False
-        try:
-            self._deliver_up_to(head)
-        except ShoalError as exc:
-            log.error("table %s: cannot deliver sequence %d: %s", self.table, head.metadata_sequence, exc)
-            self.errors.append(exc)
-        return True
+        delay = 0.2
+        while True:
+            try:
+                self._deliver_up_to(head)
+                return True
+            except ShoalError as exc:
+                log.error(
+                    "table %s: cannot deliver sequence %d (retrying in %.1fs): %s",
+                    self.table,
+                    head.metadata_sequence,
+                    delay,
+                    exc,
+                )
+                self.errors.append(exc)
+            if self._stopped.wait(delay):
+                return False
+            delay = min(delay * 2, 5.0)
+            while True:  # a newer version queued meanwhile: deliver up to it instead
+                try:
+                    queued = self._events.get_nowait()
+                except queue.Empty:
+                    break
+                if queued is None:
+                    return False
+                if queued.metadata_sequence > head.metadata_sequence:
+                    head = queued
 
     def _deliver_up_to(self, head: TableHead) -> None:
         with self._cond:
