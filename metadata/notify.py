@@ -115,7 +115,8 @@ class TableWatcher:
                     delay,
                     exc,
                 )
-                self.errors.append(exc)
+                if not self.errors or str(self.errors[-1]) != str(exc):
+                    self.errors.append(exc)  # once per distinct error: a lasting one is retried for ever
             if self._stopped.wait(delay):
                 return False
             delay = min(delay * 2, 5.0)
