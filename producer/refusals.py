@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 import secrets
 import threading
 import time
@@ -48,6 +49,8 @@ from shoal.wire.ingest import PRODUCER_HEADER, PRODUCER_ID_PATTERN
 log = logging.getLogger(__name__)
 
 _POLL_S = 0.2
+_OFFSET = re.compile(r"[0-9]{1,19}")
+"""A Kafka offset as a leader writes it (``int()`` alone takes other digits, and refuses more than 4300)."""
 
 
 def new_producer_id() -> str:
@@ -97,7 +100,7 @@ def refusal_of(
         table=fields.get("shoal.table", ""),
         partition_id=fields.get("shoal.partition_id", ""),
         topic=fields.get("shoal.source.topic", ""),
-        offset=int(offset) if offset.isascii() and offset.isdigit() else None,
+        offset=int(offset) if _OFFSET.fullmatch(offset) else None,
         reason=fields.get("shoal.reason", ""),
         detail=fields.get("shoal.detail", ""),
     )

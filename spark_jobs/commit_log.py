@@ -2,8 +2,8 @@
 
 ``<zk_root>/spark/sinks/<query_id>`` holds ``{"batch_id": N, "table": T, "partitions": P}``: the
 newest batch the driver committed for that query (the query id is Spark's, stable across restarts
-from the same checkpoint), and how many Spark partitions that batch had (the next commit fences
-their transactional ids, :mod:`spark_jobs.sink`). The driver's
+from the same checkpoint), and the most Spark partitions a recorded batch of it had (each commit
+fences their transactional ids, :mod:`spark_jobs.sink`). The driver's
 ``commit(messages, batchId)`` raises it by compare-and-swap on the znode version; executors read
 it before they write (:meth:`BatchCommitLog.check`):
 
@@ -86,7 +86,7 @@ class BatchCommitLog:
         return batch_id == committed
 
     def partitions(self, query_id: str) -> int:
-        """How many Spark partitions the query's last recorded batch had (0 if none is recorded)."""
+        """The most Spark partitions a recorded batch of the query had (0 if none is recorded)."""
         path = self.path(query_id)
         with zk_errors(f"read sink commit {path}"):
             try:
@@ -130,15 +130,16 @@ class BatchCommitLog:
         return value
 
     def record(self, query_id: str, batch_id: int, *, table: str, partitions: int = 0) -> bool:
-        """Raise the query's committed batch id to ``batch_id`` (CAS), with the batch's partition
-        count; False (nothing changed) if the batch id already was >= ``batch_id``."""
+        """Raise the query's committed batch id to ``batch_id`` (CAS), and its partition count to at
+        least ``partitions``; False (nothing changed) if the batch id already was >= ``batch_id``."""
         if isinstance(batch_id, bool) or not isinstance(batch_id, int) or batch_id < 0:
             raise SinkCommitError(f"batch id must be an int >= 0, got {batch_id!r:.40}")
         if isinstance(partitions, bool) or not isinstance(partitions, int) or partitions < 0:
             raise SinkCommitError(f"partition count must be an int >= 0, got {partitions!r:.40}")
         path = self.path(query_id)
 
-        data = json.dumps({"batch_id": batch_id, "table": table, "partitions": partitions}).encode()
+        def data(before: int) -> bytes:
+            return json.dumps({"batch_id": batch_id, "table": table, "partitions": max(before, partitions)}).encode()
 
         with zk_errors(f"record sink commit {path}"):
             ensure_path(self.zk, path.rsplit("/", 1)[0], self.config.security)
@@ -147,14 +148,14 @@ class BatchCommitLog:
                     current, stat = self.zk.get(path)
                 except NoNodeError:
                     try:
-                        self.zk.create(path, data, acl=self.config.security.acls())
+                        self.zk.create(path, data(0), acl=self.config.security.acls())
                         return True
                     except NodeExistsError:
                         continue
                 if self._decode(path, current) >= batch_id:
                     return False
                 try:
-                    self.zk.set(path, data, version=stat.version)
+                    self.zk.set(path, data(self._partitions(path, current)), version=stat.version)
                     return True
                 except BadVersionError:
                     continue

@@ -20,13 +20,15 @@ Kafka transaction whose id is the query's and the Spark partition's, and leaders
 topics ``read_committed``. A task attempt first runs ``init_transactions``, which fences every
 older attempt of its partition (an executor Spark declared lost but still running, a speculative
 copy, an attempt of an earlier batch), and only then reads the commit log. The driver fences the
-id of every partition of a batch before it waits for the leaders, and of every partition the batch
-recorded last had (the commit log keeps how many): a transaction a task of an earlier run left
-open (a run restarted with fewer partitions) is aborted then, instead of holding the ingest topics'
-last stable offset, and so this batch's rows, until ``transactionTimeout``. After the wait it fences
-the batch's partitions again (an attempt started meanwhile read the log before the record), then
-records the batch with its own partition count. So an attempt that still writes after its batch was recorded cannot
-commit: its rows never reach a leader, and no older value lands over a newer batch's.
+id of every partition of a batch before it waits for the leaders, and of every partition a
+recorded batch of the query ever had (the commit log keeps the most): a transaction a
+task of an earlier run left open (a run restarted with fewer partitions) is aborted then, instead
+of holding the ingest topics' last stable offset, and so this batch's rows, until
+``transactionTimeout``. It records the batch, then fences the batch's partitions again: an attempt
+started after the first fence (during the wait) may have read the log before the record, and one
+that starts after the second finds the batch recorded. So an attempt that still writes after its
+batch was recorded cannot commit: its rows never reach a leader, and no older value lands over a
+newer batch's.
 
 A batch write (``df.write``) has no batch id: it is an idempotent upsert of the DataFrame's rows,
 written without a transaction.
@@ -314,15 +316,19 @@ class ShoalStreamWriter(DataSourceStreamWriter, DataSourceArrowWriter):
         used = {m.partition_id for m in ours if m.partition_id is not None}
         with BatchCommitLog(self.settings.connection) as commits:
             earlier = commits.partitions(query_id)
+            # every partition a recorded batch of the query had: a transaction a task of an earlier
+            # run left open is aborted (PySpark runs each commit in a fresh Python process, so
+            # this driver cannot remember that it did so already)
             self._fence_tasks(query_id, batchId, used | set(range(earlier)))
             if self.settings.sync:
                 await_tasks(self.settings, ours, f"batch {batchId} of query {query_id}")
-                # an attempt of this batch started during the wait (a speculative copy) read the
-                # log before the record: fenced again, it cannot commit after it
-                self._fence_tasks(query_id, batchId, used)
             recorded = commits.record(
-                query_id, batchId, table=self.settings.table, partitions=max((p + 1 for p in used), default=0)
+                query_id, batchId, table=self.settings.table, partitions=max([earlier, *(p + 1 for p in used)])
             )
+            # an attempt of this batch started after the first fence (a speculative copy during the
+            # wait) may have read the log before the record: fenced after it, it cannot commit, and
+            # one that starts now finds the batch recorded
+            self._fence_tasks(query_id, batchId, used)
         rows = sum(m.rows for m in ours)
         skipped = all(m.skipped for m in ours)
         log.info(
@@ -336,9 +342,8 @@ class ShoalStreamWriter(DataSourceStreamWriter, DataSourceArrowWriter):
         )
 
     def _fence_tasks(self, query_id: str, batch_id: int, partition_ids: set[int]) -> None:
-        """Fence every attempt of the batch's partitions (and of the partitions earlier batches had)
-        before the batch is recorded: an attempt that read the commit log before the record and
-        still writes cannot commit after it, and a transaction left open is aborted."""
+        """Fence every attempt of ``partition_ids``: an attempt that read the commit log before the
+        record and still writes cannot commit after it, and a transaction left open is aborted."""
         prefix = self.settings.connection.topic_prefix
         for partition_id in sorted(partition_ids):
             txn_id = sink_transactional_id(prefix, query_id, partition_id)

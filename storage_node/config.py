@@ -73,7 +73,7 @@ class LeaderConfig:
     max_messages_per_transaction: int = 200
     """Ingest messages consumed into one Kafka transaction (one WAL record per valid message)."""
     max_transaction_decoded_bytes: int = 256 * 1024 * 1024
-    """A transaction ends after the message whose decoded rows take its total past this (the rest
+    """A transaction ends after the message whose decoded rows take its total to this or past it (the rest
     of the batch goes to the next one): the rows are held until the commit, and a compressed
     message may decode to up to 1 GiB (Arrow IPC with zstd), so 200 of them must not be held at once."""
     poll_timeout_s: float = 0.2

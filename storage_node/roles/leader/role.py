@@ -585,9 +585,6 @@ class PartitionLeader(Worker):
             self._consumer.seek(TopicPartition(self.ingest_topic, 0, message_offset(msgs[0])))
             return
         self._next_seq, self._chain.last_hash = seq, prev
-        if rest is not None:
-            self.stats.decoded_limit_splits += 1
-            self._consumer.seek(TopicPartition(self.ingest_topic, 0, message_offset(rest)))
         wal_offsets = sorted(offsets.items())
         for (record, rows), (_i, offset) in zip(accepted, wal_offsets, strict=True):
             self.replica.append(versioned_rows(rows, record.gtid), offset)
@@ -595,6 +592,9 @@ class PartitionLeader(Worker):
             self.stats.wal_records += 1
             self.stats.rows += record.row_count
         self.stats.transactions += 1
+        if rest is not None:  # the messages left over are read again by the next transaction
+            self.stats.decoded_limit_splits += 1
+            self._consumer.seek(TopicPartition(self.ingest_topic, 0, message_offset(rest)))
 
     def _deadletter(self, txn: Transaction, msg: Message, why: Rejected) -> None:
         produce_deadletter(

@@ -42,20 +42,20 @@ def test_commits_only_move_forward_even_when_racing(zk_hosts: str, cluster: obje
             log.partitions(query)
 
 
-def test_the_partition_count_is_the_last_recorded_batchs(zk_hosts: str, cluster: object) -> None:
-    """The driver fences the transactional ids of every partition the batch recorded last had (and
-    those of its own batch), then records its own count: once fenced, the extra ids of an earlier,
-    wider run need no fence at every later commit."""
+def test_the_partition_count_only_grows(zk_hosts: str, cluster: object) -> None:
+    """Each commit fences the transactional ids of every partition a recorded batch of the query
+    had: the count stays the largest any batch recorded (a run with fewer partitions keeps it, so a
+    later, wider run's orphan is fenced after the next restart)."""
     meta = MetadataConfig(zk_hosts=zk_hosts, bootstrap_servers="127.0.0.1:1")
     query = str(uuid.uuid4())
     with BatchCommitLog(meta) as log:
         assert log.partitions(query) == 0
         log.record(query, 0, table="t", partitions=4)
-        assert log.partitions(query) == 4
         log.record(query, 1, table="t", partitions=2)
-        assert (log.committed(query), log.partitions(query)) == (1, 2)
+        assert (log.committed(query), log.partitions(query)) == (1, 4)
         assert not log.record(query, 1, table="t", partitions=9)  # not recorded: the count stays
-        assert log.partitions(query) == 2
+        log.record(query, 2, table="t")  # a record without a count keeps it
+        assert log.partitions(query) == 4
         log.zk.set(log.path(query), b'{"batch_id": 2, "table": "t"}')  # written before counts were kept
         assert log.partitions(query) == 0
         log.zk.set(log.path(query), b'{"batch_id": 2, "table": "t", "partitions": -1}')

@@ -160,7 +160,7 @@ def test_a_transaction_left_open_by_a_partition_the_restarted_query_lacks_is_abo
             assert {rows[k][0] for k in range(6, 11)} == {"b0"}, rows
             assert waited < 45, waited
             with BatchCommitLog(sc.meta) as commits:
-                assert (commits.committed(query), commits.partitions(query)) == (1, 1)
+                assert (commits.committed(query), commits.partitions(query)) == (1, 2)
         finally:
             result = orphan.resume()
         assert isinstance(result, ShoalError), result  # fenced: nothing of it becomes readable
