@@ -253,7 +253,7 @@ class MetadataCoordinator:
             raise
         except ZooKeeperUnavailableError as exc:
             try:
-                committed = self._committed(table, new)
+                committed = not self._settle(head) and self._committed(table, new)
             except MetadataError as exc2:
                 raise CommitOutcomeUnknownError(
                     f"table {table}: connection lost during the CAS of {new.txnid}; outcome unknown: {exc2}"
@@ -304,10 +304,34 @@ class MetadataCoordinator:
                     f"table {head.table}: another change was committed after sequence {head.metadata_sequence}"
                 )
 
+    def _settle(self, head: TableHead) -> bool:
+        """After a connection loss during the CAS over ``head``: write ``head`` again at its version.
+        True when that write happened: the lost CAS, still in flight maybe, can never land now (the
+        version it needs is gone), so the new file is not committed. False when the znode moved on
+        (the lost CAS landed, or another change did): :meth:`_committed` then reads it. Without
+        this, a read served by a server that had not applied the lost CAS yet said "not committed",
+        the file was tombstoned, and the CAS landed after: the table named a tombstoned file."""
+        path = self.layout.table(head.table)
+
+        def write() -> bool:
+            with zk_errors(f"settle the commit to table {head.table}"):
+                try:
+                    self.zk.set(path, head.encode(), version=head.version)
+                except BadVersionError:
+                    return False
+                except NoNodeError:
+                    return True
+            return True
+
+        return retrying(self.retry, write, on=ZooKeeperUnavailableError)
+
     def _committed(self, table: str, file: MetadataFile) -> bool:
-        """After a connection loss: is ``file`` in the committed chain? (Reads with retries.)"""
+        """After a connection loss: is ``file`` in the committed chain? (Reads with retries, after a
+        ``sync``: the server answering has applied every write the leader committed before it.)"""
 
         def read_head() -> TableHead | None:
+            with zk_errors(f"sync table {table}"):
+                self.zk.sync(self.layout.table(table))
             try:
                 return self.head(table)
             except UnknownTableError:
