@@ -50,6 +50,9 @@ class TopicReplication:
     min_insync_replicas: int | None
     wanted_min_insync_replicas: int
     moves: tuple[PartitionMove, ...]
+    below_policy: bool = False
+    """The policy wants more replicas than there are live brokers: ``wanted_replication_factor`` (and
+    ``wanted_min_insync_replicas``, capped by it) is what the live brokers allow."""
 
 
 def plan(
@@ -65,7 +68,10 @@ def plan(
     except KafkaException as exc:
         raise classify(exc, "cannot read the cluster metadata") from exc
     brokers = sorted(md.brokers)
-    wanted = policy.replication_factor_for(len(brokers))
+    policy_rf = policy.replication_factor_for(len(brokers))
+    # an acks=all write must never need more copies than the topic can have: with a broker down,
+    # as many replicas as there are live brokers, and min.insync.replicas capped by that
+    wanted = max(1, min(policy_rf, len(brokers)))
     wanted_isr = policy.min_insync_replicas_for(wanted)
     names = [t for t in topics if t in md.topics and md.topics[t].error is None and md.topics[t].partitions]
     load: Counter[int] = Counter({b: 0 for b in brokers})
@@ -84,11 +90,21 @@ def plan(
             extra = sorted((b for b in brokers if b not in current), key=lambda b: (load[b], b))[
                 : wanted - len(current)
             ]
+            if not extra:
+                continue  # no live broker to add: a move would change nothing
             load.update(extra)
             moves.append(PartitionMove(name, p.id, tuple(current + extra)))
+        moved = {m.partition: len(m.replicas) for m in moves}
+        after = min(moved.get(p.id, len(p.replicas)) for p in parts)  # the fewest replicas once moved
         out.append(
             TopicReplication(
-                name, min(len(p.replicas) for p in parts), wanted, isr_now.get(name), wanted_isr, tuple(moves)
+                name,
+                min(len(p.replicas) for p in parts),
+                wanted,
+                isr_now.get(name),
+                min(wanted_isr, after),
+                tuple(moves),
+                below_policy=policy_rf > wanted,
             )
         )
     return out

@@ -55,6 +55,10 @@ def fix_replication_command(obj: CliContext, wait: bool, timeout: float, output:
         show(
             f"policy: replication factor {report.replication_factor}, min.insync.replicas {report.min_insync_replicas}",
             table,
-            "every topic is at the policy" if report.complete else "replicas still copying: run again with --wait",
+            "every topic is at the policy"
+            if report.complete
+            else "topics below the policy: too few live brokers (run again once they are back)"
+            if any(t.status == "below_policy" for t in report.topics)
+            else "replicas still copying: run again with --wait",
         )
     raise SystemExit(0 if report.complete else 1)

@@ -60,7 +60,9 @@ class TopicFix(Shape):
     """One topic of ``shoal admin fix-replication``: its replication before and after.
 
     ``status``: ``ok`` (already at the policy), ``raised`` (replicas added and in sync, or
-    ``min.insync.replicas`` set), ``reassigning`` (replicas still copying: run again with ``--wait``).
+    ``min.insync.replicas`` set), ``reassigning`` (replicas still copying: run again with ``--wait``),
+    ``below_policy`` (as many replicas as the live brokers allow, fewer than the policy wants, and
+    ``min.insync.replicas`` capped by them: run again once the brokers are back).
     """
 
     topic: str
@@ -68,7 +70,7 @@ class TopicFix(Shape):
     replication_factor: int
     min_insync_replicas_before: int | None
     min_insync_replicas: int | None
-    status: Literal["ok", "raised", "reassigning"]
+    status: Literal["ok", "raised", "reassigning", "below_policy"]
 
 
 class ReplicationFix(Shape):
@@ -78,7 +80,7 @@ class ReplicationFix(Shape):
     """The policy's replication factor for the live brokers."""
     min_insync_replicas: int
     complete: bool
-    """Every topic is at the policy (False: some replicas are still copying)."""
+    """Every topic is at the policy (False: some replicas are still copying, or too few brokers are live)."""
     topics: list[TopicFix]
 
 

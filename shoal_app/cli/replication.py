@@ -86,6 +86,8 @@ def fix_replication(
             isr[t.topic] = t.wanted_min_insync_replicas
             update["min_insync_replicas"] = t.wanted_min_insync_replicas
             update["status"] = "raised"
+        if t.below_policy:
+            update["status"] = "below_policy"
         results[t.topic] = fix.model_copy(update=update)
     if isr:
         progress(f"setting min.insync.replicas of {len(isr)} topic(s)")
@@ -94,6 +96,6 @@ def fix_replication(
     return ReplicationFix(
         replication_factor=wanted,
         min_insync_replicas=kafka.topics.min_insync_replicas_for(wanted),
-        complete=not moving,
+        complete=not moving and not any(t.below_policy for t in planned),
         topics=[results[t.topic] for t in planned],
     )

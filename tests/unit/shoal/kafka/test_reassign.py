@@ -31,11 +31,11 @@ class _Md:
 
 
 class _Admin:
-    def __init__(self, topics: dict[str, _T]) -> None:
-        self.topics = topics
+    def __init__(self, topics: dict[str, _T], brokers: tuple[int, ...] = (1, 2, 3)) -> None:
+        self.topics, self.brokers = topics, brokers
 
     def list_topics(self, timeout: float = 0) -> _Md:
-        return _Md({1: object(), 2: object(), 3: object()}, self.topics)
+        return _Md(dict.fromkeys(self.brokers, object()), self.topics)
 
     def describe_configs(self, resources: list[Any], request_timeout: float = 0) -> dict[Any, Any]:
         class _F:
@@ -62,6 +62,22 @@ def test_plan_keeps_current_replicas_first_and_spreads_new_ones() -> None:
         [move] = planned[name].moves
         assert move.replicas[0] == 1 and sorted(move.replicas) == [1, 2, 3]
     assert planned["shoal.metadata"].wanted_min_insync_replicas == 2
+
+
+def test_with_too_few_live_brokers_the_plan_stays_within_them_and_says_so() -> None:
+    """An explicit replication factor 3 with one broker of three down: the move adds the live one,
+    and min.insync.replicas is capped by the replicas the topic will have. Capped by the policy's
+    3 instead, every acks=all write to the topic failed (an audit's proof)."""
+    policy = TopicPolicy(replication_factor=3)
+    planned = {
+        t.topic: t for t in plan(_Admin({"shoal.wal.x.1": _T({0: _P(0, [1])})}, (1, 2)), ["shoal.wal.x.1"], policy)
+    }  # type: ignore[arg-type]
+    t = planned["shoal.wal.x.1"]
+    [move] = t.moves
+    assert sorted(move.replicas) == [1, 2] and t.wanted_replication_factor == 2 and t.below_policy
+    assert t.wanted_min_insync_replicas <= 2
+    alone = plan(_Admin({"shoal.wal.x.1": _T({0: _P(0, [1])})}, (1,)), ["shoal.wal.x.1"], policy)  # type: ignore[arg-type]
+    assert alone[0].moves == () and alone[0].wanted_min_insync_replicas == 1 and alone[0].below_policy
 
 
 def test_reassignment_json_and_tool_settings() -> None:
