@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
+from confluent_kafka import KafkaException
 
 from metadata.client import MetadataClient
 from metadata.metadata_file import MetadataFile
@@ -216,7 +217,11 @@ class Producer:
         for watcher in watchers:
             watcher.stop()
         if self._kafka is not None:
-            remaining = self._kafka.flush(timeout)
+            try:
+                remaining = self._kafka.flush(timeout)
+            except KafkaException as exc:  # a producer in a fatal state (a fenced transactional one)
+                log.warning("producer closed without flushing: %s", kafka_error_of(exc) or exc)
+                remaining = 0
             if remaining:
                 log.warning("producer closed with %d messages not delivered", remaining)
         if self._poller is not None:

@@ -285,13 +285,14 @@ class PartitionReplica:
         newer epoch; refused with MajorContentError when its rows, columns or covered WAL ranges are
         not those of the segments it replaces (:meth:`_check_major`: a compaction that lost,
         invented or kept a stale row, or changed a value; the major becomes the only copy once the
-        channels are truncated). The caller then deletes the file (or recovery's reconcile does).
+        channels are truncated), or when its included segment ids are not those it folds. The
+        caller then deletes the file (or recovery's reconcile does).
         """
         with self._lock:
             chain = self._list.chain
         # the chain's checks first, on a snapshot: a stale major is a conflict, whatever its rows
-        commit_compaction(chain, record.entry, leader_epoch=leader_epoch)
-        self._check_major(record, chain.since_latest_major())
+        commit_compaction(chain, record.entry, leader_epoch=leader_epoch, check_included=False)
+        self._check_major(record, chain.since_latest_major())  # its rows first, then (locked) its list
         with self._lock:  # checked again: root may have moved while the files were read
             chain = self._list.commit_compaction(record, leader_epoch=leader_epoch)
             self._verified.add(record.segment_id)  # the intake checked its sha256 as it stored it

@@ -382,3 +382,17 @@ def test_await_accepted_waits_for_offsets_other_producers_wrote() -> None:
     assert not kafka.messages[0:0] and not waiter.written()  # it sent nothing itself
     writer.close()
     waiter.close()
+
+
+def test_closing_over_a_fenced_transactional_producer_does_not_hide_the_error() -> None:
+    """A fenced transactional producer raises its fatal error from every later call: the Spark
+    sink's task closed its producer in a ``finally``, and that raw KafkaException replaced the
+    classified fencing error the task was raising (seen in CI)."""
+    from confluent_kafka import KafkaError, KafkaException
+
+    class _Fenced(FakeKafka):
+        def flush(self, timeout: float = -1) -> int:
+            raise KafkaException(KafkaError(KafkaError._FENCED, "fenced by a newer instance", fatal=True))
+
+    producer, _ = _producer(_Fenced())
+    producer.close()  # no raise: nothing can be delivered, and the caller's own error stands

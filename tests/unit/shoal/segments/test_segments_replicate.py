@@ -202,3 +202,8 @@ class TestCompaction:
                 commit_compaction(with_detached, bad, leader_epoch=2)
         after = commit_compaction(with_detached, major, leader_epoch=2)
         assert after.root == sid(10) and not after.is_referenced(detached)
+        # on a major root there is nothing to fold: a major based on it is refused, not a ChainError
+        forged = replace(major, segment_id=sid(11), base_segment_id=sid(10))
+        with pytest.raises(MajorContentError, match="included segment"):
+            commit_compaction(after, forged, leader_epoch=2)
+        assert commit_compaction(after, forged, leader_epoch=2, check_included=False).root == sid(11)
