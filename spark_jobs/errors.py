@@ -14,7 +14,15 @@ class SinkOptionError(SparkJobError, ValueError):
 
 
 class SinkCommitError(SparkJobError):
-    """A micro-batch could not be recorded as committed."""
+    """A micro-batch could not be recorded as committed.
+
+    ``retriable``: the cause may pass (the leaders did not accept in time, a broker or the
+    transaction coordinator unavailable), so the driver's commit tries again until its
+    ``commitTimeout``; False for a refusal, a fatal Kafka error or bad input."""
+
+    def __init__(self, message: str, *, retriable: bool = False) -> None:
+        super().__init__(message)
+        self.retriable = retriable
 
 
 class ReaderError(SparkJobError):

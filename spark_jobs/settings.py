@@ -114,6 +114,11 @@ class SinkSettings:
     aborts it then, and the task fails). Records behind an open transaction wait for it on their
     ingest topic, so a transaction left open by a task whose partition is never run again holds
     other writers' rows back that long; at most Kafka's ``transaction.max.timeout.ms`` (15 min).
+    ``commit_timeout_s``: how long a streaming commit tries again after a fence or a wait that
+    failed for a reason that may pass (:attr:`spark_jobs.errors.SinkCommitError.retriable`) before
+    it fails the query: Spark retries a failed task, never a failed commit. Above
+    ``transaction_timeout_s`` by default, so a commit outlasts a transaction left open by a task
+    of an earlier run.
     """
 
     table: str
@@ -122,6 +127,7 @@ class SinkSettings:
     sync_timeout_s: float = 120.0
     write_rows: int = DEFAULT_WRITE_ROWS
     transaction_timeout_s: float = 300.0
+    commit_timeout_s: float = 600.0
 
     def __post_init__(self) -> None:
         validate_table_name(self.table)
@@ -131,6 +137,10 @@ class SinkSettings:
             raise ConfigError(f"write_rows must be >= 1, got {self.write_rows}")
         if not 1 <= self.transaction_timeout_s <= 900:
             raise ConfigError(f"transaction_timeout_s must be in [1, 900] seconds, got {self.transaction_timeout_s}")
+        if not self.commit_timeout_s >= self.sync_timeout_s:
+            raise ConfigError(
+                f"commit_timeout_s ({self.commit_timeout_s}) must be at least sync_timeout_s ({self.sync_timeout_s})"
+            )
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any], env: Mapping[str, str] | None = None) -> SinkSettings:
@@ -139,13 +149,15 @@ class SinkSettings:
         if not table:
             raise SinkOptionError("format('shoal') needs .option('table', NAME)")
         try:
+            sync_timeout_s = _float(opts, "syncTimeout", 120.0)
             return cls(
                 table=table,
                 connection=resolve_connection(opts, env),
                 sync=_bool(opts, "sync", True),
-                sync_timeout_s=_float(opts, "syncTimeout", 120.0),
+                sync_timeout_s=sync_timeout_s,
                 write_rows=_int(opts, "writeRows", DEFAULT_WRITE_ROWS),
                 transaction_timeout_s=_float(opts, "transactionTimeout", 300.0),
+                commit_timeout_s=_float(opts, "commitTimeout", max(600.0, sync_timeout_s)),
             )
         except ShoalError as exc:
             if isinstance(exc, SinkOptionError):

@@ -6,7 +6,9 @@ with acks=all), flush, and report the last offset they produced to each ingest t
 (``sync``) the driver's ``commit`` waits once, for every task together, until the partition leaders
 accepted those offsets and refused none of the messages (``Producer.await_accepted`` and the
 deadletter topic), before it records anything: a task does not wait for its own rows, so the next
-task starts while the leaders take the last one's. A streaming query's driver then records the
+task starts while the leaders take the last one's. Spark retries a failed task but never a failed
+commit (the query stops), so the commit tries a wait or a fence that failed for a reason that may
+pass again, until ``commitTimeout`` (:func:`retrying`). A streaming query's driver then records the
 batch id in ZooKeeper (:mod:`spark_jobs.commit_log`); ``write`` reads it and skips a replay of the
 batch recorded last. So:
 
@@ -38,9 +40,9 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import pyarrow as pa
 from pyspark.sql.datasource import (
@@ -192,13 +194,16 @@ def write_batches(
             producer.close()
 
 
-def await_tasks(settings: SinkSettings, messages: list[ShoalCommitMessage], what: str) -> None:
+def await_tasks(
+    settings: SinkSettings, messages: list[ShoalCommitMessage], what: str, *, timeout_s: float | None = None
+) -> None:
     """On the driver: wait until the partition leaders accepted every offset the tasks ``messages``
     report, then read the deadletter topic for refusals of their messages. SinkCommitError (so
-    nothing is recorded) when a leader does not accept in ``settings.sync_timeout_s`` or refused a
-    message: its rows are not stored (DESIGN.md sections 4.2 and 9)."""
+    nothing is recorded) when a leader does not accept in ``timeout_s`` (``settings.sync_timeout_s``)
+    or refused a message: its rows are not stored (DESIGN.md sections 4.2 and 9). The error is
+    ``retriable`` for a timeout or a non-fatal Kafka error, not for a refusal."""
     from producer import Producer
-    from producer.errors import ProducerError
+    from producer.errors import ProducerError, SyncTimeoutError
     from producer.refusals import DeadletterWatch
 
     targets: dict[str, tuple[str, int]] = {}
@@ -208,28 +213,59 @@ def await_tasks(settings: SinkSettings, messages: list[ShoalCommitMessage], what
                 targets[topic] = (partition_id, last)
     if not targets:
         return
+    timeout = settings.sync_timeout_s if timeout_s is None else timeout_s
     config = producer_config(settings)
-    deadline = time.monotonic() + settings.sync_timeout_s
+    deadline = time.monotonic() + timeout
     try:
         with Producer(config) as producer:
-            producer.await_accepted(targets, settings.sync_timeout_s)
-        checked = [m for m in messages if m.written and m.producer_id and m.refusals_from is not None]
-        if not checked or not config.check_refusals:
+            producer.await_accepted(targets, timeout)
+        checked = {m.producer_id: m.refusals_from for m in messages if m.written and m.producer_id}
+        starts = [at for at in checked.values() if at is not None]
+        if not starts or not config.check_refusals:
             return
-        watch = DeadletterWatch(config.kafka, config.topics, {m.producer_id for m in checked if m.producer_id})
+        watch = DeadletterWatch(config.kafka, config.topics, set(checked))
         try:
-            watch.start(config.topic_timeout_s, at=min(m.refusals_from for m in checked if m.refusals_from is not None))
+            watch.start(config.topic_timeout_s, at=min(starts))
             refusals = watch.read(max(5.0, deadline - time.monotonic()))
         finally:
             watch.close()
     except (ProducerError, KafkaOperationError, ValueError) as exc:
-        raise SinkCommitError(f"{what}: {exc}; nothing is recorded") from exc
+        retriable = isinstance(exc, SyncTimeoutError) or (isinstance(exc, KafkaOperationError) and not exc.fatal)
+        raise SinkCommitError(f"{what}: {exc}; nothing is recorded", retriable=retriable) from exc
     if refusals:
         first = refusals[0]
         raise SinkCommitError(
             f"{what}: the leaders refused {len(refusals)} message(s), whose rows are not stored; first: "
             f"{first.topic} offset {first.offset} ({first.reason}: {first.detail}); nothing is recorded"
         )
+
+
+_T = TypeVar("_T")
+
+
+def retrying(settings: SinkSettings, what: str, step: Callable[[float], _T], *, deadline: float) -> _T:
+    """Run ``step(timeout)`` until it does not raise a ``retriable`` SinkCommitError, or until the
+    monotonic ``deadline`` (the commit's ``commit_timeout_s``): Spark retries a failed write task
+    but never a failed commit, which fails the query. ``timeout`` is ``settings.sync_timeout_s``,
+    or what is left before the deadline if less. Waits 1 s, doubling up to 15 s, between tries."""
+    pause = 1.0
+    tries = 0
+    while True:
+        tries += 1
+        left = deadline - time.monotonic()
+        try:
+            return step(max(1.0, min(settings.sync_timeout_s, left)))
+        except SinkCommitError as exc:
+            left = deadline - time.monotonic()
+            if not exc.retriable or left <= pause:
+                if tries > 1:
+                    raise SinkCommitError(
+                        f"{exc} (after {tries} tries in commitTimeout)", retriable=exc.retriable
+                    ) from exc
+                raise
+            log.warning("%s failed (try %d, %.0f s left of commitTimeout), trying again: %s", what, tries, left, exc)
+        time.sleep(pause)
+        pause = min(pause * 2, 15.0)
 
 
 def _message(query_id: str | None, batch_id: int | None, partition_id: int | None, w: Written) -> ShoalCommitMessage:
@@ -314,21 +350,39 @@ class ShoalStreamWriter(DataSourceStreamWriter, DataSourceArrowWriter):
             raise SinkCommitError(f"batch {batchId}: write tasks report several query ids {sorted(query_ids)}")
         query_id = query_ids.pop()
         used = {m.partition_id for m in ours if m.partition_id is not None}
+        what = f"batch {batchId} of query {query_id}"
+        deadline = time.monotonic() + self.settings.commit_timeout_s
         with BatchCommitLog(self.settings.connection) as commits:
             earlier = commits.partitions(query_id)
             # every partition a recorded batch of the query had: a transaction a task of an earlier
             # run left open is aborted (PySpark runs each commit in a fresh Python process, so
             # this driver cannot remember that it did so already)
-            self._fence_tasks(query_id, batchId, used | set(range(earlier)))
+            fenced = used | set(range(earlier))
+            retrying(
+                self.settings,
+                f"{what}: fence",
+                lambda _t: self._fence_tasks(query_id, batchId, fenced),
+                deadline=deadline,
+            )
             if self.settings.sync:
-                await_tasks(self.settings, ours, f"batch {batchId} of query {query_id}")
+                retrying(
+                    self.settings,
+                    f"{what}: wait for the leaders",
+                    lambda t: await_tasks(self.settings, ours, what, timeout_s=t),
+                    deadline=deadline,
+                )
             recorded = commits.record(
                 query_id, batchId, table=self.settings.table, partitions=max([earlier, *(p + 1 for p in used)])
             )
             # an attempt of this batch started after the first fence (a speculative copy during the
             # wait) may have read the log before the record: fenced after it, it cannot commit, and
             # one that starts now finds the batch recorded
-            self._fence_tasks(query_id, batchId, used)
+            retrying(
+                self.settings,
+                f"{what}: fence after the record",
+                lambda _t: self._fence_tasks(query_id, batchId, used, recorded=True),
+                deadline=max(deadline, time.monotonic() + self.settings.sync_timeout_s),
+            )
         rows = sum(m.rows for m in ours)
         skipped = all(m.skipped for m in ours)
         log.info(
@@ -341,16 +395,23 @@ class ShoalStreamWriter(DataSourceStreamWriter, DataSourceArrowWriter):
             "" if recorded else " (already recorded)",
         )
 
-    def _fence_tasks(self, query_id: str, batch_id: int, partition_ids: set[int]) -> None:
+    def _fence_tasks(self, query_id: str, batch_id: int, partition_ids: set[int], *, recorded: bool = False) -> None:
         """Fence every attempt of ``partition_ids``: an attempt that read the commit log before the
-        record and still writes cannot commit after it, and a transaction left open is aborted."""
+        record and still writes cannot commit after it, and a transaction left open is aborted.
+        SinkCommitError, ``retriable`` unless Kafka's error is fatal."""
         prefix = self.settings.connection.topic_prefix
         for partition_id in sorted(partition_ids):
             txn_id = sink_transactional_id(prefix, query_id, partition_id)
             try:
                 fence(self.settings.connection.kafka, txn_id, what=f"batch {batch_id} write task")
             except KafkaOperationError as exc:
-                raise SinkCommitError(f"batch {batch_id}: {exc}; the batch is not recorded") from exc
+                outcome = (
+                    "the batch is recorded, but an attempt of it that read the commit log before the record "
+                    "may still commit its rows"
+                    if recorded
+                    else "the batch is not recorded"
+                )
+                raise SinkCommitError(f"batch {batch_id}: {exc}; {outcome}", retriable=not exc.fatal) from exc
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # type: ignore[override]
         rows = sum(m.rows for m in messages if isinstance(m, ShoalCommitMessage))
@@ -375,7 +436,13 @@ class ShoalBatchWriter(DataSourceArrowWriter):
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         ours = [m for m in messages if isinstance(m, ShoalCommitMessage)]
         if self.settings.sync:
-            await_tasks(self.settings, ours, f"write to {self.settings.table}")
+            what = f"write to {self.settings.table}"
+            retrying(
+                self.settings,
+                f"{what}: wait for the leaders",
+                lambda t: await_tasks(self.settings, ours, what, timeout_s=t),
+                deadline=time.monotonic() + self.settings.commit_timeout_s,
+            )
         log.info("wrote %d rows to %s", sum(m.rows for m in ours), self.settings.table)
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:

@@ -229,8 +229,10 @@ def test_compose_cluster_end_to_end() -> None:
         say(f"containers restarted by Docker after their process died: {restarted or 'none'}")
         for service in restarted:  # why it died: the lines that name a crash, from its whole log
             logs = dc("logs", "--no-color", service, check=False).stdout.splitlines()
-            crash = [line for line in logs if any(w in line for w in ("Assertion", "Traceback", "Fatal", "ERROR"))]
-            print(f"----- {service}: crash lines -----\n" + "\n".join(crash[-15:]), flush=True)
+            # the exception lines too ("...Error: text"): a Python traceback inside Spark's names its cause there
+            marks = ("Assertion", "Traceback", "Fatal", "ERROR", "Error: ", "Exception: ")
+            crash = [line for line in logs if any(w in line for w in marks)]
+            print(f"----- {service}: crash lines -----\n" + "\n".join(crash[-25:]), flush=True)
         ok = True
     finally:
         if not ok:

@@ -72,6 +72,66 @@ def test_sink_settings_need_a_valid_table_and_options(tmp_path: Path) -> None:
     for bad in ("0.5", "901", "nan", "inf"):
         with pytest.raises(SinkOptionError, match="transaction_timeout_s must be in"):
             SinkSettings.from_options({"table": "t", "transactiontimeout": bad}, env)
+    # a commit tries again for commitTimeout: 600 s, or syncTimeout when that is longer
+    assert SinkSettings.from_options({"table": "t"}, env).commit_timeout_s == 600.0
+    assert SinkSettings.from_options({"table": "t", "syncTimeout": "900"}, env).commit_timeout_s == 900.0
+    assert (
+        SinkSettings.from_options({"table": "t", "commitTimeout": "30", "syncTimeout": "10"}, env).commit_timeout_s
+        == 30
+    )
+    with pytest.raises(SinkOptionError, match=r"commit_timeout_s \(5.0\) must be at least sync_timeout_s \(10.0\)"):
+        SinkSettings.from_options({"table": "t", "commitTimeout": "5", "syncTimeout": "10"}, env)
+    with pytest.raises(SinkOptionError, match="'commitTimeout' must be > 0"):
+        SinkSettings.from_options({"table": "t", "commitTimeout": "-1"}, env)
+
+
+class _Clock:
+    """time.monotonic and time.sleep of the sink module, advanced by sleeps and by each try."""
+
+    def __init__(self, step_s: float) -> None:
+        self.now, self.step_s, self.sleeps = 1000.0, step_s, []  # type: ignore[var-annotated]
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.now += seconds
+
+
+def _retrying(monkeypatch: pytest.MonkeyPatch, failures: list[Exception], commit_timeout_s: float, step_s: float):  # type: ignore[no-untyped-def]
+    import spark_jobs.sink as sink
+
+    clock = _Clock(step_s)
+    monkeypatch.setattr(sink.time, "monotonic", clock.monotonic)
+    monkeypatch.setattr(sink.time, "sleep", clock.sleep)
+    settings = SinkSettings("t", resolve_connection({}, {}), sync_timeout_s=10, commit_timeout_s=commit_timeout_s)
+    timeouts: list[float] = []
+
+    def step(timeout: float) -> str:
+        timeouts.append(timeout)
+        clock.now += min(step_s, timeout)
+        if failures:
+            raise failures.pop(0)
+        return "done"
+
+    outcome = sink.retrying(settings, "batch 3: wait", step, deadline=clock.now + commit_timeout_s)
+    return outcome, timeouts, clock.sleeps
+
+
+def test_a_commit_tries_a_retriable_failure_again_until_commit_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
+    from spark_jobs.errors import SinkCommitError
+
+    late = [SinkCommitError("not accepted", retriable=True) for _ in range(3)]
+    outcome, timeouts, sleeps = _retrying(monkeypatch, late, commit_timeout_s=100, step_s=10)
+    assert outcome == "done" and timeouts == [10, 10, 10, 10] and sleeps == [1, 2, 4]
+    # each try gets syncTimeout, the last what is left; then the last error, counted
+    with pytest.raises(SinkCommitError, match=r"not accepted \(after 3 tries in commitTimeout\)") as exc:
+        _retrying(monkeypatch, [SinkCommitError("not accepted", retriable=True) for _ in range(9)], 25, 10)
+    assert exc.value.retriable
+    # a refusal (not retriable) fails at once, as a fatal Kafka error does
+    with pytest.raises(SinkCommitError, match=r"^refused$"):
+        _retrying(monkeypatch, [SinkCommitError("refused"), SinkCommitError("x", retriable=True)], 600, 1)
 
 
 def test_a_sink_task_transactional_id_names_the_query_and_partition() -> None:
