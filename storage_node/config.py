@@ -144,6 +144,8 @@ class NodeConfig(ConnectionFields):
     metrics_host: str = "127.0.0.1"
     max_minors_before_stall: int = 64
     minor_stall_s: float = 0.2
+    max_transaction_decoded_bytes: int = 256 * 1024 * 1024
+    """LeaderConfig.max_transaction_decoded_bytes of the partitions this node leads."""
     leader_rebalance_delay_s: float = 30.0
     """How long a partition's preferred leader must have been caught up before this node, leading it
     instead, hands leadership back (Kafka's ``leader.imbalance.check.interval.seconds``)."""
@@ -183,6 +185,7 @@ class NodeConfig(ConnectionFields):
             max_minors_before_stall=self.max_minors_before_stall,
             minor_stall_s=self.minor_stall_s,
             tail_every_s=self.tail_every_s,
+            max_transaction_decoded_bytes=self.max_transaction_decoded_bytes,
         )
 
 

@@ -22,6 +22,7 @@ exported with a generic help text):
 ``out_of_order``               manifests answered OUT_OF_ORDER (replayed from the latest major)
 ``invalid_segments``           manifests or chunks refused as INVALID
 ``stalls``                     leader loop steps slowed by the writer stall (minors over the limit)
+``decoded_limit_splits``       leader transactions ended early: decoded rows reached the memory bound
 ``segments_deleted``           segment files deleted by garbage collection (folded into a major)
 =============================  ===================================================================
 
@@ -80,6 +81,7 @@ COUNTER_HELP = {
     "invalid_segments": "Manifests or chunks refused as INVALID.",
     "stalls": "Leader loop steps slowed by the writer stall (too many minors await compaction).",
     "segments_deleted": "Segment files deleted by garbage collection (folded into a major).",
+    "decoded_limit_splits": "Leader transactions ended early because their decoded rows reached the memory bound.",
 }
 
 GAUGE_HELP = {

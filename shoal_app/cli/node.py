@@ -71,6 +71,13 @@ log = logging.getLogger(__name__)
     help="Seconds the leader sleeps per batch while stalled (0 = never stall).",
 )
 @click.option(
+    "--max-transaction-decoded-bytes",
+    type=click.IntRange(1),
+    default=256 * 1024 * 1024,
+    show_default=True,
+    help="A leader ends an ingest transaction once its decoded rows reach this many bytes (memory bound).",
+)
+@click.option(
     "--leader-rebalance-delay",
     "leader_rebalance_delay_s",
     type=FiniteFloatRange(0, 86_400),
@@ -114,6 +121,7 @@ def node_command(
     metrics_host: str,
     max_minors_before_stall: int,
     minor_stall_s: float,
+    max_transaction_decoded_bytes: int,
     leader_rebalance_delay_s: float,
     replica_lag_max_s: float,
     replica_lag_max_bytes: int,
@@ -154,6 +162,7 @@ def node_command(
             metrics_host=metrics_host,
             max_minors_before_stall=max_minors_before_stall,
             minor_stall_s=minor_stall_s,
+            max_transaction_decoded_bytes=max_transaction_decoded_bytes,
             leader_rebalance_delay_s=leader_rebalance_delay_s,
             replica_lag=ReplicaLagPolicy(replica_lag_max_s, replica_lag_max_bytes),
             arrow_memory_pool=arrow_memory_pool,

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pytest
 from confluent_kafka import Message
 
 from metadata.table import Column, ColumnType, TableDefinition
@@ -96,3 +97,20 @@ def test_a_transaction_ends_once_its_decoded_rows_reach_the_limit(tmp_path: Path
     leader._process(msgs[2:])
     assert channel.sent[-1] == [14] and leader.stats.rows == 4 and consumer.seeks == [12, 14]
     replica.close()
+
+
+def test_the_node_sets_its_leaders_decoded_bytes_bound_and_the_cli_offers_it() -> None:
+    from click.testing import CliRunner
+
+    from shoal.errors import ConfigError
+    from shoal_app.cli.main import cli
+    from storage_node.config import NodeConfig
+
+    connection = ConnectionSettings.resolve({}, {}, None)
+    assert NodeConfig("node-1", Path("/tmp/x"), connection).leader_config().max_transaction_decoded_bytes == 256 << 20
+    config = NodeConfig("node-1", Path("/tmp/x"), connection, max_transaction_decoded_bytes=4096)
+    assert config.leader_config().max_transaction_decoded_bytes == 4096
+    with pytest.raises(ConfigError, match="max_transaction_decoded_bytes"):
+        NodeConfig("node-1", Path("/tmp/x"), connection, max_transaction_decoded_bytes=0)
+    out = CliRunner().invoke(cli, ["node", "--help"]).output
+    assert "--max-transaction-decoded-bytes" in out
