@@ -33,7 +33,7 @@ import pyarrow.compute as pc
 
 from metadata.keyspace import UNBOUNDED, KeyRange, Keyspace
 from metadata.table import TableDefinition
-from shoal.errors import ShoalError
+from shoal.errors import ShoalError, WireFormatError
 from shoal.segments import SegmentEntry, SegmentRecord, read_segment, write_segment
 from shoal.segments.versioned import EPOCH_COLUMN, SEQ_COLUMN
 from shoal.wire.arrow_ipc import encode_batch
@@ -191,10 +191,14 @@ def route_ingest_message(
 
     The message is validated as the parent's leader would (``validator``, the leader's own). Rows
     of a valid message with a partition key below ``split_point`` go to ``low``, the others to
-    ``high``, each as one Arrow IPC batch with the rows in their order. A message the parent would
-    refuse (undecodable, another schema, a null or out-of-range key, another table, oversized) is
-    forwarded unchanged to ``low``, whose leader refuses it to deadletter with the reason: nothing
-    is lost, nothing invalid is accepted, and nothing a message holds can stop the forwarding.
+    ``high``, in their order. A message whose rows all go to one child is forwarded as it is (its
+    bytes are those the parent's topic took, within ``validator.max_bytes``); otherwise each
+    child's rows are encoded again, and a piece larger than ``validator.max_bytes`` (rows another
+    writer compressed harder than Arrow's default zstd level) is cut by rows into several
+    (:func:`_pieces`). A message the parent would refuse (undecodable, another schema, a null or
+    out-of-range key, another table, oversized) is forwarded unchanged to ``low``, whose leader
+    refuses it to deadletter with the reason: nothing is lost, nothing invalid is accepted, and
+    nothing a message holds can stop the forwarding.
     """
     rows = validator.validate(data, headers)
     if isinstance(rows, Rejected):
@@ -202,9 +206,27 @@ def route_ingest_message(
     below = key_range_mask(
         rows.column(validator.table.partition_key), KeyRange(UNBOUNDED, split_point), validator.table.keyspace
     )
-    out = []
+    low_rows = pc.sum(below).as_py() or 0
+    if low_rows in (0, rows.num_rows):
+        return [(low if low_rows else high, bytes(data or b""))] if rows.num_rows else []
+    out: list[tuple[str, bytes]] = []
     for child, mask in ((low, below), (high, pc.invert(below))):
-        part = rows.filter(mask)
-        if part.num_rows:
-            out.append((child, encode_batch(part)))
+        out.extend((child, piece) for piece in _pieces(rows.filter(mask), validator.max_bytes))
     return out
+
+
+def _pieces(rows: pa.Table, max_bytes: int) -> list[bytes]:
+    """``rows`` as Arrow IPC messages of at most ``max_bytes`` each, in order: halved by rows until
+    each fits. A single row that still does not fit is encoded at zstd's strongest level, and sent
+    even if larger: the child's leader refuses it (``oversized``) to deadletter, visibly, where
+    holding it would stop every straggler behind it."""
+    try:
+        return [encode_batch(rows, max_bytes=max_bytes)]
+    except WireFormatError:
+        if rows.num_rows > 1:
+            half = rows.num_rows // 2
+            return _pieces(rows.slice(0, half), max_bytes) + _pieces(rows.slice(half), max_bytes)
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, rows.schema, options=pa.ipc.IpcWriteOptions(compression=pa.Codec("zstd", 19))) as w:
+        w.write_table(rows)
+    return [sink.getvalue().to_pybytes()]

@@ -101,3 +101,50 @@ def test_a_message_the_parent_would_refuse_goes_whole_to_the_low_child(keys: pa.
     assert route_ingest_message(good, parent, U(100), low, high, other) == [(low, good)]
     upper = IngestValidator(TABLE, KeyRange(U(50), UNBOUNDED))
     assert route_ingest_message(good, upper, U(100), low, high) == [(low, good)]
+
+
+def _hard_compressed(keys: list[int], block: str) -> bytes:
+    """A message another writer compressed at zstd level 19: its long match window sees repeats of
+    ``block`` that Arrow's default level (a 512 KiB window) cannot, so encoded again it grows."""
+    sink = pa.BufferOutputStream()
+    rows = ingest(keys).set_column(1, "v", pa.array([block] * len(keys)))
+    options = pa.ipc.IpcWriteOptions(compression=pa.Codec("zstd", 19))
+    with pa.ipc.new_stream(sink, rows.schema, options=options) as w:
+        w.write_table(rows)
+    return sink.getvalue().to_pybytes()
+
+
+def test_a_straggler_another_writer_compressed_harder_is_forwarded_within_the_ingest_limit() -> None:
+    import os
+
+    alphabet = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+    block = bytes(alphabet[b & 63] for b in os.urandom(1024 * 1024)).decode()  # random: ~6 bits a byte
+    low, high = new_partition_id(), new_partition_id()
+    keys = list(range(0, 200, 25))  # 8 rows of the same 1 MiB value: 4 below the split point, 4 above
+    message = _hard_compressed(keys, block)
+    limit = 2 * len(message)
+    parent = IngestValidator(TABLE, KeyRange(UNBOUNDED, UNBOUNDED), max_bytes=limit)
+    assert not isinstance(parent.validate(message), Rejected)
+    assert len(encode_batch(ingest(keys[:4]).set_column(1, "v", pa.array([block] * 4)))) > limit  # as it was sent
+    # all rows to one child: the message itself, not a larger copy
+    assert route_ingest_message(message, parent, U(1000), low, high) == [(low, message)]
+    assert route_ingest_message(message, parent, U(0), low, high) == [(high, message)]
+    # split: each child's rows cut into pieces the child's leader accepts, in order, none lost
+    routed = route_ingest_message(message, parent, U(100), low, high)
+    assert all(len(piece) <= limit for _, piece in routed), [len(p) for _, p in routed]
+    assert [pid for pid, _ in routed] == sorted([pid for pid, _ in routed], key=[low, high].index)
+    assert len(routed) > 2
+    child = IngestValidator(TABLE, KeyRange(UNBOUNDED, UNBOUNDED), max_bytes=limit)
+    decoded = [(pid, child.validate(piece)) for pid, piece in routed]
+    assert [(pid, k) for pid, t in decoded for k in t.column("k").to_pylist()] == [  # type: ignore[union-attr]
+        (low, 0),
+        (low, 25),
+        (low, 50),
+        (low, 75),
+        (high, 100),
+        (high, 125),
+        (high, 150),
+        (high, 175),
+    ]
+    assert all(v == block for _, t in decoded for v in t.column("v").to_pylist())  # type: ignore[union-attr]
+    assert route_ingest_message(encode_batch(ingest([])), parent, U(100), low, high) == []
