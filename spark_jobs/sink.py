@@ -54,7 +54,7 @@ from pyspark.sql.datasource import (
 from metadata.client import MetadataClient, MetadataConfig
 from metadata.metadata_file import MetadataFile
 from shoal.errors import KafkaOperationError
-from shoal.kafka.transaction import TransactionalChannel, fence
+from shoal.kafka.transaction import TransactionalChannel, fence_all
 from spark_jobs.commit_log import BatchCommitLog, validate_query_id
 from spark_jobs.errors import SinkCommitError
 from spark_jobs.settings import SinkSettings
@@ -400,18 +400,17 @@ class ShoalStreamWriter(DataSourceStreamWriter, DataSourceArrowWriter):
         record and still writes cannot commit after it, and a transaction left open is aborted.
         SinkCommitError, ``retriable`` unless Kafka's error is fatal."""
         prefix = self.settings.connection.topic_prefix
-        for partition_id in sorted(partition_ids):
-            txn_id = sink_transactional_id(prefix, query_id, partition_id)
-            try:
-                fence(self.settings.connection.kafka, txn_id, what=f"batch {batch_id} write task")
-            except KafkaOperationError as exc:
-                outcome = (
-                    "the batch is recorded, but an attempt of it that read the commit log before the record "
-                    "may still commit its rows"
-                    if recorded
-                    else "the batch is not recorded"
-                )
-                raise SinkCommitError(f"batch {batch_id}: {exc}; {outcome}", retriable=not exc.fatal) from exc
+        ids = [sink_transactional_id(prefix, query_id, p) for p in sorted(partition_ids)]
+        try:
+            fence_all(self.settings.connection.kafka, ids, what=f"batch {batch_id} write task")
+        except KafkaOperationError as exc:
+            outcome = (
+                "the batch is recorded, but an attempt of it that read the commit log before the record "
+                "may still commit its rows"
+                if recorded
+                else "the batch is not recorded"
+            )
+            raise SinkCommitError(f"batch {batch_id}: {exc}; {outcome}", retriable=not exc.fatal) from exc
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # type: ignore[override]
         rows = sum(m.rows for m in messages if isinstance(m, ShoalCommitMessage))

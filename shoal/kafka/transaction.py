@@ -18,7 +18,7 @@ import enum
 import logging
 import queue
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
@@ -299,3 +299,32 @@ def fence(settings: KafkaSettings, transactional_id: str, *, what: str, call_tim
         raise KafkaOperationError(f"cannot fence {what} {transactional_id}: {exc}", exc.kafka_error) from exc
     finally:
         channel.close()
+
+
+FENCE_PARALLELISM = 8
+"""How many transactional ids :func:`fence_all` fences at once."""
+
+
+def fence_all(
+    settings: KafkaSettings,
+    transactional_ids: Sequence[str],
+    *,
+    what: str,
+    call_timeout_s: float = 30.0,
+    parallelism: int = FENCE_PARALLELISM,
+) -> None:
+    """:func:`fence` every id of ``transactional_ids``, ``parallelism`` at a time (each is a
+    producer's FindCoordinator and InitProducerId round trips: hundreds of ids one after the other
+    take tens of seconds). Returns once all are fenced; otherwise raises the first failure, a fatal
+    one before any other, after every fence has ended."""
+    ids = list(dict.fromkeys(transactional_ids))
+    if len(ids) <= 1 or parallelism <= 1:
+        for txn_id in ids:
+            fence(settings, txn_id, what=what, call_timeout_s=call_timeout_s)
+        return
+    with ThreadPoolExecutor(min(parallelism, len(ids)), thread_name_prefix="shoal-fence") as pool:
+        futures = [pool.submit(fence, settings, txn_id, what=what, call_timeout_s=call_timeout_s) for txn_id in ids]
+        errors = [e for e in (f.exception() for f in futures) if e is not None]
+    if errors:
+        fatal = [e for e in errors if isinstance(e, KafkaOperationError) and e.fatal]
+        raise (fatal or errors)[0]
