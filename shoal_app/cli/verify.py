@@ -561,13 +561,23 @@ def coverage(
     newer: dict[str, pa.Table] = {}
     led: list[tuple[int | None, int | None, str | None]] = []  # ZooKeeper's epoch and its leader's WAL, asked once
     gone: list[str] = []
+    unjudged: list[str] = []
 
     def seen(who: str, scan: pa.Table) -> None:
         candidates = newer_than_floors(scan, newest, keys)
         if candidates.num_rows == 0:
             return
         if not led:
-            led.append(_led_epoch(epoch_now, read.present, read.looked))
+            try:
+                led.append(_led_epoch(epoch_now, read.present, read.looked))
+            except ShoalError as exc:  # fail closed: a blip must not pass what the epoch would refuse
+                led.append((None, None, None))
+                unjudged.append(
+                    f"the partition's epoch in ZooKeeper could not be read: {type(exc).__name__}: {exc}; "
+                    "versions newer than the channels were not judged, verify again"
+                )
+        if unjudged:
+            return
         present_epoch, gone_epoch, _wal = led[0]
         if gone_epoch is not None:  # a leader creates its WAL channel before it stamps a row
             lost = pc.sum(pc.equal(candidates.column(EPOCH_COLUMN), gone_epoch)).as_py() or 0
@@ -590,6 +600,7 @@ def coverage(
         keys,
         seen=seen,
     )
+    problems += unjudged
     if gone and read_again is None and not (metadata_changed is not None and _changed(metadata_changed)):
         problems += gone
     if newer and read_again is not None:
@@ -630,13 +641,27 @@ def _led_epoch(
     epoch when the channel is one of ``looked`` (read for the partition) but was not there; the channel."""
     if epoch_now is None:
         return None, None, None
-    try:
-        epoch, leader_wal = epoch_now()
-    except ShoalError:  # not answering now: newer_problems asks again and says so
-        return None, None, None
+    epoch, leader_wal = _epoch_now(epoch_now)
     if leader_wal is None or leader_wal not in looked:
         return None, None, None
     return (epoch, None, leader_wal) if leader_wal in present else (None, epoch, leader_wal)
+
+
+EPOCH_READ_TRIES = 3
+
+
+def _epoch_now(epoch_now: Callable[[], tuple[int, str | None]]) -> tuple[int, str | None]:
+    """``epoch_now()``, asked again (0.5 s apart) when ZooKeeper does not answer; the last ShoalError
+    when it never does. Without the epoch, versions newer than the channels cannot be judged: they
+    are reported as not checked (a mismatch), never taken as agreeing."""
+    for attempt in range(EPOCH_READ_TRIES):
+        try:
+            return epoch_now()
+        except ShoalError:
+            if attempt == EPOCH_READ_TRIES - 1:
+                raise
+            time.sleep(0.5)
+    raise AssertionError("unreachable")
 
 
 def _changed(metadata_changed: Callable[[], bool]) -> bool:

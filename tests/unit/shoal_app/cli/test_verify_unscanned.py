@@ -9,12 +9,14 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+import pytest
 from test_verify_channels import _described
 from test_verify_coverage import _batch, _records, _replica
 from test_verify_gtids import TABLE, TOPICS, FakeChannels, _client
 
 from metadata.metadata_file import Placement
 from metadata.operations import create_file
+from metadata.zk_client import ZooKeeperUnavailableError
 from shoal.errors import ShoalError
 from shoal.wire.records import Gtid
 from shoal_app.cli.verify import verify
@@ -80,6 +82,33 @@ def test_versions_of_the_current_epoch_whose_leader_wal_channel_is_gone_are_a_mi
     # a leader placement the partition does not list (its channels not read): not judged either
     result, part = _verify(channels=FakeChannels({}, {}), epoch=lambda _p: (1, 7))
     assert result.ok, part.coverage_error
+
+
+def test_a_zookeeper_blip_at_the_epoch_read_neither_hides_nor_passes_the_gone_channel(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The same state as above with ZooKeeper failing once at verify's epoch read: it is asked again
+    (it passed as agreeing: an audit's proof); never answering, the versions are not judged and verify
+    says so, failing."""
+    import shoal_app.cli.verify as verify_module
+
+    monkeypatch.setattr(verify_module.time, "sleep", lambda _s: None)
+    calls: list[int] = []
+
+    def blip_once(_pid: str) -> tuple[int, int]:
+        calls.append(1)
+        if len(calls) == 1:
+            raise ZooKeeperUnavailableError("read epoch: connection lost")
+        return 1, 1
+
+    result, part = _verify(channels=FakeChannels({}, {}), epoch=blip_once)
+    assert not result.ok and "that leader's WAL channel is gone" in str(part.coverage_error)
+
+    def down(_pid: str) -> tuple[int, int]:
+        raise ZooKeeperUnavailableError("read epoch: connection lost")
+
+    result, part = _verify(channels=FakeChannels({}, {}), epoch=down)
+    assert not result.ok and "versions newer than the channels were not judged" in str(part.coverage_error)
 
 
 def test_a_metadata_change_meanwhile_is_not_judged_as_a_gone_channel() -> None:
