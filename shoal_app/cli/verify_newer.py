@@ -31,6 +31,10 @@ What the second read finds wrong by itself (two rows at one GTID, a broken chain
 well. Records the Tail truncated between the reads are in a segment the second read finds; a Tail
 that moves under it makes the partition's channels read again, as for the first read.
 
+A version at an epoch a WAL channel read has records of, but below the first of them (the Tail
+truncated its record), is judged as well (:func:`known_epoch`): the Tail never passes what segments
+cover, so the second read must find it in a segment, or a newer version of its key.
+
 Not checked: a version at an epoch that left no WAL record on the channels read (all truncated, or
 its channel gone) at or below ZooKeeper's epoch, unless it is ZooKeeper's current one: then it is
 judged while that leader's WAL channel exists, and is a mismatch when the channel is gone
@@ -94,9 +98,21 @@ def accounted(rows: pa.Table, first_seq: Mapping[int, int]) -> pa.ChunkedArray:
     return pc.fill_null(pc.greater_equal(rows.column(SEQ_COLUMN), first), False)
 
 
+def known_epoch(rows: pa.Table, first_seq: Mapping[int, int]) -> pa.ChunkedArray:
+    """Row by row, whether a WAL channel read holds records of the row's epoch (at any sequence
+    number). Below the first of them, the Tail truncated the records, and the Tail never passes what
+    segments cover (DESIGN.md section 6): such a version of a key is in a segment, or replaced there
+    by a newer one, so one newer than the channels' was never written or was lost from them."""
+    if not first_seq:
+        return _flags(rows.num_rows, False)
+    epochs = pa.array(list(first_seq), rows.schema.field(EPOCH_COLUMN).type)
+    return pc.fill_null(pc.is_in(rows.column(EPOCH_COLUMN), value_set=epochs), False)
+
+
 def to_read_again(newer: pa.Table, first_seq: Mapping[int, int], high: Gtid | None, led: int | None = None) -> pa.Table:
     """The rows of ``newer`` (:func:`newer_than_floors`) the second read can judge: those a WAL
-    channel accounts for (:func:`accounted`), those above ``high``, everything the first read held
+    channel accounts for (:func:`accounted`) or holds records of the epoch of (:func:`known_epoch`:
+    below its first record, the Tail truncated them into segments), those above ``high``, everything the first read held
     (a write after it, or a new leader's epoch), and those of epoch ``led`` (ZooKeeper's current
     epoch, given when its leader's WAL channel exists: whatever it wrote is on its channels)."""
     if newer.num_rows == 0:
@@ -106,7 +122,7 @@ def to_read_again(newer: pa.Table, first_seq: Mapping[int, int], high: Gtid | No
         if high is None
         else gtid_above(newer.column(EPOCH_COLUMN), newer.column(SEQ_COLUMN), high[0], high[1])
     )
-    keep = pc.or_(accounted(newer, first_seq), after)
+    keep = pc.or_(pc.or_(accounted(newer, first_seq), known_epoch(newer, first_seq)), after)
     if led is not None:
         keep = pc.or_(keep, pc.fill_null(pc.equal(newer.column(EPOCH_COLUMN), led), False))
     return newer.filter(keep)
@@ -199,7 +215,7 @@ def newer_problems(
         except ShoalError as exc:  # ZooKeeper not answering: the epochs stay unchecked, and say so
             problems.append(f"the partition's epoch in ZooKeeper could not be read: {type(exc).__name__}: {exc}")
     for who, rows in newer.items():
-        judged = accounted(rows, firsts)
+        judged = pc.or_(accounted(rows, firsts), known_epoch(rows, firsts))
         if ceiling is not None:
             epoch, leader_wal = ceiling
             beyond = rows.filter(pc.greater(rows.column(EPOCH_COLUMN), epoch))

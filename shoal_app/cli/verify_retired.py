@@ -36,7 +36,7 @@ from metadata.keyspace import KeyRange, Keyspace
 from shoal.segments.versioned import EPOCH_COLUMN, SEQ_COLUMN
 from shoal_app.cli.models import ReplicaDescription
 from shoal_app.cli.verify_coverage import Rows, WalFloors, floor_problems, replicas_missing, show
-from shoal_app.cli.verify_newer import accounted, newer_than_floors
+from shoal_app.cli.verify_newer import accounted, known_epoch, newer_than_floors
 from storage_node.replication.split import key_range_mask
 
 
@@ -84,10 +84,12 @@ def phantoms(
     range) holds a version newer than the retired channels' newest of its key (``newest``) at a
     GTID a retired WAL channel accounts for (``first_seq``, :func:`~shoal_app.cli.verify_newer.accounted`):
     the retired leader wrote every GTID of that epoch from there on to that channel, and nothing
-    writes to it any more, so the version was never written. A child's own writes carry epochs
+    writes to it any more, so the version was never written; or at an epoch of that channel below
+    its first record (:func:`~shoal_app.cli.verify_newer.known_epoch`): truncated by the Tail, it is
+    in a segment the retired channels hold, or replaced there. A child's own writes carry epochs
     above the parent's (:func:`epochs_not_above`) and are not judged here."""
     newer = newer_than_floors(scan, newest, key_columns)
-    wrong = newer.filter(accounted(newer, first_seq))
+    wrong = newer.filter(pc.or_(accounted(newer, first_seq), known_epoch(newer, first_seq)))
     if wrong.num_rows == 0:
         return []
     shown = "; ".join(
