@@ -418,11 +418,26 @@ class RetiredVerification(Shape):
     coverage_error: str | None
 
 
+class UnacceptedIngest(Shape):
+    """An ingest topic holding a write Kafka acknowledged that its leader has not accepted
+    (:mod:`shoal_app.cli.verify_ingest`): no replica holds it yet (no leader running, or one that
+    cannot take it); or, with ``error``, one whose offsets could not be read."""
+
+    partition_id: str
+    topic: str
+    accepted_to: int | None = None
+    """The leader group's committed offset: every record below it was accepted (None: none was)."""
+    last_unaccepted: int | None = None
+    """The offset of the last acknowledged record not accepted after verify waited for it."""
+    error: str | None = None
+
+
 class Verification(Shape):
     """``shoal verify``: ``ok`` when every partition's replicas agree and hold only keys of its range,
     every WAL chain is intact, every channel's GTIDs are in order, every write on the channels
     (the listed partitions' and the ``retired`` ones') is held by the replicas that should hold it,
-    and Kafka deletes none of those topics' records by time or size (``time_retained``)."""
+    Kafka deletes none of those topics' records by time or size (``time_retained``), and the leaders
+    accepted every write the ingest topics acknowledged (``unaccepted``)."""
 
     table: str
     ok: bool
@@ -434,6 +449,10 @@ class Verification(Shape):
     Kafka deletes records of by time or size: topic -> those settings. Records could expire before a
     replica took them, and a channel truncated that way looks like one the Tail truncated, so
     ``ok`` is false while any is listed."""
+    unaccepted: list[UnacceptedIngest] = []
+    """Ingest topics (the listed partitions' and the retired ones') with an acknowledged write their
+    leader did not accept while verify waited (15 s), or whose offsets could not be read: ``ok`` is
+    false while any is listed."""
 
 
 # -- shoal acl ---------------------------------------------------------------------------------

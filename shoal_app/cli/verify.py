@@ -99,6 +99,7 @@ from shoal_app.cli.verify_gtids import (
     covered_run,
     shared_epochs,
 )
+from shoal_app.cli.verify_ingest import IngestReader, IngestTopic, kafka_reader, unaccepted
 from shoal_app.cli.verify_newer import newer_problems, newer_than_floors, to_read_again
 from shoal_app.cli.verify_retired import epochs_not_above, retired_coverage
 
@@ -172,6 +173,10 @@ class KafkaChannels:
         if meta.error is not None:  # it exists, but its metadata says what cannot be read now
             raise KafkaOperationError(f"{topic}: {meta.error.str()}", meta.error)
         return log_start_and_end(self.kafka, topic)
+
+    def ingest_reader(self) -> IngestReader:
+        """How verify reads the ingest topics (:mod:`~shoal_app.cli.verify_ingest`), on this admin client."""
+        return kafka_reader(self.kafka, self._admin)
 
     def time_retained(self, topics: Sequence[str]) -> dict[str, str]:
         """The topics of ``topics`` Kafka deletes records of by time or size (topic -> the settings)."""
@@ -681,6 +686,7 @@ def verify(
     retention: Callable[[Sequence[str]], Mapping[str, str]] | None = None,
     epoch: Callable[[str], tuple[int, int | None]] | None = None,
     metadata_moved: Callable[[], bool] | None = None,
+    ingest: IngestReader | None = None,
 ) -> Verification:
     """Every partition of ``table``: do its replicas agree, are its channels' hash chains intact and
     their GTIDs in order, does every replica hold every write still on its channels, and does Kafka
@@ -691,7 +697,10 @@ def verify(
     of by time or size (Kafka's settings by default; skipped when ``channels`` is given without it);
     ``epoch(partition_id)``: the partition's epoch in ZooKeeper and its leader's placement id (read
     there by default; not checked when ``channels`` is given without it); ``metadata_moved()``:
-    whether the table's METADATA changed since verify read it (its ZooKeeper head by default).
+    whether the table's METADATA changed since verify read it (its ZooKeeper head by default);
+    ``ingest``: how the ingest topics' ends and leader groups' offsets are read
+    (:mod:`~shoal_app.cli.verify_ingest`; Kafka by default, skipped when ``channels`` is given
+    without it).
 
     The retention check is what keeps the others honest: a channel whose records Kafka deletes by
     time looks like one the Tail truncated, so writes gone that way would pass every other check."""
@@ -712,11 +721,13 @@ def verify(
     topics = TopicNames(client.config.topic_prefix)
     source: ChannelSource
     retained_of: Callable[[Sequence[str]], Mapping[str, str]] | None
+    ingest_reader: IngestReader | None
     if channels is None:
         kafka_source = KafkaChannels(client.config.kafka)
         source, retained_of = kafka_source, retention or kafka_source.time_retained
+        ingest_reader = ingest or kafka_source.ingest_reader()
     else:
-        source, retained_of = channels, retention
+        source, retained_of, ingest_reader = channels, retention, ingest
     scan = client.config.connection.scan if client.config.kafka is not None else OPEN_SCAN
     epoch_of = epoch
     if epoch_of is None and channels is None:
@@ -831,9 +842,16 @@ def verify(
         for r in retired_partitions(history)
     ]
     retained = dict(retained_of(_truncated_topics(topics, history))) if retained_of is not None else {}
+    ingest_topics = [
+        IngestTopic(e.partition_id, topics.ingest(e.partition_id), topics.leader_group(e.partition_id))
+        for e in [*file.partitions, *(r.entry for r in retired_partitions(history))]
+    ]
+    waiting = [] if ingest_reader is None else unaccepted(ingest_topics, ingest_reader)
     ok = all(p.agree and p.wal_chains_ok and p.gtids_ok and p.in_range and p.covered is not False for p in partitions)
-    ok = ok and all(r.channels_ok and r.covered is not False for r in retired) and not retained
-    return Verification(table=table, ok=ok, partitions=partitions, retired=retired, time_retained=retained)
+    ok = ok and all(r.channels_ok and r.covered is not False for r in retired) and not retained and not waiting
+    return Verification(
+        table=table, ok=ok, partitions=partitions, retired=retired, time_retained=retained, unaccepted=waiting
+    )
 
 
 def _truncated_topics(topics: TopicNames, history: Sequence[MetadataFile]) -> list[str]:
@@ -951,6 +969,17 @@ def verify_command(table_name: str, output: str, **conn: Any) -> None:
             show(
                 f"  topic {topic}: Kafka deletes its records by {settings}; "
                 "shoal needs retention.ms=-1 and retention.bytes=-1"
+            )
+        for u in report.unaccepted:
+            show(
+                f"  ingest topic {u.topic}: "
+                + (
+                    f"could not be checked ({u.error})"
+                    if u.error
+                    else f"WRITES NOT ACCEPTED: acknowledged records up to offset {u.last_unaccepted}, its leader "
+                    f"accepted up to {u.accepted_to if u.accepted_to is not None else 'none'} (is a leader running? "
+                    "verify again once it is)"
+                )
             )
         for retired in report.retired:
             left = [c for c in (*retired.wal_channels, *retired.segments_channels) if c.tail is not None]

@@ -91,9 +91,14 @@ class FakeChannels:
         """Topics that Kafka deletes records of by time or size (``KafkaChannels.time_retained``)."""
         self.listed: set[str] | None = None
         """The topics as listed at the first ``bounds`` since ``refresh`` (``KafkaChannels`` lists once)."""
+        self.ingest: Any = None
+        """The ingest topics' reader (``KafkaChannels.ingest_reader``); None: not checked."""
 
     def refresh(self) -> None:
         self.listed = None
+
+    def ingest_reader(self) -> Any:
+        return self.ingest
 
     def time_retained(self, topics: Iterable[str]) -> dict[str, str]:
         return {t: s for t, s in self.retained.items() if t in set(topics)}

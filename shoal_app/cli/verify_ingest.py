@@ -1,0 +1,132 @@
+"""``shoal verify``'s check that the leaders accepted every write Kafka acknowledged (DESIGN.md section 4.2).
+
+A write is acknowledged when its ingest topic took it (the producer's delivery report), and accepted
+when the partition's leader committed the WAL record that holds it together with the leader group's
+offset past it. Everything else verify checks starts at the channels, so a write acknowledged but
+never accepted (no leader running, a leader or a split forwarder that retries one message for ever)
+is on no channel and in no replica, and a quiet table and a stuck one would both pass.
+
+So for each ingest topic of the table (listed partitions and retired split parents, whose
+stragglers the forwarder takes under the parent's leader group): its last stable offset (the end a
+``read_committed`` reader sees) and the group's committed offset are read; the committed records
+between them (transaction markers and aborted records are not records) are read, from the end back
+by at most :data:`WINDOW` offsets, for the last one; and the group must commit past it within
+``settle_s`` (writes in flight are accepted in a moment). A topic that does not get there is listed
+(:class:`~shoal_app.cli.models.UnacceptedIngest`), and ``ok`` is false: acknowledged writes that no
+replica holds yet, verify again once its leader runs. One that cannot be read is listed with the
+error: an unchecked topic does not pass.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from shoal.errors import KafkaOperationError
+from shoal.kafka.settings import KafkaSettings
+from shoal_app.cli.models import UnacceptedIngest
+
+WINDOW = 256
+"""How far back from the end a check reads for the last record (a larger backlog is reported as one
+whose last record is at least there: it is not accepted either way)."""
+
+
+@dataclass(frozen=True)
+class IngestTopic:
+    """An ingest topic to check, its partition and the leader group that accepts from it."""
+
+    partition_id: str
+    topic: str
+    group: str
+
+
+@dataclass
+class IngestReader:
+    """What the check reads (Kafka by default, :func:`kafka_reader`; tests pass their own)."""
+
+    stable_end: Callable[[str], int]
+    """The topic's last stable offset."""
+    committed: Callable[[str, str], int | None]
+    """(group, topic) -> the group's committed offset, None when it has none."""
+    last_record: Callable[[str, int, int], int | None]
+    """(topic, start, end) -> the offset of the last committed record in [start, end), or None."""
+    clock: Callable[[], float] = time.monotonic
+    sleep: Callable[[float], None] = time.sleep
+
+
+def unaccepted(
+    targets: Iterable[IngestTopic], reader: IngestReader, *, settle_s: float = 15.0, poll_s: float = 0.5
+) -> list[UnacceptedIngest]:
+    """The ingest topics of ``targets`` holding an acknowledged record their leader group has not
+    committed past within ``settle_s`` (module docstring), or that could not be read."""
+    waiting: dict[str, tuple[IngestTopic, int | None, int]] = {}
+    out: list[UnacceptedIngest] = []
+    for t in targets:
+        try:
+            end = reader.stable_end(t.topic)
+            accepted = reader.committed(t.group, t.topic)
+            start = 0 if accepted is None else accepted
+            if start >= end:
+                continue
+            last = reader.last_record(t.topic, max(start, end - WINDOW), end)
+            if last is None and end - WINDOW > start:
+                last = end - WINDOW - 1  # nothing but markers in the window: a backlog below it all the same
+            if last is not None:
+                waiting[t.topic] = (t, accepted, last)
+        except KafkaOperationError as exc:
+            out.append(_error(t, exc))
+    deadline = reader.clock() + settle_s
+    while waiting:
+        for topic, (t, _before, last) in list(waiting.items()):
+            try:
+                now = reader.committed(t.group, topic)
+            except KafkaOperationError:
+                continue  # asked again until the deadline: judged on the last answer
+            if now is not None and now > last:
+                del waiting[topic]
+            else:
+                waiting[topic] = (t, now, last)
+        if not waiting or reader.clock() >= deadline:
+            break
+        reader.sleep(poll_s)
+    out += [
+        UnacceptedIngest(partition_id=t.partition_id, topic=t.topic, accepted_to=accepted, last_unaccepted=last)
+        for t, accepted, last in waiting.values()
+    ]
+    return sorted(out, key=lambda u: u.topic)
+
+
+def _error(t: IngestTopic, exc: KafkaOperationError) -> UnacceptedIngest:
+    return UnacceptedIngest(partition_id=t.partition_id, topic=t.topic, error=f"{type(exc).__name__}: {exc}")
+
+
+def kafka_reader(kafka: KafkaSettings, admin: Any) -> IngestReader:
+    """:class:`IngestReader` over Kafka: last stable offsets and committed offsets through ``admin``
+    (made by :func:`shoal.kafka.clients.admin`), records with a ``read_committed`` consumer."""
+    from shoal.kafka.indexes import committed_offsets, stable_ends
+    from shoal.kafka.readers import read_to_end
+
+    def stable_end(topic: str) -> int:
+        ends = stable_ends(admin, [(topic, 0)], timeout_s=15)
+        if (topic, 0) not in ends:
+            raise KafkaOperationError(f"{topic}: no last stable offset")
+        return ends[(topic, 0)]
+
+    def committed(group: str, topic: str) -> int | None:
+        # not ``stable``: a leader group has a transaction pending most of the time under load
+        return (
+            committed_offsets(admin, {group: [(topic, 0)]}, timeout_s=15, stable=False).get(group, {}).get((topic, 0))
+        )
+
+    def last_record(topic: str, start: int, end: int) -> int | None:
+        last = None
+        for msg in read_to_end(kafka, topic, start, what="ingest topic", group_id="shoal-verify", timeout_s=15):
+            offset = int(msg.offset() or 0)
+            if offset >= end:
+                break
+            last = offset
+        return last
+
+    return IngestReader(stable_end, committed, last_record)

@@ -1,0 +1,108 @@
+"""``shoal verify`` lists ingest topics holding acknowledged writes their leader did not accept: such
+writes are on no channel and in no replica, so without this check a stuck partition (no leader, a
+forwarder retrying one message for ever) passed as agreeing (an audit's proof)."""
+
+from __future__ import annotations
+
+import pytest
+from test_verify_gtids import TOPICS, FakeChannels, _file, fake_metadata_client
+from test_verify_unscanned import _verify
+
+from shoal.errors import KafkaOperationError
+from shoal_app.cli import verify as verify_module
+from shoal_app.cli.verify_ingest import WINDOW, IngestReader, IngestTopic, unaccepted
+
+
+class Ingest:
+    """An ingest topic's records (offsets; the others are markers), its end and its group's offset,
+    which moves to ``later`` after ``moves_after`` reads."""
+
+    def __init__(
+        self, records: list[int], end: int, committed: int | None, later: int | None = None, moves_after: int = 0
+    ):
+        self.records, self.end, self.now, self.later, self.moves_after = records, end, committed, later, moves_after
+        self.reads = 0
+        self.t = 0.0
+        self.fail_end = False
+
+    def reader(self) -> IngestReader:
+        def stable_end(_topic: str) -> int:
+            if self.fail_end:
+                raise KafkaOperationError("ingest: no leader for the partition")
+            return self.end
+
+        def committed(_group: str, _topic: str) -> int | None:
+            self.reads += 1
+            if self.later is not None and self.reads > self.moves_after:
+                return self.later
+            return self.now
+
+        def last_record(_topic: str, start: int, end: int) -> int | None:
+            inside = [o for o in self.records if start <= o < end]
+            return max(inside) if inside else None
+
+        def sleep(s: float) -> None:
+            self.t += s
+
+        return IngestReader(stable_end, committed, last_record, clock=lambda: self.t, sleep=sleep)
+
+
+T = IngestTopic("p1", "shoal.ingest.p1", "shoal.leader.p1")
+
+
+def test_a_topic_whose_leader_accepted_everything_passes() -> None:
+    assert unaccepted([T], Ingest([0, 1, 2], end=4, committed=4).reader()) == []
+    assert unaccepted([T], Ingest([0, 1, 2], end=4, committed=3).reader()) == []  # offset 3: a commit marker
+    assert unaccepted([T], Ingest([], end=0, committed=None).reader()) == []  # nothing written
+
+
+def test_writes_in_flight_are_waited_for_and_a_stuck_topic_is_listed() -> None:
+    assert unaccepted([T], Ingest([0, 1, 2], end=3, committed=1, later=3, moves_after=4).reader()) == []
+    ingest = Ingest([0, 1, 2], end=4, committed=1)
+    (stuck,) = unaccepted([T], ingest.reader(), settle_s=15)
+    assert (stuck.topic, stuck.accepted_to, stuck.last_unaccepted, stuck.error) == (T.topic, 1, 2, None)
+    assert ingest.t >= 15  # it waited, then judged
+    (never,) = unaccepted([T], Ingest([0], end=2, committed=None).reader())
+    assert (never.accepted_to, never.last_unaccepted) == (None, 0)
+    # a backlog longer than the window read back from the end: listed all the same
+    (long,) = unaccepted([T], Ingest(list(range(0, 10 * WINDOW, 2)), end=10 * WINDOW, committed=0).reader())
+    assert long.last_unaccepted == 10 * WINDOW - 2
+    (markers,) = unaccepted([T], Ingest([5], end=10 * WINDOW, committed=0).reader())  # window of markers only
+    assert markers.last_unaccepted == 9 * WINDOW - 1
+
+
+def test_a_topic_that_cannot_be_read_is_listed_with_the_error() -> None:
+    ingest = Ingest([0], end=1, committed=1)
+    ingest.fail_end = True
+    (failed,) = unaccepted([T], ingest.reader())
+    assert failed.error is not None and "no leader for the partition" in failed.error
+
+
+def test_verify_fails_while_an_ingest_topic_holds_writes_not_accepted() -> None:
+    result, _part = _verify()
+    assert result.ok and result.unaccepted == []
+    result, _part = _verify(ingest=Ingest([0, 1], end=2, committed=2).reader())
+    assert result.ok and result.unaccepted == []
+    result, part = _verify(ingest=Ingest([0, 1], end=2, committed=1).reader())
+    assert not result.ok and part.agree and part.covered  # the replicas agree on what the leader accepted
+    (stuck,) = result.unaccepted
+    assert (stuck.partition_id, stuck.accepted_to, stuck.last_unaccepted) == (part.partition_id, 1, 1)
+
+
+def test_the_text_output_names_the_ingest_topic(monkeypatch: pytest.MonkeyPatch) -> None:
+    from click.testing import CliRunner
+
+    file = _file()
+    pid = file.partitions[0].partition_id
+    channels = FakeChannels({}, {})
+    channels.ingest = Ingest([0, 1], end=2, committed=1).reader()
+    monkeypatch.setattr(verify_module, "MetadataClient", fake_metadata_client(file))
+    monkeypatch.setattr(verify_module, "KafkaChannels", lambda _kafka: channels)
+    monkeypatch.setattr("metadata.node_registry.lookup_node", lambda _zk, _layout, server: server)
+    monkeypatch.setattr("shoal.scan.describe_remote", lambda server, _t: [])
+    res = CliRunner().invoke(verify_module.verify_command, ["events", "--zk", "z:1", "--bootstrap-servers", "b:1"])
+    assert res.exit_code == 1, res.output
+    assert (
+        f"ingest topic {TOPICS.ingest(pid)}: WRITES NOT ACCEPTED: acknowledged records up to offset 1, "
+        "its leader accepted up to 1" in res.output
+    ), res.output
