@@ -11,6 +11,13 @@ and checks the line again when it goes. The node also calls :meth:`PartitionElec
 every supervision tick, so a candidate whose event never came reads the line again within
 :data:`RECHECK_S`, and an election step that hangs is logged with its stack (DESIGN.md section 7).
 
+Eligibility (DESIGN.md section 7: an out-of-sync replica never leads while an in-sync one exists): an
+``eligible`` hook names the candidates of the line that may lead now (the node's:
+:func:`metadata.in_sync.prefer_in_sync`). It is a rule, not a preference: a first-in-line candidate
+that may not lead re-enters behind the line when one that may is in it (not counted as a yield), and
+otherwise stays first without leading, watching the line, until a candidate that may lead enters it
+or the rule changes (read again at every :meth:`PartitionElection.recheck`).
+
 Connection states (kazoo listener): while the connection is SUSPENDED a leader must not trust its
 position and stops accepting writes (:meth:`PartitionElection.check_writable` raises); when the
 connection comes back it resumes only if its candidate znode and epoch are still its own; at LOST
@@ -47,7 +54,7 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -248,12 +255,17 @@ class PartitionElection:
         on_change: Callable[[LeaderState, Leadership | None], None] | None = None,
         prefer: Callable[[Sequence[Candidate]], int | None] | None = None,
         max_yields: int = 2,
+        eligible: Callable[[Sequence[Candidate]], Collection[int]] | None = None,
     ) -> None:
         """``prefer``: given the line of candidates, the placement id that should lead (e.g. the replica
         with the highest acked position on the old leader's channel, TokuMX), or None for no preference.
         A first-in-line candidate that is not preferred, while the preferred one is in line, yields:
         it re-enters at the back (at most ``max_yields`` times per election round, i.e. until a leader takes
-        a new epoch, so the election always ends)."""
+        a new epoch, so the election always ends).
+
+        ``eligible``: given the line, the placement ids that may lead now (None: every candidate); a
+        candidate only yields to a preferred one that may lead. An error in it is an error of the step
+        (retried at the next event or :meth:`recheck`): nobody leads on a rule it could not read."""
         self.partition_id = validate_partition_id(partition_id)
         self.server_id = validate_server_id(server_id)
         self.placement_id = validate_placement_id(placement_id)
@@ -271,6 +283,9 @@ class PartitionElection:
         self._node: str | None = None
         self._listening = False
         self._prefer = prefer
+        self._eligible = eligible
+        self._waiting_logged: tuple[str, ...] | None = None
+        """The line last logged as having no candidate that may lead (logged once per line)."""
         self._max_yields = max_yields
         self._yields = 0
         self._yields_epoch: int | None = None
@@ -448,7 +463,15 @@ class PartitionElection:
             if self._drop_own_strays(line[:idx]):
                 continue
             if idx == 0:
-                if self._should_yield(line):
+                allowed = self._allowed(line)
+                if self.placement_id not in allowed:
+                    if any(c.placement_id in allowed for c in line[1:]):
+                        self._requeue(node, counted=False)
+                        continue
+                    if self._wait_for_line(names):
+                        return
+                    continue  # the line changed meanwhile: look again
+                if self._should_yield(line, allowed):
                     self._requeue(node)
                     continue
                 self._become_leader(node)
@@ -485,7 +508,36 @@ class PartitionElection:
             )
         return dropped
 
-    def _should_yield(self, line: Sequence[Candidate]) -> bool:
+    def _allowed(self, line: Sequence[Candidate]) -> frozenset[int]:
+        """The placements of ``line`` that may lead now (the ``eligible`` hook; all without one)."""
+        if self._eligible is None:
+            return frozenset(c.placement_id for c in line)
+        return frozenset(self._eligible(line))
+
+    def _wait_for_line(self, names: Sequence[str]) -> bool:
+        """First in line but no candidate may lead: watch the line, so that a candidate entering it
+        (e.g. an in-sync replica whose node restarted) wakes this one. False if the line already
+        changed since ``names`` were read (then the caller looks again)."""
+        base = self._layout.election(self.partition_id)
+        with zk_errors(f"watch the line of {self.partition_id}"):
+            now = sorted(
+                (n for n in self._zk.get_children(base, watch=self._on_predecessor_event) if n.startswith(_PREFIX)),
+                key=_seq,
+            )
+        if now != list(names):
+            return False
+        if self._waiting_logged != tuple(names):
+            self._waiting_logged = tuple(names)
+            log.warning(
+                "%s#%d is first in line for %s but may not lead (out of sync while an in-sync replica of "
+                "the partition exists); waiting for an in-sync replica to campaign",
+                self.server_id,
+                self.placement_id,
+                self.partition_id,
+            )
+        return True
+
+    def _should_yield(self, line: Sequence[Candidate], allowed: Collection[int] | None = None) -> bool:
         if self._prefer is None:
             return False
         # the yield budget is per election round: a leader elected since the last yield starts a new one
@@ -504,12 +556,15 @@ class PartitionElection:
         return (
             preferred is not None
             and preferred != self.placement_id
+            and (allowed is None or preferred in allowed)
             and any(c.placement_id == preferred for c in line[1:])
         )
 
-    def _requeue(self, node: str) -> None:
-        """Give way to a preferred candidate: re-enter the line at its back."""
-        self._yields += 1
+    def _requeue(self, node: str, *, counted: bool = True) -> None:
+        """Give way to a preferred candidate, or one that may lead when this one may not (not
+        ``counted`` against the yield budget): re-enter the line at its back."""
+        if counted:
+            self._yields += 1
         base = self._layout.election(self.partition_id)
         data = json.dumps({"server_id": self.server_id, "placement_id": self.placement_id}).encode()
         with zk_errors(f"re-enter the election of {self.partition_id}"):
@@ -519,7 +574,7 @@ class PartitionElection:
             with contextlib.suppress(NoNodeError):
                 self._zk.delete(f"{base}/{node}")
         log.info(
-            "%s#%d yields the leadership of %s to a preferred or more advanced replica",
+            "%s#%d yields the leadership of %s to a preferred, more advanced or in-sync replica",
             self.server_id,
             self.placement_id,
             self.partition_id,

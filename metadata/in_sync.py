@@ -16,9 +16,12 @@ The znode stores the *out-of-sync* placements: every placement of the partition 
 sync. A partition without the znode has all its replicas in sync (as Kafka's ISR starts as every
 assigned replica), and a placement that leaves the partition simply stops being asked about.
 
-Rules (Kafka's): a replica leaves the set when it lags past a bound or is dead; it rejoins only once
-caught up; an out-of-sync replica is never elected while an in-sync one is a candidate
-(:func:`prefer_in_sync`, :func:`in_sync`).
+Rules (Kafka's, with ``unclean.leader.election.enable=false``): a replica leaves the set when it lags
+past a bound or is dead; it rejoins only once caught up; an out-of-sync replica is never elected
+while an in-sync placement of the partition exists, even one whose node is restarting and so is not
+in the election line (:func:`prefer_in_sync`: the line waits for it). Only when no LIVE placement is
+in sync any more (an operator removed the dead ones: ``shoal table remove-replica``) may an
+out-of-sync replica lead, as Kafka's unclean election would.
 """
 
 from __future__ import annotations
@@ -106,13 +109,21 @@ def in_sync(zk: Any, layout: ZkLayout, partition_id: str, placements: Iterable[i
     return read_in_sync(zk, layout, partition_id).in_sync(placements)
 
 
-def prefer_in_sync(line: Sequence[int], out_of_sync: Iterable[int]) -> tuple[int, ...]:
-    """Pure: the candidates (placement ids, in election order) that may lead. Out-of-sync ones only
-    when no in-sync candidate is in line (then every candidate, as Kafka's unclean election would:
-    the partition stays available, and GTIDs and adoption still order what each one holds)."""
+def prefer_in_sync(line: Sequence[int], out_of_sync: Iterable[int], placements: Iterable[int]) -> tuple[int, ...]:
+    """Pure: the candidates (placement ids, in election order) that may lead (DESIGN.md section 7).
+
+    ``placements``: the partition's LIVE placements in METADATA (its ``servers``). The in-sync
+    candidates; none while an in-sync placement is not in line (its node restarting: the line waits
+    for it, as Kafka does with unclean leader election off: an out-of-sync replica did not hold the
+    old leader's Tail back, so the old leader's WAL may be truncated above what it holds); every
+    candidate only once no LIVE placement is in sync (an operator removed the in-sync ones)."""
     out = set(out_of_sync)
     synced = tuple(p for p in line if p not in out)
-    return synced if synced else tuple(line)
+    if synced:
+        return synced
+    if any(p not in out for p in placements):
+        return ()
+    return tuple(line)
 
 
 def write_out_of_sync(

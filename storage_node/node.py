@@ -149,6 +149,9 @@ class HeldPartition:
     follower: PartitionFollower | None = None
     peers: tuple[int, ...] = ()
     """The partition's other placement ids in the current METADATA (for the Tail index)."""
+    live: tuple[int, ...] = ()
+    """The partition's LIVE placement ids (``servers``) in the current METADATA, this one's included:
+    an out-of-sync replica does not lead while one of them is in sync (:meth:`StorageNode._in_sync_leaders`)."""
     intake: CompactionIntake | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
     retired: dict[str, float] = field(default_factory=dict)
@@ -554,6 +557,7 @@ class StorageNode:
         # peers: every other placement that holds the partition's data (servers, joining, leaving):
         # the Tail waits for their Acks, a new leader adopts their WAL channels
         peers = tuple(dict.fromkeys(p for p in others if p != d.placement_id))
+        live = () if entry is None else tuple(p.placement_id for p in entry.servers)
         preferred = None if entry is None else preferred_leader(entry).placement_id
         promoted: PartitionFollower | None = None
         with self._lock:
@@ -585,6 +589,7 @@ class StorageNode:
                 promoted, held.follower = held.follower, None
             held.discovery = d
             held.peers = peers
+            held.live = live
             held.preferred = preferred
         if promoted is not None:
             promoted.stop()
@@ -730,6 +735,7 @@ class StorageNode:
                 security=self.metadata_config.security,
                 on_change=on_change,
                 prefer=self._balanced_preference(held),
+                eligible=self._in_sync_leaders(held),
             )
             held.election = election
         election.start()
@@ -737,7 +743,7 @@ class StorageNode:
     def _balanced_preference(self, held: HeldPartition) -> Callable[[Sequence[Candidate]], int | None]:
         """The caught-up preferred leader first (:mod:`storage_node.roles.rebalance`), else :meth:`_preference`."""
         assert self._rebalancer is not None
-        fallback = self._preference(held.partition_id)
+        fallback = self._preference(held)
         return self._rebalancer.election_preference(held.partition_id, lambda: held.preferred, fallback)
 
     def _rebalance(self, held: HeldPartition) -> None:
@@ -771,21 +777,37 @@ class StorageNode:
             leader.stop(30)
             election.resign()
 
-    def _preference(self, partition_id: str) -> Callable[[Sequence[Candidate]], int | None]:
+    def _in_sync_leaders(self, held: HeldPartition) -> Callable[[Sequence[Candidate]], tuple[int, ...]]:
+        """The election's ``eligible`` hook (DESIGN.md section 7, Kafka's ISR rule with unclean leader
+        election off): the in-sync candidates; none while an in-sync LIVE placement is not in line
+        (:func:`metadata.in_sync.prefer_in_sync`), read from ZooKeeper at every look at the line."""
+        assert self._client is not None
+        client, partition_id = self._client, held.partition_id
+
+        def eligible(line: Sequence[Candidate]) -> tuple[int, ...]:
+            out = read_in_sync(client.zk, client.layout, partition_id).out_of_sync
+            return prefer_in_sync([c.placement_id for c in line], out, held.live)
+
+        return eligible
+
+    def _preference(self, held: HeldPartition) -> Callable[[Sequence[Candidate]], int | None]:
         """TokuMX failover among the in-sync candidates (:func:`metadata.in_sync.prefer_in_sync`): prefer
         the one with the highest durable position on the old leader's channels
         (:func:`storage_node.replication.bootstrap.most_advanced`); a replica that bootstraps does not
         campaign at all."""
         assert self._client is not None and self._rebalancer is not None
         client, topics, kafka, rebalancer = self._client, self.config.topics, self.config.kafka, self._rebalancer
+        partition_id = held.partition_id
 
         def prefer(line: Sequence[Candidate]) -> int | None:
-            # an out-of-sync replica never leads while an in-sync one is in line (Kafka's ISR rule)
+            # only among the candidates that may lead (the election's eligible hook enforces it)
             eligible = prefer_in_sync(
-                [c.placement_id for c in line], read_in_sync(client.zk, client.layout, partition_id).out_of_sync
+                [c.placement_id for c in line],
+                read_in_sync(client.zk, client.layout, partition_id).out_of_sync,
+                held.live,
             )
             if line and line[0].placement_id not in eligible:
-                return eligible[0]
+                return eligible[0] if eligible else None
             old = read_epoch(client.zk, client.layout, partition_id).placement_id
             others = [p for p in eligible if p != old]
             if old is None or len(others) < 2:

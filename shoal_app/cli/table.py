@@ -646,15 +646,21 @@ def add_replica(client: MetadataClient, table: str, partition: str, server: str)
     return file, placement
 
 
-def remove_replica(client: MetadataClient, table: str, partition: str, server: str) -> tuple[MetadataFile, Placement]:
-    """Commit a LeaveServer of ``server`` from ``partition`` (its replica goes to UNLOAD)."""
+def remove_replica(
+    client: MetadataClient, table: str, partition: str, server: str, *, allow_under_replication: bool = False
+) -> tuple[MetadataFile, Placement]:
+    """Commit a LeaveServer of ``server`` from ``partition`` (its replica goes to UNLOAD).
+
+    ``allow_under_replication``: even if fewer LIVE replicas than the replication factor remain (the
+    way out when the in-sync replicas' nodes are gone for good: while one of them is LIVE in METADATA,
+    an out-of-sync replica never leads, DESIGN.md section 7)."""
     coord = client.coordinator
     current = coord.current(table)
     pid = resolve_partition(current, partition)
     found = current.partition(pid).find(server)
     if found is None and server not in registered_servers(client):
         raise UnknownServerError(server, registered_servers(client))
-    file = coord.leave(table, pid, server)
+    file = coord.leave(table, pid, server, allow_under_replication=allow_under_replication)
     # the server may still be leaving under an older placement (removed, added back, removed again):
     # the one this leave moved is the newest (placement ids only grow)
     placement = max(
@@ -754,12 +760,25 @@ class LifecycleTimeoutError(ShoalError):
 
 
 def _replica_change_command(action: Literal["add-replica", "remove-replica"]) -> Any:
-    def command(table: str, partition: str, server: str, wait: bool, timeout: float, output: str, **conn: Any) -> None:
+    def command(
+        table: str,
+        partition: str,
+        server: str,
+        wait: bool,
+        timeout: float,
+        output: str,
+        allow_under_replication: bool = False,
+        **conn: Any,
+    ) -> None:
         started = time.monotonic()
         try:
             with MetadataClient(metadata_config(conn)) as client:
-                change = add_replica if action == "add-replica" else remove_replica
-                file, placement = change(client, table, partition, server)
+                if action == "add-replica":
+                    file, placement = add_replica(client, table, partition, server)
+                else:
+                    file, placement = remove_replica(
+                        client, table, partition, server, allow_under_replication=allow_under_replication
+                    )
                 pid = next(e.partition_id for e in file.partitions if placement in e.all_placements())
                 target: ReplicaStateName = "LIVE" if action == "add-replica" else "REMOVED"
                 if wait:
@@ -802,7 +821,14 @@ add_replica_command.help = (
     "from Kafka and becomes LIVE when the partition's leader commits JOIN_FINALIZE."
 )
 remove_replica_command = table_group.command("remove-replica")(
-    _lifecycle_options(_replica_change_command("remove-replica"))
+    _lifecycle_options(
+        click.option(
+            "--allow-under-replication",
+            is_flag=True,
+            help="Remove it even if fewer LIVE replicas than the replication factor remain (e.g. the in-sync "
+            "replicas' nodes are gone for good: an out-of-sync replica leads only once no LIVE replica is in sync).",
+        )(_replica_change_command("remove-replica"))
+    )
 )
 remove_replica_command.help = (
     "Remove the replica of PARTITION on --server: it goes to UNLOAD (a leader resigns first), keeps its "

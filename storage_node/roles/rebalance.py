@@ -31,6 +31,7 @@ from confluent_kafka.admin import AdminClient
 
 from metadata.election import Candidate, YieldDecision, candidates, decide_yield, prefer_preferred, preferred_caught_up
 from metadata.election import read_epoch as read_epoch_record
+from metadata.in_sync import read_in_sync
 from metadata.rebalance import read_rebalance_request
 from metadata.zk_layout import ZkLayout
 from shoal.kafka import clients
@@ -105,7 +106,9 @@ class LeaderRebalancer:
             self._ready_since.pop(partition_id, None)
             return decide_yield(own, preferred, candidate=False, caught_up=False, ready_since=None, now=now, delay_s=0)
         candidate = any(c.placement_id == preferred for c in candidates(self._zk, self._layout, partition_id))
-        caught = candidate and self.caught_up(partition_id, own, preferred)
+        # out of sync it could not lead (the election's ISR rule): handing over would only elect another
+        in_sync = candidate and preferred not in read_in_sync(self._zk, self._layout, partition_id).out_of_sync
+        caught = in_sync and self.caught_up(partition_id, own, preferred)
         request = read_rebalance_request(self._zk, self._layout, table)
         requested = request is not None and request.active() and self._handled.get(partition_id) != request.request_id
         decision = decide_yield(

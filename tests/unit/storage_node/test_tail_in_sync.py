@@ -186,9 +186,11 @@ def test_in_sync_record_codec_and_election_preference() -> None:
     for bad in (b"[]", b'{"epoch": -1, "out_of_sync": []}', b'{"epoch": 1, "out_of_sync": "x"}', b"\xff"):
         with pytest.raises(MetadataDecodeError):
             InSyncRecord.decode(PID, bad, 0)
-    # out-of-sync candidates never lead while an in-sync one is in line; with none, anyone may
-    assert prefer_in_sync([4, 3, 1], {3, 4}) == (1,)
-    assert prefer_in_sync([4, 3], {3, 4}) == (4, 3)
+    # out-of-sync candidates never lead while an in-sync placement exists, in line or not (its node
+    # restarting: nobody leads yet); only once no LIVE placement is in sync may anyone lead
+    assert prefer_in_sync([4, 3, 1], {3, 4}, [1, 3, 4]) == (1,)
+    assert prefer_in_sync([4, 3], {3, 4}, [1, 3, 4]) == ()
+    assert prefer_in_sync([4, 3], {3, 4}, [3, 4]) == (4, 3)
 
 
 def test_retention_config_and_lag_policy_validation() -> None:

@@ -57,8 +57,8 @@ class FakeCoordinator:
         self.committed.append("finalize_join")
         return self.file
 
-    def leave(self, _table: str, pid: str, server: str) -> MetadataFile:
-        self.file = LeaveServer(pid, server).apply(self.file)
+    def leave(self, _table: str, pid: str, server: str, *, allow_under_replication: bool = False) -> MetadataFile:
+        self.file = LeaveServer(pid, server, allow_under_replication).apply(self.file)
         self.committed.append("leave")
         return self.file
 
@@ -93,6 +93,18 @@ def test_add_and_remove_a_replica() -> None:
     file, left = remove_replica(client, "events", pid, "node-1")
     assert replica_state(file, pid, left.placement_id) == "UNLOAD"
     assert replica_state(file, pid, 999) == "REMOVED"
+
+
+def test_a_replica_below_the_replication_factor_is_removed_only_when_allowed() -> None:
+    """The in-sync replicas' nodes gone for good: the operator removes them so that an out-of-sync
+    replica may lead (DESIGN.md section 7), below the replication factor only when told so."""
+    client, pid = _client(rf=3)
+    with pytest.raises(InvalidOperationError, match="below the replication factor 3"):
+        remove_replica(client, "events", pid, "node-1")
+    assert client.coordinator.committed == []
+    file, left = remove_replica(client, "events", pid, "node-1", allow_under_replication=True)
+    assert replica_state(file, pid, left.placement_id) == "UNLOAD"
+    assert [p.server_id for p in file.partition(pid).servers] == ["node-2", "node-3"]
 
 
 def test_a_server_removed_added_back_and_removed_again_reports_the_placement_it_just_left() -> None:
