@@ -64,6 +64,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+FENCE_CALL_TIMEOUT_S = 30.0
+"""librdkafka's bound on one fence's ``init_transactions``."""
+
 QUERY_ID_PROPERTY = "sql.streaming.queryId"
 BATCH_ID_PROPERTY = "streaming.sql.batchId"
 
@@ -361,7 +364,7 @@ class ShoalStreamWriter(DataSourceStreamWriter, DataSourceArrowWriter):
             retrying(
                 self.settings,
                 f"{what}: fence",
-                lambda _t: self._fence_tasks(query_id, batchId, fenced),
+                lambda t: self._fence_tasks(query_id, batchId, fenced, timeout_s=t),
                 deadline=deadline,
             )
             if self.settings.sync:
@@ -380,7 +383,7 @@ class ShoalStreamWriter(DataSourceStreamWriter, DataSourceArrowWriter):
             retrying(
                 self.settings,
                 f"{what}: fence after the record",
-                lambda _t: self._fence_tasks(query_id, batchId, used, recorded=True),
+                lambda t: self._fence_tasks(query_id, batchId, used, recorded=True, timeout_s=t),
                 deadline=max(deadline, time.monotonic() + self.settings.sync_timeout_s),
             )
         rows = sum(m.rows for m in ours)
@@ -395,14 +398,28 @@ class ShoalStreamWriter(DataSourceStreamWriter, DataSourceArrowWriter):
             "" if recorded else " (already recorded)",
         )
 
-    def _fence_tasks(self, query_id: str, batch_id: int, partition_ids: set[int], *, recorded: bool = False) -> None:
+    def _fence_tasks(
+        self,
+        query_id: str,
+        batch_id: int,
+        partition_ids: set[int],
+        *,
+        recorded: bool = False,
+        timeout_s: float = FENCE_CALL_TIMEOUT_S,
+    ) -> None:
         """Fence every attempt of ``partition_ids``: an attempt that read the commit log before the
         record and still writes cannot commit after it, and a transaction left open is aborted.
-        SinkCommitError, ``retriable`` unless Kafka's error is fatal."""
+        SinkCommitError, ``retriable`` unless Kafka's error is fatal. ``timeout_s``: what is left of
+        the try (:func:`retrying`), bounding each fence's calls (at most :data:`FENCE_CALL_TIMEOUT_S`)."""
         prefix = self.settings.connection.topic_prefix
         ids = [sink_transactional_id(prefix, query_id, p) for p in sorted(partition_ids)]
         try:
-            fence_all(self.settings.connection.kafka, ids, what=f"batch {batch_id} write task")
+            fence_all(
+                self.settings.connection.kafka,
+                ids,
+                what=f"batch {batch_id} write task",
+                call_timeout_s=max(1.0, min(FENCE_CALL_TIMEOUT_S, timeout_s)),
+            )
         except KafkaOperationError as exc:
             outcome = (
                 "the batch is recorded, but an attempt of it that read the commit log before the record "

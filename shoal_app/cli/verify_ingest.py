@@ -9,8 +9,8 @@ is on no channel and in no replica, and a quiet table and a stuck one would both
 So for each ingest topic of the table (listed partitions and retired split parents, whose
 stragglers the forwarder takes under the parent's leader group): its last stable offset (the end a
 ``read_committed`` reader sees) and the group's committed offset are read; the committed records
-between them (transaction markers and aborted records are not records) are read, from the end back
-by at most :data:`WINDOW` offsets, for the last one; and the group must commit past it within
+between them (transaction markers and aborted records are not records) are read back from the end,
+a window at a time, for the last one; and the group must commit past it within
 ``settle_s`` (writes in flight are accepted in a moment). A topic that does not get there is listed
 (:class:`~shoal_app.cli.models.UnacceptedIngest`), and ``ok`` is false: acknowledged writes that no
 replica holds yet, verify again once its leader runs. One that cannot be read is listed with the
@@ -29,8 +29,7 @@ from shoal.kafka.settings import KafkaSettings
 from shoal_app.cli.models import UnacceptedIngest
 
 WINDOW = 256
-"""How far back from the end a check reads for the last record (a larger backlog is reported as one
-whose last record is at least there: it is not accepted either way)."""
+"""How far back from the end a check reads first for the last record (then 16 times as far, and so on)."""
 
 
 @dataclass(frozen=True)
@@ -70,9 +69,7 @@ def unaccepted(
             start = 0 if accepted is None else accepted
             if start >= end:
                 continue
-            last = reader.last_record(t.topic, max(start, end - WINDOW), end)
-            if last is None and end - WINDOW > start:
-                last = end - WINDOW - 1  # nothing but markers in the window: a backlog below it all the same
+            last = _last_record(reader, t.topic, start, end)
             if last is not None:
                 waiting[t.topic] = (t, accepted, last)
         except KafkaOperationError as exc:
@@ -96,6 +93,20 @@ def unaccepted(
         for t, accepted, last in waiting.values()
     ]
     return sorted(out, key=lambda u: u.topic)
+
+
+def _last_record(reader: IngestReader, topic: str, start: int, end: int) -> int | None:
+    """The last committed record in [start, end), read back from the end :data:`WINDOW` offsets at a
+    time, the window growing 16-fold while it holds none (aborted records and markers only: a
+    fenced transaction's records are no write, and the leader's offset stays below them)."""
+    size, upper = WINDOW, end
+    while upper > start:
+        lower = max(start, upper - size)
+        last = reader.last_record(topic, lower, upper)
+        if last is not None:
+            return last
+        upper, size = lower, size * 16
+    return None
 
 
 def _error(t: IngestTopic, exc: KafkaOperationError) -> UnacceptedIngest:

@@ -191,14 +191,15 @@ def route_ingest_message(
 
     The message is validated as the parent's leader would (``validator``, the leader's own). Rows
     of a valid message with a partition key below ``split_point`` go to ``low``, the others to
-    ``high``, in their order. A message whose rows all go to one child is forwarded as it is (its
-    bytes are those the parent's topic took, within ``validator.max_bytes``); otherwise each
-    child's rows are encoded again, and a piece larger than ``validator.max_bytes`` (rows another
-    writer compressed harder than Arrow's default zstd level) is cut by rows into several
-    (:func:`_pieces`). A message the parent would refuse (undecodable, another schema, a null or
-    out-of-range key, another table, oversized) is forwarded unchanged to ``low``, whose leader
-    refuses it to deadletter with the reason: nothing is lost, nothing invalid is accepted, and
-    nothing a message holds can stop the forwarding.
+    ``high``, in their order. A message whose rows all go to one child is forwarded as it is (the
+    bytes the parent's topic took); otherwise each child's rows are encoded again, cut by rows into
+    messages of at most :data:`FORWARD_PIECE_BYTES` (and ``validator.max_bytes``): another writer may
+    have compressed harder than Arrow's default zstd level, and the children's topics take no more
+    than Kafka's default message size. A message the parent would refuse (undecodable, another
+    schema, a null or out-of-range key, another table, oversized), or one with a row that does not
+    fit a piece alone, is forwarded unchanged to ``low``, whose leader refuses it to deadletter with
+    the reason: nothing is lost silently, nothing invalid is accepted, and nothing a message holds
+    can stop the forwarding.
     """
     rows = validator.validate(data, headers)
     if isinstance(rows, Rejected):
@@ -209,24 +210,36 @@ def route_ingest_message(
     low_rows = pc.sum(below).as_py() or 0
     if low_rows in (0, rows.num_rows):
         return [(low if low_rows else high, bytes(data or b""))] if rows.num_rows else []
+    limit = min(validator.max_bytes, FORWARD_PIECE_BYTES)
     out: list[tuple[str, bytes]] = []
     for child, mask in ((low, below), (high, pc.invert(below))):
-        out.extend((child, piece) for piece in _pieces(rows.filter(mask), validator.max_bytes))
+        pieces = _pieces(rows.filter(mask), limit)
+        if pieces is None:
+            log.warning(
+                "a straggler of %d bytes has a row that does not fit a message of %d bytes alone once encoded "
+                "again: forwarded whole to %s, whose leader refuses it",
+                len(data or b""),
+                limit,
+                low,
+            )
+            return [(low, bytes(data or b""))]
+        out.extend((child, piece) for piece in pieces)
     return out
 
 
-def _pieces(rows: pa.Table, max_bytes: int) -> list[bytes]:
+FORWARD_PIECE_BYTES = 1_000_000
+"""The largest message the split forwarder sends: Kafka's default message size limit (ingest topics
+keep it) and the producer's default ``max_message_bytes``."""
+
+
+def _pieces(rows: pa.Table, max_bytes: int) -> list[bytes] | None:
     """``rows`` as Arrow IPC messages of at most ``max_bytes`` each, in order: halved by rows until
-    each fits. A single row that still does not fit is encoded at zstd's strongest level, and sent
-    even if larger: the child's leader refuses it (``oversized``) to deadletter, visibly, where
-    holding it would stop every straggler behind it."""
+    each fits; None when a single row does not."""
     try:
         return [encode_batch(rows, max_bytes=max_bytes)]
     except WireFormatError:
-        if rows.num_rows > 1:
-            half = rows.num_rows // 2
-            return _pieces(rows.slice(0, half), max_bytes) + _pieces(rows.slice(half), max_bytes)
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, rows.schema, options=pa.ipc.IpcWriteOptions(compression=pa.Codec("zstd", 19))) as w:
-        w.write_table(rows)
-    return [sink.getvalue().to_pybytes()]
+        if rows.num_rows <= 1:
+            return None
+        half = rows.num_rows // 2
+        first, second = _pieces(rows.slice(0, half), max_bytes), _pieces(rows.slice(half), max_bytes)
+        return None if first is None or second is None else first + second

@@ -16,6 +16,7 @@ from shoal.wire.records import Gtid
 from storage_node.replica import PartitionReplica, versioned_rows
 from storage_node.replica.validate import IngestValidator, Rejected
 from storage_node.replication.split import (
+    FORWARD_PIECE_BYTES,
     chain_max_gtid,
     key_range_mask,
     route_ingest_message,
@@ -148,3 +149,18 @@ def test_a_straggler_another_writer_compressed_harder_is_forwarded_within_the_in
     ]
     assert all(v == block for _, t in decoded for v in t.column("v").to_pylist())  # type: ignore[union-attr]
     assert route_ingest_message(encode_batch(ingest([])), parent, U(100), low, high) == []
+    assert all(len(piece) <= FORWARD_PIECE_BYTES for _, piece in routed)  # what a child's topic takes
+
+
+def test_a_straggler_with_a_row_no_piece_can_hold_goes_whole_to_the_low_child(monkeypatch: pytest.MonkeyPatch) -> None:
+    import storage_node.replication.split as split
+
+    low, high = new_partition_id(), new_partition_id()
+    parent = IngestValidator(TABLE, KeyRange(UNBOUNDED, UNBOUNDED))
+    import os
+
+    message = encode_batch(ingest([5, 150], value=os.urandom(3000).hex()))  # ~3 KB a row compressed
+    monkeypatch.setattr(split, "FORWARD_PIECE_BYTES", 2000)  # one row alone does not fit
+    assert route_ingest_message(message, parent, U(100), low, high) == [(low, message)]
+    monkeypatch.setattr(split, "FORWARD_PIECE_BYTES", 1_000_000)
+    assert [pid for pid, _ in route_ingest_message(message, parent, U(100), low, high)] == [low, high]

@@ -67,8 +67,11 @@ def test_writes_in_flight_are_waited_for_and_a_stuck_topic_is_listed() -> None:
     # a backlog longer than the window read back from the end: listed all the same
     (long,) = unaccepted([T], Ingest(list(range(0, 10 * WINDOW, 2)), end=10 * WINDOW, committed=0).reader())
     assert long.last_unaccepted == 10 * WINDOW - 2
-    (markers,) = unaccepted([T], Ingest([5], end=10 * WINDOW, committed=0).reader())  # window of markers only
-    assert markers.last_unaccepted == 9 * WINDOW - 1
+    # a window of aborted records and markers only: read further back, for the record below them
+    (below,) = unaccepted([T], Ingest([5], end=10 * WINDOW, committed=0).reader())
+    assert below.last_unaccepted == 5
+    # a healthy topic ending in more aborted records than a window (a fenced Spark task's): passes
+    assert unaccepted([T], Ingest([5], end=10 * WINDOW, committed=6).reader()) == []
 
 
 def test_a_topic_that_cannot_be_read_is_listed_with_the_error() -> None:
