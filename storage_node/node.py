@@ -182,6 +182,7 @@ def leader_counters(leader: PartitionLeader) -> dict[str, float]:
         "wal_records": s.wal_records,
         "rows": s.rows,
         "deadlettered": s.deadlettered,
+        "decoded_limit_splits": s.decoded_limit_splits,
     }
     if leader.publisher is not None:
         out["segments_deleted"] = leader.publisher.stats.deleted
@@ -218,6 +219,7 @@ NODE_COUNTERS = (
     "invalid_segments",
     "stalls",
     "segments_deleted",
+    "decoded_limit_splits",
 )
 """Counters every partition reports (0 until they happen): those documented in :mod:`storage_node.metrics`."""
 
