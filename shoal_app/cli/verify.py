@@ -827,6 +827,7 @@ def verify(
                 else f"not checked on {', '.join(unscanned)}: not described, so not scanned",
             )
         )
+    split_parents = retired_partitions(history)
     retired = [
         verify_retired(
             source,
@@ -839,12 +840,12 @@ def verify(
             listed_epochs,
             removed=removed_placements(history, r.entry),
         )
-        for r in retired_partitions(history)
+        for r in split_parents
     ]
     retained = dict(retained_of(_truncated_topics(topics, history))) if retained_of is not None else {}
     ingest_topics = [
         IngestTopic(e.partition_id, topics.ingest(e.partition_id), topics.leader_group(e.partition_id))
-        for e in [*file.partitions, *(r.entry for r in retired_partitions(history))]
+        for e in [*file.partitions, *(r.entry for r in split_parents)]
     ]
     waiting = [] if ingest_reader is None else unaccepted(ingest_topics, ingest_reader)
     ok = all(p.agree and p.wal_chains_ok and p.gtids_ok and p.in_range and p.covered is not False for p in partitions)

@@ -201,15 +201,16 @@ def route_ingest_message(
     the reason: nothing is lost silently, nothing invalid is accepted, and nothing a message holds
     can stop the forwarding.
     """
+    whole = bytes(data or b"")
     rows = validator.validate(data, headers)
     if isinstance(rows, Rejected):
-        return [(low, bytes(data or b""))]
+        return [(low, whole)]
     below = key_range_mask(
         rows.column(validator.table.partition_key), KeyRange(UNBOUNDED, split_point), validator.table.keyspace
     )
     low_rows = pc.sum(below).as_py() or 0
     if low_rows in (0, rows.num_rows):
-        return [(low if low_rows else high, bytes(data or b""))] if rows.num_rows else []
+        return [(low if low_rows else high, whole)] if rows.num_rows else []
     limit = min(validator.max_bytes, FORWARD_PIECE_BYTES)
     out: list[tuple[str, bytes]] = []
     for child, mask in ((low, below), (high, pc.invert(below))):
@@ -218,11 +219,11 @@ def route_ingest_message(
             log.warning(
                 "a straggler of %d bytes has a row that does not fit a message of %d bytes alone once encoded "
                 "again: forwarded whole to %s, whose leader refuses it",
-                len(data or b""),
+                len(whole),
                 limit,
                 low,
             )
-            return [(low, bytes(data or b""))]
+            return [(low, whole)]
         out.extend((child, piece) for piece in pieces)
     return out
 
