@@ -16,7 +16,11 @@ Eligibility (DESIGN.md section 7: an out-of-sync replica never leads while an in
 :func:`metadata.in_sync.prefer_in_sync`). It is a rule, not a preference: a first-in-line candidate
 that may not lead re-enters behind the line when one that may is in it (not counted as a yield), and
 otherwise stays first without leading, watching the line, until a candidate that may lead enters it
-or the rule changes (read again at every :meth:`PartitionElection.recheck`).
+or the rule changes (read again at every :meth:`PartitionElection.recheck`). The hook may return an
+:class:`Eligibility` naming the znode its rule was read from and that znode's version: the winner's
+epoch bump then commits only while the znode is unchanged (checked, or created empty when it did not
+exist, in the same ZooKeeper transaction), so an old leader that marks the winner out of sync between
+the winner's read and its bump makes the bump fail and the winner look at the line again.
 
 Connection states (kazoo listener): while the connection is SUSPENDED a leader must not trust its
 position and stops accepting writes (:meth:`PartitionElection.check_writable` raises); when the
@@ -109,6 +113,18 @@ class Leadership:
 
     def fence(self) -> EpochFence:
         return EpochFence(self.partition_id, self.epoch)
+
+
+@dataclass(frozen=True)
+class Eligibility:
+    """What an ``eligible`` hook decided and what it read (:class:`PartitionElection`)."""
+
+    allowed: frozenset[int]
+    """The placement ids of the line that may lead now."""
+    znode: str | None = None
+    """The znode the rule was read from (None: nothing to guard)."""
+    version: int = -1
+    """Its version when read (-1: it did not exist; the bump then creates it empty)."""
 
 
 @dataclass(frozen=True)
@@ -255,7 +271,7 @@ class PartitionElection:
         on_change: Callable[[LeaderState, Leadership | None], None] | None = None,
         prefer: Callable[[Sequence[Candidate]], int | None] | None = None,
         max_yields: int = 2,
-        eligible: Callable[[Sequence[Candidate]], Collection[int]] | None = None,
+        eligible: Callable[[Sequence[Candidate]], Collection[int] | Eligibility] | None = None,
     ) -> None:
         """``prefer``: given the line of candidates, the placement id that should lead (e.g. the replica
         with the highest acked position on the old leader's channel, TokuMX), or None for no preference.
@@ -265,7 +281,8 @@ class PartitionElection:
 
         ``eligible``: given the line, the placement ids that may lead now (None: every candidate); a
         candidate only yields to a preferred one that may lead. An error in it is an error of the step
-        (retried at the next event or :meth:`recheck`): nobody leads on a rule it could not read."""
+        (retried at the next event or :meth:`recheck`): nobody leads on a rule it could not read. An
+        :class:`Eligibility` it returns also guards the epoch bump with the znode it was read from."""
         self.partition_id = validate_partition_id(partition_id)
         self.server_id = validate_server_id(server_id)
         self.placement_id = validate_placement_id(placement_id)
@@ -463,7 +480,8 @@ class PartitionElection:
             if self._drop_own_strays(line[:idx]):
                 continue
             if idx == 0:
-                allowed = self._allowed(line)
+                rule = self._allowed(line)
+                allowed = rule.allowed
                 if self.placement_id not in allowed:
                     if any(c.placement_id in allowed for c in line[1:]):
                         self._requeue(node, counted=False)
@@ -474,8 +492,9 @@ class PartitionElection:
                 if self._should_yield(line, allowed):
                     self._requeue(node)
                     continue
-                self._become_leader(node)
-                return
+                if self._become_leader(node, rule):
+                    return
+                continue  # the rule's znode changed before the bump: look again
             pred = f"{self._layout.election(self.partition_id)}/{names[idx - 1]}"
             with zk_errors("watch predecessor"):
                 if self._zk.exists(pred, watch=self._on_predecessor_event) is not None:
@@ -508,11 +527,12 @@ class PartitionElection:
             )
         return dropped
 
-    def _allowed(self, line: Sequence[Candidate]) -> frozenset[int]:
+    def _allowed(self, line: Sequence[Candidate]) -> Eligibility:
         """The placements of ``line`` that may lead now (the ``eligible`` hook; all without one)."""
         if self._eligible is None:
-            return frozenset(c.placement_id for c in line)
-        return frozenset(self._eligible(line))
+            return Eligibility(frozenset(c.placement_id for c in line))
+        rule = self._eligible(line)
+        return rule if isinstance(rule, Eligibility) else Eligibility(frozenset(rule))
 
     def _wait_for_line(self, names: Sequence[str]) -> bool:
         """First in line but no candidate may lead: watch the line, so that a candidate entering it
@@ -580,7 +600,9 @@ class PartitionElection:
             self.partition_id,
         )
 
-    def _become_leader(self, node: str) -> None:
+    def _become_leader(self, node: str, rule: Eligibility) -> bool:
+        """Bump the epoch and lead. False when ``rule``'s znode changed since it was read (the caller
+        looks at the line again); True otherwise (led, stepped down, or no longer a candidate)."""
         cand_path = f"{self._layout.election(self.partition_id)}/{node}"
         epoch_path = self._layout.epoch(self.partition_id)
         while True:
@@ -595,18 +617,32 @@ class PartitionElection:
                 txn = self._zk.transaction()
                 txn.check(cand_path, 0)
                 txn.set_data(epoch_path, new.encode(), version=stat.version)
+                if rule.znode is not None:
+                    if rule.version < 0:
+                        txn.create(rule.znode, b"", acl=self._security.acls())
+                    else:
+                        txn.check(rule.znode, rule.version)
                 results = txn.commit()
             if not any(isinstance(r, Exception) for r in results):
                 lead = Leadership(self.partition_id, self.server_id, self.placement_id, new.epoch)
                 with self._cond:
                     if self._state is not LeaderState.CANDIDATE:
-                        return
+                        return True
                 self._set(LeaderState.LEADER, lead)
                 self._watch_epoch()
-                return
+                return True
             if isinstance(results[0], (NoNodeError, BadVersionError)):
                 self._step_down("candidate znode vanished before the epoch bump")
-                return
+                return True
+            if len(results) > 2 and isinstance(results[2], (NoNodeError, NodeExistsError, BadVersionError)):
+                log.info(
+                    "%s#%d: %s changed before the epoch bump of %s; looking at the line again",
+                    self.server_id,
+                    self.placement_id,
+                    rule.znode,
+                    self.partition_id,
+                )
+                return False
             log.debug("epoch CAS race on %s, retrying", self.partition_id)
 
     def _watch_epoch(self) -> None:

@@ -89,7 +89,15 @@ from metadata.discovery import (
     check_transition,
     discover,
 )
-from metadata.election import Candidate, EpochFence, Leadership, LeaderState, PartitionElection, read_epoch
+from metadata.election import (
+    Candidate,
+    Eligibility,
+    EpochFence,
+    Leadership,
+    LeaderState,
+    PartitionElection,
+    read_epoch,
+)
 from metadata.in_sync import PartitionInSync, prefer_in_sync, read_in_sync
 from metadata.keyspace import KeyRange
 from metadata.metadata_file import MetadataFile, RetiredPartition, retired_partitions
@@ -779,16 +787,19 @@ class StorageNode:
             leader.stop(30)
             election.resign()
 
-    def _in_sync_leaders(self, held: HeldPartition) -> Callable[[Sequence[Candidate]], tuple[int, ...]]:
+    def _in_sync_leaders(self, held: HeldPartition) -> Callable[[Sequence[Candidate]], Eligibility]:
         """The election's ``eligible`` hook (DESIGN.md section 7, Kafka's ISR rule with unclean leader
         election off): the in-sync candidates; none while an in-sync LIVE placement is not in line
-        (:func:`metadata.in_sync.prefer_in_sync`), read from ZooKeeper at every look at the line."""
+        (:func:`metadata.in_sync.prefer_in_sync`), read from ZooKeeper at every look at the line. The
+        in-sync znode's version guards the winner's epoch bump (:class:`metadata.election.Eligibility`):
+        an old leader that marks the winner out of sync after this read makes the bump fail."""
         assert self._client is not None
         client, partition_id = self._client, held.partition_id
 
-        def eligible(line: Sequence[Candidate]) -> tuple[int, ...]:
-            out = read_in_sync(client.zk, client.layout, partition_id).out_of_sync
-            return prefer_in_sync([c.placement_id for c in line], out, held.live)
+        def eligible(line: Sequence[Candidate]) -> Eligibility:
+            rec = read_in_sync(client.zk, client.layout, partition_id)
+            allowed = prefer_in_sync([c.placement_id for c in line], rec.out_of_sync, held.live)
+            return Eligibility(frozenset(allowed), client.layout.in_sync(partition_id), rec.version)
 
         return eligible
 

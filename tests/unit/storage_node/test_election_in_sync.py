@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, NotEmptyError, RolledBackError
 
-from metadata.election import LeaderState, PartitionElection, candidates, read_epoch
-from metadata.in_sync import InSyncRecord, prefer_in_sync
+from metadata.election import EpochFence, LeaderState, PartitionElection, candidates, read_epoch
+from metadata.in_sync import InSyncRecord, prefer_in_sync, read_in_sync, write_out_of_sync
 from metadata.table import Column, ColumnType, TableDefinition
 from metadata.zk_layout import EpochRecord, ZkLayout
 from shoal.ids import new_partition_id
@@ -293,3 +293,59 @@ def test_a_leader_does_not_hand_over_to_an_out_of_sync_preferred_leader(tmp_path
 )
 def test_prefer_in_sync(line: list[int], out: set[int], live: list[int], eligible: tuple[int, ...]) -> None:
     assert prefer_in_sync(line, out, live) == eligible
+
+
+@pytest.mark.parametrize("had_record", [True, False], ids=["record-changed", "record-created"])
+def test_an_old_leader_marking_the_winner_out_of_sync_before_its_bump_stops_it(
+    tmp_path: Path, had_record: bool
+) -> None:
+    """The old leader (its session not expired yet, its epoch still current) marks the in-sync winner
+    out of sync between the winner's read of the in-sync record and its epoch bump: the bump, guarded
+    by the record's version (or its absence), fails and the winner looks at the line again, where it
+    may no longer lead (placement 1, in sync, is not in line)."""
+    zk = FakeZk()
+    pid = _partition(zk)
+    layout = ZkLayout()
+    if not had_record:
+        zk.delete(layout.in_sync(pid))
+    node2 = _node(zk, tmp_path, "node-2")
+    original = node2._in_sync_leaders
+    raced = threading.Event()
+
+    def racing_hook(held: HeldPartition) -> Callable[[Any], Any]:
+        hook = original(held)
+
+        def eligible(line: Any) -> Any:
+            rule = hook(line)
+            if not raced.is_set():  # the old leader's fenced write lands right after the winner's read
+                raced.set()
+                write_out_of_sync(zk, layout, EpochFence(pid, 4), OLD_LEADER, {IN_SYNC, LAGGING})
+            return rule
+
+        return eligible
+
+    node2._in_sync_leaders = racing_hook  # type: ignore[method-assign]
+    e2 = _election(node2, _held(tmp_path, "node-2", pid, IN_SYNC, (OLD_LEADER, IN_SYNC, LAGGING)))
+    try:
+        assert raced.wait(5)
+        assert not e2.wait_for(LeaderState.LEADER, timeout=1.5), "an out-of-sync replica took the lead"
+        assert read_epoch(zk, layout, pid).epoch == 4
+        assert e2.state is LeaderState.CANDIDATE
+    finally:
+        e2.close()
+
+
+def test_the_guard_lets_the_winner_lead_when_the_record_is_unchanged(tmp_path: Path) -> None:
+    zk = FakeZk()
+    pid = _partition(zk)
+    layout = ZkLayout()
+    zk.delete(layout.in_sync(pid))  # no record: every replica in sync; the bump creates it empty
+    node2 = _node(zk, tmp_path, "node-2")
+    e2 = _election(node2, _held(tmp_path, "node-2", pid, IN_SYNC, (OLD_LEADER, IN_SYNC, LAGGING)))
+    try:
+        assert e2.wait_for(LeaderState.LEADER, timeout=5), e2.state
+        assert read_epoch(zk, layout, pid).epoch == 5
+        rec = read_in_sync(zk, layout, pid)
+        assert (rec.out_of_sync, rec.version) == (frozenset(), 0)
+    finally:
+        e2.close()
