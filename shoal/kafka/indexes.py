@@ -152,6 +152,16 @@ def log_bounds(admin: AdminClient, tps: Iterable[TP], *, timeout_s: float = 10.0
     return {k: (starts[k], ends[k]) for k in keys if k in starts and k in ends}
 
 
+def high_watermarks(admin: AdminClient, tps: Iterable[TP], *, timeout_s: float = 10.0) -> dict[TP, int]:
+    """{(topic, partition): high watermark}: the log end every acknowledged write is below (records of
+    open transactions included). A topic that does not exist is a KafkaOperationError, as in
+    :func:`stable_ends`."""
+    keys = sorted(set(tps))
+    if not keys:
+        return {}
+    return _list_offsets(admin, keys, OffsetSpec.latest(), timeout_s, IsolationLevel.READ_UNCOMMITTED)
+
+
 def stable_ends(admin: AdminClient, tps: Iterable[TP], *, timeout_s: float = 10.0) -> dict[TP, int]:
     """{(topic, partition): last stable offset}: the end a ``read_committed`` consumer reads up to,
     below the log end while a transaction is open on the partition (the first offset of the oldest

@@ -420,8 +420,9 @@ class RetiredVerification(Shape):
 
 class UnacceptedIngest(Shape):
     """An ingest topic holding a write Kafka acknowledged that its leader has not accepted
-    (:mod:`shoal_app.cli.verify_ingest`): no replica holds it yet (no leader running, or one that
-    cannot take it); or, with ``error``, one whose offsets could not be read."""
+    (:mod:`shoal_app.cli.verify_ingest`): no replica holds it yet (no leader running, one that
+    cannot take it, or, with ``held_back_from``, a transaction still open in front of it); or, with
+    ``error``, one whose offsets could not be read."""
 
     partition_id: str
     topic: str
@@ -429,6 +430,11 @@ class UnacceptedIngest(Shape):
     """The leader group's committed offset: every record below it was accepted (None: none was)."""
     last_unaccepted: int | None = None
     """The offset of the last acknowledged record not accepted after verify waited for it."""
+    held_back_from: int | None = None
+    """The topic's last stable offset, when a transaction open there still held back the records
+    from it up to ``high_water`` (its leader cannot read them yet) after verify waited."""
+    high_water: int | None = None
+    """The topic's high watermark when verify began (with ``held_back_from``)."""
     error: str | None = None
 
 

@@ -977,6 +977,10 @@ def verify_command(table_name: str, output: str, **conn: Any) -> None:
                 + (
                     f"could not be checked ({u.error})"
                     if u.error
+                    else f"WRITES NOT READABLE YET: a transaction open at offset {u.held_back_from} holds back the "
+                    f"acknowledged records up to offset {u.high_water} (verify again once it ends; an orphaned one "
+                    "is aborted at its transaction timeout)"
+                    if u.held_back_from is not None
                     else f"WRITES NOT ACCEPTED: acknowledged records up to offset {u.last_unaccepted}, its leader "
                     f"accepted up to {u.accepted_to if u.accepted_to is not None else 'none'} (is a leader running? "
                     "verify again once it is)"

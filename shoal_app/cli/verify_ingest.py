@@ -7,14 +7,18 @@ never accepted (no leader running, a leader or a split forwarder that retries on
 is on no channel and in no replica, and a quiet table and a stuck one would both pass.
 
 So for each ingest topic of the table (listed partitions and retired split parents, whose
-stragglers the forwarder takes under the parent's leader group): its last stable offset (the end a
-``read_committed`` reader sees) and the group's committed offset are read; the committed records
-between them (transaction markers and aborted records are not records) are read back from the end,
-a window at a time, for the last one; and the group must commit past it within
-``settle_s`` (writes in flight are accepted in a moment). A topic that does not get there is listed
-(:class:`~shoal_app.cli.models.UnacceptedIngest`), and ``ok`` is false: acknowledged writes that no
-replica holds yet, verify again once its leader runs. One that cannot be read is listed with the
-error: an unchecked topic does not pass.
+stragglers the forwarder takes under the parent's leader group): its high watermark (every write
+acknowledged so far is below it) is read, then its last stable offset (the end a ``read_committed``
+reader, the leader, sees) must reach it: a transaction still open holds back every record after its
+first one, non-transactional writes too, and verify waits for it to end. Then the group's committed
+offset is read; the committed records between it and the high watermark (transaction markers and
+aborted records are not records) are read back from the end, a window at a time, for the last one;
+and the group must commit past it. Both waits share ``settle_s`` (writes in flight are accepted in a
+moment). A topic that does not get there is listed (:class:`~shoal_app.cli.models.UnacceptedIngest`,
+with ``held_back_from`` when a transaction still held its records back), and ``ok`` is false:
+acknowledged writes that no replica holds yet; verify again once its leader runs, or once the open
+transaction ends (an orphaned one is aborted at its ``transaction.timeout.ms``). One that cannot be
+read is listed with the error: an unchecked topic does not pass.
 """
 
 from __future__ import annotations
@@ -51,6 +55,8 @@ class IngestReader:
     """(group, topic) -> the group's committed offset, None when it has none."""
     last_record: Callable[[str, int, int], int | None]
     """(topic, start, end) -> the offset of the last committed record in [start, end), or None."""
+    high_water: Callable[[str], int] | None = None
+    """The topic's high watermark (None: the last stable offset stands for it)."""
     clock: Callable[[], float] = time.monotonic
     sleep: Callable[[float], None] = time.sleep
 
@@ -60,39 +66,73 @@ def unaccepted(
 ) -> list[UnacceptedIngest]:
     """The ingest topics of ``targets`` holding an acknowledged record their leader group has not
     committed past within ``settle_s`` (module docstring), or that could not be read."""
+    held: dict[str, tuple[IngestTopic, int, int]] = {}
+    """topic -> (target, its last stable offset, the high watermark it must reach)"""
     waiting: dict[str, tuple[IngestTopic, int | None, int]] = {}
     out: list[UnacceptedIngest] = []
     for t in targets:
         try:
+            high = reader.high_water(t.topic) if reader.high_water is not None else None
             end = reader.stable_end(t.topic)
-            accepted = reader.committed(t.group, t.topic)
-            start = 0 if accepted is None else accepted
-            if start >= end:
-                continue
-            last = _last_record(reader, t.topic, start, end)
-            if last is not None:
-                waiting[t.topic] = (t, accepted, last)
+            if high is not None and end < high:
+                held[t.topic] = (t, end, high)
+            else:
+                _judge(reader, t, end, waiting)
         except KafkaOperationError as exc:
             out.append(_error(t, exc))
     deadline = reader.clock() + settle_s
-    while waiting:
+    while held or waiting:
+        for topic, (t, _end, high) in list(held.items()):
+            try:
+                end = reader.stable_end(topic)
+                if end >= high:
+                    del held[topic]
+                    _judge(reader, t, high, waiting)
+                else:
+                    held[topic] = (t, end, high)
+            except KafkaOperationError:
+                continue  # asked again until the deadline: judged on the last answer
         for topic, (t, _before, last) in list(waiting.items()):
             try:
                 now = reader.committed(t.group, topic)
             except KafkaOperationError:
-                continue  # asked again until the deadline: judged on the last answer
+                continue
             if now is not None and now > last:
                 del waiting[topic]
             else:
                 waiting[topic] = (t, now, last)
-        if not waiting or reader.clock() >= deadline:
+        if not (held or waiting) or reader.clock() >= deadline:
             break
         reader.sleep(poll_s)
+    for topic, (t, end, high) in held.items():
+        try:
+            accepted = reader.committed(t.group, topic)
+        except KafkaOperationError:
+            accepted = None
+        out.append(
+            UnacceptedIngest(
+                partition_id=t.partition_id, topic=topic, accepted_to=accepted, held_back_from=end, high_water=high
+            )
+        )
     out += [
         UnacceptedIngest(partition_id=t.partition_id, topic=t.topic, accepted_to=accepted, last_unaccepted=last)
         for t, accepted, last in waiting.values()
     ]
     return sorted(out, key=lambda u: u.topic)
+
+
+def _judge(
+    reader: IngestReader, t: IngestTopic, end: int, waiting: dict[str, tuple[IngestTopic, int | None, int]]
+) -> None:
+    """Add ``t`` to ``waiting`` when a committed record below ``end`` (readable by its leader) is above
+    its group's committed offset (KafkaOperationError when it cannot be read)."""
+    accepted = reader.committed(t.group, t.topic)
+    start = 0 if accepted is None else accepted
+    if start >= end:
+        return
+    last = _last_record(reader, t.topic, start, end)
+    if last is not None:
+        waiting[t.topic] = (t, accepted, last)
 
 
 def _last_record(reader: IngestReader, topic: str, start: int, end: int) -> int | None:
@@ -116,13 +156,19 @@ def _error(t: IngestTopic, exc: KafkaOperationError) -> UnacceptedIngest:
 def kafka_reader(kafka: KafkaSettings, admin: Any) -> IngestReader:
     """:class:`IngestReader` over Kafka: last stable offsets and committed offsets through ``admin``
     (made by :func:`shoal.kafka.clients.admin`), records with a ``read_committed`` consumer."""
-    from shoal.kafka.indexes import committed_offsets, stable_ends
+    from shoal.kafka.indexes import committed_offsets, high_watermarks, stable_ends
     from shoal.kafka.readers import read_to_end
 
     def stable_end(topic: str) -> int:
         ends = stable_ends(admin, [(topic, 0)], timeout_s=15)
         if (topic, 0) not in ends:
             raise KafkaOperationError(f"{topic}: no last stable offset")
+        return ends[(topic, 0)]
+
+    def high_water(topic: str) -> int:
+        ends = high_watermarks(admin, [(topic, 0)], timeout_s=15)
+        if (topic, 0) not in ends:
+            raise KafkaOperationError(f"{topic}: no high watermark")
         return ends[(topic, 0)]
 
     def committed(group: str, topic: str) -> int | None:
@@ -140,4 +186,4 @@ def kafka_reader(kafka: KafkaSettings, admin: Any) -> IngestReader:
             last = offset
         return last
 
-    return IngestReader(stable_end, committed, last_record)
+    return IngestReader(stable_end, committed, last_record, high_water=high_water)

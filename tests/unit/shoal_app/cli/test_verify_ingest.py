@@ -24,11 +24,18 @@ class Ingest:
         self.reads = 0
         self.t = 0.0
         self.fail_end = False
+        self.high: int | None = None
+        """The high watermark (None: the reader has none); ``end`` reaches it after ``opens_for`` reads."""
+        self.opens_for: int | None = None
+        self.end_reads = 0
 
     def reader(self) -> IngestReader:
         def stable_end(_topic: str) -> int:
             if self.fail_end:
                 raise KafkaOperationError("ingest: no leader for the partition")
+            self.end_reads += 1
+            if self.high is not None and self.opens_for is not None and self.end_reads > self.opens_for:
+                self.end = self.high  # the open transaction ended
             return self.end
 
         def committed(_group: str, _topic: str) -> int | None:
@@ -44,7 +51,18 @@ class Ingest:
         def sleep(s: float) -> None:
             self.t += s
 
-        return IngestReader(stable_end, committed, last_record, clock=lambda: self.t, sleep=sleep)
+        def high_water(_topic: str) -> int:
+            assert self.high is not None
+            return self.high
+
+        return IngestReader(
+            stable_end,
+            committed,
+            last_record,
+            clock=lambda: self.t,
+            sleep=sleep,
+            high_water=None if self.high is None else high_water,
+        )
 
 
 T = IngestTopic("p1", "shoal.ingest.p1", "shoal.leader.p1")
@@ -74,6 +92,32 @@ def test_writes_in_flight_are_waited_for_and_a_stuck_topic_is_listed() -> None:
     assert unaccepted([T], Ingest([5], end=10 * WINDOW, committed=6).reader()) == []
 
 
+def _held_back(
+    records: list[int], end: int, high: int, committed: int, opens_for: int | None, later: int | None = None
+) -> Ingest:
+    ingest = Ingest(records, end=end, committed=committed, later=later, moves_after=2)
+    ingest.high, ingest.opens_for = high, opens_for
+    return ingest
+
+
+def test_writes_behind_a_transaction_still_open_are_not_passed_as_accepted() -> None:
+    """A transaction open at offset 5 (a Spark sink's, or an orphan's until its timeout) holds back the
+    non-transactional writes acknowledged after it: the leader (read_committed) cannot read them,
+    and the group's offset 5 is at the last stable offset. They are no accepted writes."""
+    records = [0, 1, 2, 3, 4, 6, 7, 8, 9]  # 5: the open transaction's record (aborted later)
+    ingest = _held_back(records, end=5, high=10, committed=5, opens_for=None)
+    (held,) = unaccepted([T], ingest.reader(), settle_s=15)
+    assert (held.held_back_from, held.high_water, held.accepted_to, held.last_unaccepted) == (5, 10, 5, None)
+    assert ingest.t >= 15  # it waited for the transaction to end, then judged
+    # the transaction ends (aborted) after a few reads and the leader takes the rest: passes
+    assert unaccepted([T], _held_back(records, 5, 10, 5, opens_for=3, later=10).reader()) == []
+    # it ends, and the leader does not take them: the last record behind it is listed
+    (stuck,) = unaccepted([T], _held_back(records, 5, 10, 5, opens_for=3).reader())
+    assert (stuck.held_back_from, stuck.accepted_to, stuck.last_unaccepted) == (None, 5, 9)
+    # nothing open: the last stable offset is the high watermark, judged at once
+    assert unaccepted([T], _held_back(records, 10, 10, 10, opens_for=None).reader()) == []
+
+
 def test_a_topic_that_cannot_be_read_is_listed_with_the_error() -> None:
     ingest = Ingest([0], end=1, committed=1)
     ingest.fail_end = True
@@ -98,14 +142,23 @@ def test_the_text_output_names_the_ingest_topic(monkeypatch: pytest.MonkeyPatch)
     file = _file()
     pid = file.partitions[0].partition_id
     channels = FakeChannels({}, {})
-    channels.ingest = Ingest([0, 1], end=2, committed=1).reader()
     monkeypatch.setattr(verify_module, "MetadataClient", fake_metadata_client(file))
     monkeypatch.setattr(verify_module, "KafkaChannels", lambda _kafka: channels)
     monkeypatch.setattr("metadata.node_registry.lookup_node", lambda _zk, _layout, server: server)
     monkeypatch.setattr("shoal.scan.describe_remote", lambda server, _t: [])
-    res = CliRunner().invoke(verify_module.verify_command, ["events", "--zk", "z:1", "--bootstrap-servers", "b:1"])
-    assert res.exit_code == 1, res.output
-    assert (
-        f"ingest topic {TOPICS.ingest(pid)}: WRITES NOT ACCEPTED: acknowledged records up to offset 1, "
-        "its leader accepted up to 1" in res.output
-    ), res.output
+    expected = [
+        (
+            Ingest([0, 1], end=2, committed=1),
+            "WRITES NOT ACCEPTED: acknowledged records up to offset 1, its leader accepted up to 1",
+        ),
+        (
+            _held_back([0, 1, 3], end=2, high=4, committed=2, opens_for=None),
+            "WRITES NOT READABLE YET: a transaction open at offset 2 holds back the acknowledged records up to "
+            "offset 4",
+        ),
+    ]
+    for ingest, text in expected:
+        channels.ingest = ingest.reader()
+        res = CliRunner().invoke(verify_module.verify_command, ["events", "--zk", "z:1", "--bootstrap-servers", "b:1"])
+        assert res.exit_code == 1, res.output
+        assert f"ingest topic {TOPICS.ingest(pid)}: {text}" in res.output, res.output
