@@ -86,8 +86,8 @@ def unaccepted(
             try:
                 end = reader.stable_end(topic)
                 if end >= high:
-                    del held[topic]
                     _judge(reader, t, high, waiting)
+                    del held[topic]  # only once judged: a read that failed leaves it held
                 else:
                     held[topic] = (t, end, high)
             except KafkaOperationError:

@@ -114,6 +114,19 @@ def test_writes_behind_a_transaction_still_open_are_not_passed_as_accepted() -> 
     # it ends, and the leader does not take them: the last record behind it is listed
     (stuck,) = unaccepted([T], _held_back(records, 5, 10, 5, opens_for=3).reader())
     assert (stuck.held_back_from, stuck.accepted_to, stuck.last_unaccepted) == (None, 5, 9)
+    # the group's offset cannot be read at the moment the transaction ends: judged at the next look
+    reader = _held_back(records, 5, 10, 5, opens_for=3).reader()
+    committed, failed = reader.committed, []
+
+    def committed_failing_once(group: str, topic: str) -> int | None:
+        if not failed:
+            failed.append(True)
+            raise KafkaOperationError("GroupCoordinator: not coordinator")
+        return committed(group, topic)
+
+    reader.committed = committed_failing_once
+    (stuck,) = unaccepted([T], reader)
+    assert failed and (stuck.accepted_to, stuck.last_unaccepted) == (5, 9)
     # nothing open: the last stable offset is the high watermark, judged at once
     assert unaccepted([T], _held_back(records, 10, 10, 10, opens_for=None).reader()) == []
 
