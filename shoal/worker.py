@@ -63,18 +63,26 @@ class Deadline:
 
 
 class Backoff:
-    """Exponential backoff with full jitter (AWS architecture blog), reset after a success."""
+    """Exponential backoff with full jitter (AWS architecture blog), reset after a success.
 
-    def __init__(self, initial_s: float = 0.1, maximum_s: float = 5.0, factor: float = 2.0) -> None:
+    ``jitter=False``: exactly ``initial_s``, then ``factor`` times the last, up to ``maximum_s`` (one
+    caller retrying alone, whose pauses are read in its log)."""
+
+    def __init__(self, initial_s: float = 0.1, maximum_s: float = 5.0, factor: float = 2.0, *, jitter: bool = True):
         self.initial_s = initial_s
         self.maximum_s = maximum_s
         self.factor = factor
+        self.jitter = jitter
         self.failures = 0
 
+    def peek(self) -> float:
+        """The cap of the next delay (its upper bound), without counting a failure."""
+        return min(self.maximum_s, self.initial_s * self.factor**self.failures)
+
     def next_delay(self) -> float:
-        cap = min(self.maximum_s, self.initial_s * self.factor**self.failures)
+        cap = self.peek()
         self.failures += 1
-        return random.uniform(cap / 2, cap)
+        return random.uniform(cap / 2, cap) if self.jitter else cap
 
     def reset(self) -> None:
         self.failures = 0

@@ -55,6 +55,7 @@ from metadata.client import MetadataClient, MetadataConfig
 from metadata.metadata_file import MetadataFile
 from shoal.errors import KafkaOperationError
 from shoal.kafka.transaction import TransactionalChannel, fence_all
+from shoal.worker import Backoff
 from spark_jobs.commit_log import BatchCommitLog, validate_query_id
 from spark_jobs.errors import SinkCommitError
 from spark_jobs.settings import SinkSettings
@@ -251,7 +252,7 @@ def retrying(settings: SinkSettings, what: str, step: Callable[[float], _T], *, 
     monotonic ``deadline`` (the commit's ``commit_timeout_s``): Spark retries a failed write task
     but never a failed commit, which fails the query. ``timeout`` is ``settings.sync_timeout_s``,
     or what is left before the deadline if less. Waits 1 s, doubling up to 15 s, between tries."""
-    pause = 1.0
+    backoff = Backoff(initial_s=1.0, maximum_s=15.0, jitter=False)
     tries = 0
     while True:
         tries += 1
@@ -260,15 +261,14 @@ def retrying(settings: SinkSettings, what: str, step: Callable[[float], _T], *, 
             return step(max(1.0, min(settings.sync_timeout_s, left)))
         except SinkCommitError as exc:
             left = deadline - time.monotonic()
-            if not exc.retriable or left <= pause:
+            if not exc.retriable or left <= backoff.peek():
                 if tries > 1:
                     raise SinkCommitError(
                         f"{exc} (after {tries} tries in commitTimeout)", retriable=exc.retriable
                     ) from exc
                 raise
             log.warning("%s failed (try %d, %.0f s left of commitTimeout), trying again: %s", what, tries, left, exc)
-        time.sleep(pause)
-        pause = min(pause * 2, 15.0)
+        time.sleep(backoff.next_delay())
 
 
 def _message(query_id: str | None, batch_id: int | None, partition_id: int | None, w: Written) -> ShoalCommitMessage:
