@@ -512,6 +512,8 @@ def _read_channels_once(
         if wal_order is not None:
             out.epochs[wal_topic] = wal_order.epochs
             out.wal_orders.append(wal_order)
+        if order.epochs:  # the placement's own flushes keep its terms' epochs after the Tail
+            out.epochs[wal_topic] = out.epochs.get(wal_topic, set()) | order.epochs
     return out
 
 
@@ -828,20 +830,28 @@ def verify(
             )
         )
     split_parents = retired_partitions(history)
-    retired = [
-        verify_retired(
-            source,
-            topics,
-            file.table,
-            r.entry,
-            r.key_range,
-            listed,
-            rows_of,
-            listed_epochs,
-            removed=removed_placements(history, r.entry),
+    # newest first: a retired partition's epochs are compared with those of every partition that
+    # holds its keys after it, listed or retired since (a child that split in turn)
+    later_epochs = list(listed_epochs)
+    retired = []
+    for r in reversed(split_parents):
+        seen: dict[str, set[int]] = {}
+        retired.append(
+            verify_retired(
+                source,
+                topics,
+                file.table,
+                r.entry,
+                r.key_range,
+                listed,
+                rows_of,
+                later_epochs,
+                removed=removed_placements(history, r.entry),
+                epochs_out=seen,
+            )
         )
-        for r in split_parents
-    ]
+        later_epochs.append((r.key_range, r.entry.partition_id, list(seen.values())))
+    retired.reverse()
     retained = dict(retained_of(_truncated_topics(topics, history))) if retained_of is not None else {}
     ingest_topics = [
         IngestTopic(e.partition_id, topics.ingest(e.partition_id), topics.leader_group(e.partition_id))
@@ -882,6 +892,7 @@ def verify_retired(
     rows: Rows | None,
     listed_epochs: Sequence[tuple[KeyRange, str, Iterable[set[int]]]] = (),
     removed: Sequence[Placement] = (),
+    epochs_out: dict[str, set[int]] | None = None,
 ) -> RetiredVerification:
     """A retired partition's channels, every write on them checked on the listed partitions'
     replicas that hold its key now, and those partitions' epochs above its own
@@ -889,6 +900,8 @@ def verify_retired(
     read = read_channels(
         source, topics, entry, WalFloors(table) if rows is not None else None, retired=True, removed=removed
     )
+    if epochs_out is not None:
+        epochs_out.update(read.epochs)
     shared = (
         read.error
         or shared_epochs(read.epochs)

@@ -512,7 +512,19 @@ def replicas_missing(
         nulls = null_keys(scan, key_columns)
         if nulls:
             problems.append(f"{who} holds {nulls} row(s) with a null primary key column (in no partition's range)")
+        unstamped = null_gtids(scan)
+        if unstamped:
+            problems.append(f"{who} holds {unstamped} row(s) with a null GTID (no leader stamped them)")
     return problems
+
+
+def null_gtids(scan: pa.Table) -> int:
+    """How many rows of ``scan`` have a null ``_shoal_epoch`` or ``_shoal_seq``: never a version a
+    leader wrote, and one the GTID comparisons of the newer check would all skip (a null is not above)."""
+    if scan.num_rows == 0:
+        return 0
+    null = pc.or_(pc.is_null(scan.column(EPOCH_COLUMN)), pc.is_null(scan.column(SEQ_COLUMN)))
+    return int(pc.sum(null.cast(pa.int64())).as_py() or 0)
 
 
 def null_keys(scan: pa.Table, key_columns: Sequence[str]) -> int:

@@ -63,6 +63,9 @@ class SegmentsOrder:
     """Per WAL channel, the ``[start, end)`` offsets of it the manifests on this channel cover (own or
     received segments, minors or majors), in channel order: with the other channels' (:func:`covered_run`),
     how far that WAL channel's Tail may be."""
+    epochs: set[int] = field(default_factory=set)
+    """The writer epochs of the placement's own segments (a leader term of this placement, which no
+    other placement may have had: seen here even once the Tail truncated its WAL records)."""
 
     def covered_end(self, wal_topic: str) -> int:
         """One past the highest offset of ``wal_topic`` a manifest on this channel covers (0 if none)."""
@@ -125,6 +128,7 @@ def check_manifests(
         if epoch is not None and m.epoch < epoch:
             raise GtidOrderError(topic, offset, None, f"writer epoch {m.epoch} after {epoch}: a leader term went back")
         epoch = m.epoch
+        out.epochs.add(m.epoch)
         if m.max_gtid is None or m.min_gtid is None:
             continue  # published before manifests carried their GTID range
         own = [r for r in m.covered_wal_offsets if r.topic == own_wal_topic]

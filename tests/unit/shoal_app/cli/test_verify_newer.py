@@ -238,3 +238,29 @@ def test_a_version_at_the_current_epoch_is_judged_when_its_wal_channel_is_empty(
     ), report.partitions[0].coverage_error
     # another leader now (placement 2, whose channels are gone): epoch 1 is not judged that way
     assert _verify(channels, phantom, leader=2, key_max=2).ok
+
+
+def test_a_replica_row_with_a_null_gtid_is_a_mismatch() -> None:
+    """A row no leader stamped (null ``_shoal_epoch``/``_shoal_seq``, e.g. a segment file written
+    without its GTID values) at a key no channel holds: every GTID comparison skips a null, so it
+    passed; the same phantom at a GTID is caught by the newer-version check."""
+    file = _file()
+    pid = file.partitions[0].partition_id
+    channels = FakeChannels(
+        {TOPICS.wal(pid, 1): (0, _records(pid, 1, [(Gtid(1, 0), _batch([1], ["a"], [False]))]))}, {}
+    )
+    ghost = _replica([(2, "ghost", 0, 0)])
+    for column in ("_shoal_epoch", "_shoal_seq"):
+        ghost = ghost.set_column(ghost.schema.get_field_index(column), column, pa.array([None], pa.uint64()))
+    scan = pa.concat_tables([_replica([(1, "a", 1, 0)]), ghost])
+    report = verify(
+        _client(file),
+        "events",
+        channels=channels,
+        describe=lambda _s: [{**_described(pid), "row_count": 2, "key_min": 1, "key_max": 2}],
+        rows=lambda _s, _p: scan,
+        epoch=lambda _pid: (1, 1),
+    )
+    assert not report.ok
+    (part,) = report.partitions
+    assert part.covered is False and "null GTID" in (part.coverage_error or ""), part
