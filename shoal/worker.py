@@ -77,7 +77,9 @@ class Backoff:
 
     def peek(self) -> float:
         """The cap of the next delay (its upper bound), without counting a failure."""
-        return min(self.maximum_s, self.initial_s * self.factor**self.failures)
+        # the exponent is bounded: ``factor ** failures`` overflows a float after ~1024 failures in a
+        # row (an outage of about an hour), which would end the retrying worker with OverflowError
+        return min(self.maximum_s, self.initial_s * self.factor ** min(self.failures, 64))
 
     def next_delay(self) -> float:
         cap = self.peek()

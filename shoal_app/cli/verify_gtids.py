@@ -64,8 +64,9 @@ class SegmentsOrder:
     received segments, minors or majors), in channel order: with the other channels' (:func:`covered_run`),
     how far that WAL channel's Tail may be."""
     epochs: set[int] = field(default_factory=set)
-    """The writer epochs of the placement's own segments (a leader term of this placement, which no
-    other placement may have had: seen here even once the Tail truncated its WAL records)."""
+    """The epochs of the GTIDs the placement's own segments of its own WAL hold (leader terms in which
+    this placement stamped rows, which no other placement may have had: seen here even once the Tail
+    truncated its WAL records)."""
 
     def covered_end(self, wal_topic: str) -> int:
         """One past the highest offset of ``wal_topic`` a manifest on this channel covers (0 if none)."""
@@ -128,12 +129,15 @@ def check_manifests(
         if epoch is not None and m.epoch < epoch:
             raise GtidOrderError(topic, offset, None, f"writer epoch {m.epoch} after {epoch}: a leader term went back")
         epoch = m.epoch
-        out.epochs.add(m.epoch)
         if m.max_gtid is None or m.min_gtid is None:
+            out.epochs.add(m.epoch)
             continue  # published before manifests carried their GTID range
         own = [r for r in m.covered_wal_offsets if r.topic == own_wal_topic]
         if not own or len(own) != len(m.covered_wal_offsets):
             continue  # merged or adopted rows keep the GTIDs other placements wrote them with
+        # the terms this placement stamped its own rows in: a major or a merge written in a later term
+        # keeps its rows' older GTIDs, so its writer epoch may be a term that stamped no row
+        out.epochs.update((m.min_gtid.epoch, m.max_gtid.epoch))
         start, end = min(r.start_offset for r in own), max(r.end_offset for r in own)
         # a flush of new own-WAL offsets (a compaction also holds the rows before it; a segment starting
         # below what is covered holds rows flushed before: merged back, keeping their GTIDs)

@@ -13,8 +13,9 @@ reader, the leader, sees) must reach it: a transaction still open holds back eve
 first one, non-transactional writes too, and verify waits for it to end. Then the group's committed
 offset is read; the committed records between it and the high watermark (transaction markers and
 aborted records are not records) are read back from the end, a window at a time, for the last one;
-and the group must commit past it. Both waits share ``settle_s`` (writes in flight are accepted in a
-moment). A topic that does not get there is listed (:class:`~shoal_app.cli.models.UnacceptedIngest`,
+and the group must commit past it. Each wait takes up to ``settle_s`` (writes in flight are accepted
+in a moment), the accept wait of a held-back topic from the moment its records became readable. A
+topic that does not get there is listed (:class:`~shoal_app.cli.models.UnacceptedIngest`,
 with ``held_back_from`` when a transaction still held its records back), and ``ok`` is false:
 acknowledged writes that no replica holds yet; verify again once its leader runs, or once the open
 transaction ends (an orphaned one is aborted at its ``transaction.timeout.ms``). One that cannot be
@@ -81,6 +82,10 @@ def unaccepted(
         except KafkaOperationError as exc:
             out.append(_error(t, exc))
     deadline = reader.clock() + settle_s
+    last_look = deadline
+    """When the accept wait ends: a topic judged once its transaction ended gets ``settle_s`` from then
+    (its leader could not read the records before), so a late end does not read as a stuck leader
+    (each topic extends it once at most)."""
     while held or waiting:
         for topic, (t, _end, high) in list(held.items()):
             try:
@@ -88,6 +93,8 @@ def unaccepted(
                 if end >= high:
                     _judge(reader, t, high, waiting)
                     del held[topic]  # only once judged: a read that failed leaves it held
+                    if topic in waiting:
+                        last_look = max(last_look, reader.clock() + settle_s)
                 else:
                     held[topic] = (t, end, high)
             except KafkaOperationError:
@@ -101,7 +108,8 @@ def unaccepted(
                 del waiting[topic]
             else:
                 waiting[topic] = (t, now, last)
-        if not (held or waiting) or reader.clock() >= deadline:
+        at = reader.clock()
+        if not (held or waiting) or (at >= deadline and (not waiting or at >= last_look)):
             break
         reader.sleep(poll_s)
     for topic, (t, end, high) in held.items():

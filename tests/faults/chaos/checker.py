@@ -197,14 +197,33 @@ def accepted(
     """``history`` with every uncertain version a committed WAL record holds moved to acknowledged,
     and how many were. A writer that never got its delivery report (a message timeout while a
     broker restarts, a producer closed with messages in flight) does not know its write landed; the
-    leader that committed its WAL record accepted it, and an accepted write is never lost. Deletes
-    carry no version on the WAL and stay as they are."""
+    leader that committed its WAL record accepted it, and an accepted write is never lost. A delete
+    row carries no version: it stands for the first delete version after the value version stamped
+    before it on the key."""
     landed: dict[int, set[int]] = defaultdict(set)
+    stamped: dict[int, list[tuple[Gtid, int | None]]] = defaultdict(list)
     for obs in observations:
-        for key, value in obs.rows:
+        for i, (key, value) in enumerate(obs.rows):
             version = decode_value(key, value)
             if version is not None:
                 landed[key].add(version)
+            if value is None or version is not None:
+                stamped[key].append(((obs.epoch, obs.seq + i), version))
+    # a delete row carries no version: it is the first delete version after the value stamped before
+    # it (one writer per key, versions stamped in order); the smallest such is the safe choice
+    for key, rows in stamped.items():
+        writes = history.get(key)
+        if writes is None:
+            continue
+        before = -1
+        for _gtid, version in sorted(rows, key=lambda r: r[0]):
+            if version is not None:
+                before = max(before, version)
+                continue
+            later = sorted(d for d in writes.deletes if d > before)
+            if later:
+                landed[key].add(later[0])
+                before = later[0]
     out = dict(history)
     promoted = 0
     for key, versions in landed.items():

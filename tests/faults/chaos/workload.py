@@ -23,6 +23,9 @@ from shoal.topics import TopicNames
 from shoal.wire.ingest import DELETED_COLUMN
 from shoal.wire.records import WalRecord
 
+Pending = list[tuple[WriteResult, list[tuple[int, int]], dict[int, str] | None]]
+"""Writes in flight: the call, its (key, version) pairs, and key -> partition id when known."""
+
 log = logging.getLogger(__name__)
 
 TABLE = "events"
@@ -70,7 +73,7 @@ class ChaosWriter(threading.Thread):
     def run(self) -> None:
         try:
             while not self.halt.is_set():
-                pending: list[tuple[WriteResult, list[tuple[int, int]]]] = []
+                pending: Pending = []
                 try:
                     with Producer(self._config()) as producer:
                         self._write_with(producer, pending)
@@ -82,7 +85,7 @@ class ChaosWriter(threading.Thread):
             self.error = exc
             log.exception("chaos writer %d failed", self.index)
 
-    def _write_with(self, producer: Producer, pending: list[tuple[WriteResult, list[tuple[int, int]]]]) -> None:
+    def _write_with(self, producer: Producer, pending: Pending) -> None:
         """Write until halted, or until six calls in a row failed (then the caller makes a new producer).
 
         A write is acknowledged as soon as its delivery succeeded (README: the producer's delivery
@@ -98,17 +101,49 @@ class ChaosWriter(threading.Thread):
                 self._failed(f"flush: {exc}")
             self._acknowledge_delivered(pending)
 
-    def _acknowledge_delivered(self, pending: list[tuple[WriteResult, list[tuple[int, int]]]]) -> None:
+    def _acknowledge_delivered(self, pending: Pending) -> None:
         """Acknowledge every pending write whose every message was delivered; keep those still in flight."""
         still = []
-        for result, pairs in pending:
+        for result, pairs, routes in pending:
             if not all(f.done() for f in result.futures):
-                still.append((result, pairs))
+                still.append((result, pairs, routes))
             elif all(f.exception() is None for f in result.futures):
                 self.history.acknowledge(pairs)
+            elif routes is not None:
+                # acks=all is per message: the rows of a delivered message are acknowledged even when
+                # another message of the call (another partition's) failed
+                delivered = {f.result().partition_id for f in result.futures if f.exception() is None}
+                failed = {
+                    getattr(r, "partition_id", None)
+                    for f in result.futures
+                    if f.exception() is not None
+                    for r in (getattr(f.exception(), "reports", None) or [None])
+                }
+                if None not in failed:  # every failure names its partition
+                    self.history.acknowledge(
+                        [(k, v) for k, v in pairs if routes.get(k) in delivered and routes.get(k) not in failed]
+                    )
         pending[:] = still
 
-    def _write_loop(self, producer: Producer, pending: list[tuple[WriteResult, list[tuple[int, int]]]]) -> None:
+    @staticmethod
+    def _routes(producer: Producer, keys: list[int], before: object) -> dict[int, str] | None:
+        """Key -> partition id by the map the producer routed with (None if it changed meanwhile)."""
+        try:
+            pmap = producer.partition_map(TABLE)
+        except Exception:
+            return None
+        if before is None or getattr(before, "sequence", None) != pmap.sequence:
+            return None
+        return {k: pmap.lookup(k).partition_id for k in keys}
+
+    @staticmethod
+    def _map_now(producer: Producer) -> object:
+        try:
+            return producer.partition_map(TABLE)
+        except Exception:
+            return None
+
+    def _write_loop(self, producer: Producer, pending: Pending) -> None:
         failed_in_row = 0
         while not self.halt.is_set() and failed_in_row < 6:
             if self.quiet.is_set():
@@ -122,18 +157,21 @@ class ChaosWriter(threading.Thread):
             batch.append(self.rng.choice(batch))  # one key twice in the batch
             pairs = [(k, self.history.sent(k)) for k in batch]
             try:
+                before = self._map_now(producer)
                 result = producer.write(TABLE, [{"k": k, "v": encode_value(k, v)} for k, v in pairs])
             except Exception as exc:
                 self._failed(f"write: {exc}")
                 failed_in_row += 1
                 self.halt.wait(0.5)
                 continue
-            pending.append((result, pairs))
+            pending.append((result, pairs, self._routes(producer, batch, before)))
             doomed = self.rng.sample(self._mine, min(self.deletes, len(self._mine)))
             if doomed:
                 gone = [(k, self.history.sent(k, delete=True)) for k in doomed]
                 try:
-                    pending.append((producer.delete(TABLE, doomed), gone))
+                    before = self._map_now(producer)
+                    deleted = producer.delete(TABLE, doomed)
+                    pending.append((deleted, gone, self._routes(producer, doomed, before)))
                 except Exception as exc:
                     self._failed(f"delete: {exc}")
                     failed_in_row += 1
@@ -196,6 +234,13 @@ class WalObserver(threading.Thread):
                 self.unobserved += max(0, self._end.pop(topic) - self._next.get(topic, 0))
             for topic in sorted(t for t in topics if t.startswith(self.stem)):
                 start, end = log_start_and_end(self.kafka, topic)
+                if end < self._next.get(topic, 0):  # deleted and created again, or lost records
+                    self.errors.append(
+                        f"{topic} ends at {end}, below offset {self._next[topic]} the observer already read: "
+                        "the channel was deleted and created again or lost records"
+                    )
+                    self.unobserved += self._next[topic] - end
+                    self._next[topic] = 0  # read the new incarnation from its start
                 self._end[topic] = end
                 self.unobserved += max(0, start - self._next.get(topic, 0))  # truncated before this round
                 self._next[topic] = max(start, self._next.get(topic, 0))

@@ -393,3 +393,82 @@ def test_the_observer_counts_what_a_channel_deleted_between_two_rounds_still_had
     state["topics"] = {}
     observer.read_round()
     assert observer.unobserved == 7 and observer.failed_rounds == 0
+
+
+def test_an_uncertain_delete_a_leader_accepted_must_not_come_back() -> None:
+    """A delete whose delivery report never came, held by a committed WAL record: accepted, so a
+    replica still holding the value it removed (a deleted row that came back) is a violation."""
+    history = {1: KeyWrites(acked={0}, uncertain={1}, sent=2, deletes={1})}
+    observations = [
+        WalObservation("p.wal.P.1", 0, 1, 1, ((1, encode_value(1, 0)),), ingest_offset=0, partition_id="P"),
+        WalObservation("p.wal.P.1", 1, 1, 2, ((1, None),), ingest_offset=1, partition_id="P"),
+    ]
+    replicas = {n: [(1, "1:0")] for n in ("n1", "n2", "n3")}
+    result = check(history, replicas, observations, verify_ok=True)
+    assert not result.ok and result.counts.uncertain_accepted == 1, result
+
+
+def test_rows_of_a_delivered_message_are_acknowledged_when_another_message_of_the_call_failed() -> None:
+    """acks=all is per message: one write call split over two partitions (after a split), one message
+    delivered, the other failed. The delivered rows are acknowledged, the failed ones uncertain."""
+    from concurrent.futures import Future
+
+    from chaos.workload import ChaosWriter
+
+    from producer.errors import DeliveryError
+    from producer.producer import DeliveryReport, WriteResult
+
+    history = History()
+    writer = ChaosWriter(None, history, index=0, count=1, seed=1)  # type: ignore[arg-type]
+    history.acknowledge([(1, history.sent(1)), (9, history.sent(9))])
+    pairs = [(1, history.sent(1)), (9, history.sent(9))]
+    ok: Future[DeliveryReport] = Future()
+    bad: Future[DeliveryReport] = Future()
+    ok.set_result(DeliveryReport("events", "a" * 32, "p.ingest.low", 1, False, 17))
+    failed = DeliveryReport("events", "b" * 32, "p.ingest.high", 1, False, None, "message timed out")
+    bad.set_exception(DeliveryError("message timed out", [failed]))
+    writer._acknowledge_delivered([(WriteResult("events", 2, (ok, bad)), pairs, {1: "a" * 32, 9: "b" * 32})])
+    final = history.snapshot()
+    assert 1 in final[1].acked and 1 not in final[9].acked and 1 in final[9].uncertain
+    replicas = {n: [(1, "1:0"), (9, "9:0")] for n in ("n1", "n2", "n3")}
+    assert not check(final, replicas, [], verify_ok=True).ok  # the acknowledged 1:1 lost everywhere
+
+
+def test_the_wal_observer_notices_a_channel_deleted_and_created_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A channel that now ends below where the observer already read (deleted and created again, or
+    records lost): an error, and the new incarnation is read from its start."""
+    from types import SimpleNamespace
+
+    import chaos.workload as workload
+    import pyarrow as pa
+
+    from shoal.kafka.readers import ChannelRecord
+
+    topic = "p.wal." + "a" * 32 + ".1"
+
+    class Rec:
+        def __init__(self, epoch: int, seq: int, key: int) -> None:
+            self.partition_id, self.ingest_offsets = "a" * 32, ()
+            self.gtid = SimpleNamespace(epoch=epoch, seq=seq)
+            self._t = pa.table({"k": [key], "v": [f"{key}:0"]})
+
+        def rows(self) -> pa.Table:
+            return self._t
+
+    log: dict[str, list[Rec]] = {"records": [Rec(3, i, i) for i in range(10)]}
+    admin = SimpleNamespace(list_topics=lambda timeout: SimpleNamespace(topics={topic: 1}))
+    monkeypatch.setattr(workload, "clients", SimpleNamespace(admin=lambda _k: admin))
+    monkeypatch.setattr(workload, "log_start_and_end", lambda _k, _t: (0, len(log["records"])))
+
+    def read(_k: Any, _t: str, start: int, *, timeout_s: float, exact_start: bool) -> Any:
+        for offset in range(start, len(log["records"])):
+            yield ChannelRecord(offset, log["records"][offset])
+
+    monkeypatch.setattr(workload, "read_wal_channel", read)
+    observer = workload.WalObserver(SimpleNamespace(), "p")  # type: ignore[arg-type]
+    observer.read_round()
+    assert len(observer.observations) == 10
+    log["records"] = [Rec(3, i, 100 + i) for i in range(4)]  # a leader reusing epoch 3, seqs 0..3
+    observer.read_round()
+    assert observer.errors and "created again" in observer.errors[0]
+    assert len(observer.observations) == 14 and check_channels(observer.observations)

@@ -115,3 +115,13 @@ def test_stop_all_returns_the_workers_still_running_at_the_deadline() -> None:
     finally:
         release.set()
         assert stuck.join(5)
+
+
+def test_backoff_survives_an_outage_of_any_length() -> None:
+    """``factor ** failures`` overflowed a float after ~1024 failures in a row (about an hour with
+    the default backoff), ending a retrying worker with OverflowError."""
+    for jitter in (True, False):
+        backoff = Backoff(jitter=jitter)
+        backoff.failures = 5000
+        assert 0 < backoff.next_delay() <= backoff.maximum_s
+        assert backoff.peek() == backoff.maximum_s

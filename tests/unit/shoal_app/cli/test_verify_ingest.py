@@ -175,3 +175,22 @@ def test_the_text_output_names_the_ingest_topic(monkeypatch: pytest.MonkeyPatch)
         res = CliRunner().invoke(verify_module.verify_command, ["events", "--zk", "z:1", "--bootstrap-servers", "b:1"])
         assert res.exit_code == 1, res.output
         assert f"ingest topic {TOPICS.ingest(pid)}: {text}" in res.output, res.output
+
+
+def test_a_transaction_ending_late_leaves_its_leader_the_whole_wait() -> None:
+    """The held-back records become readable at 14.8 s of the 15 s wait; a healthy leader accepts them
+    0.3 s later. The accept wait starts when they became readable, not at the start."""
+    now = [0.0]
+
+    def sleep(s: float) -> None:
+        now[0] += s
+
+    reader = IngestReader(
+        stable_end=lambda _t: 100 if now[0] >= 14.8 else 40,
+        committed=lambda _g, _t: 100 if now[0] >= 15.1 else 40,
+        last_record=lambda _t, s, e: e - 1 if e > s else None,
+        high_water=lambda _t: 100,
+        clock=lambda: now[0],
+        sleep=sleep,
+    )
+    assert unaccepted([T], reader, settle_s=15.0, poll_s=0.5) == []
