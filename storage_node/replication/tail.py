@@ -182,8 +182,10 @@ def decide_orphan_tail(
 class ReplicaLag:
     """Pure, stateful across passes: which peers are out of sync (Kafka's lastCaughtUpTime rule).
 
-    Each pass records the own covered end. A peer is caught up to the latest recorded moment whose
-    covered end its Ack reaches, and only while it is alive. It leaves the set when that moment is
+    Each pass records the own covered end and the end of the chain published on the leader's segments
+    channel. A peer is caught up to the latest recorded moment whose covered end its WAL Ack reaches
+    and whose published end its segments Ack reaches (the chain also holds other placements' data: a
+    first-time leader's own covered end is 0), and only while it is alive. It leaves the set when that moment is
     older than ``max_lag_s`` or its lag passes ``max_lag_bytes``; it rejoins once it is alive, caught
     up to the previous pass and within the byte bound. A peer first seen counts as caught up now (a
     new leader gives every follower ``max_lag_s``, as Kafka's does).
@@ -192,7 +194,10 @@ class ReplicaLag:
     def __init__(self, policy: ReplicaLagPolicy, clock: Callable[[], float] = time.monotonic) -> None:
         self.policy = policy
         self.clock = clock
-        self._samples: deque[tuple[float, int]] = deque()
+        self._samples: deque[tuple[float, int, int]] = deque()
+        """(time, own covered end, segments end): a peer reached a sample when its WAL Ack reached the
+        covered end AND its segments Ack the end of the chain published then (its WAL Ack alone says
+        nothing of the other channels the chain covers: a first-time leader's own end is 0)."""
         self._caught_up: dict[int, float] = {}
         """Per peer: the latest pass whose own covered end its Ack reached while it was alive."""
         self._first_seen: dict[int, float] = {}
@@ -208,11 +213,15 @@ class ReplicaLag:
         alive: Iterable[int],
         lag_bytes: Mapping[int, int],
         out_of_sync: Iterable[int],
+        segments_acks: Mapping[int, int | None] | None = None,
+        segments_end: int = 0,
     ) -> frozenset[int]:
-        """The out-of-sync peers among ``acks`` after this pass."""
+        """The out-of-sync peers among ``acks`` after this pass. ``segments_end``: one past the newest
+        manifest of the chain on the leader's segments channel; ``segments_acks``: each peer's Ack there."""
         now = self.clock()
         previous = self._samples[-1][0] if self._samples else now
-        self._samples.append((now, own_end))
+        self._samples.append((now, own_end, segments_end))
+        seg_acks = segments_acks or {}
         horizon = now - 2 * self.policy.max_lag_s
         while len(self._samples) > 2 and self._samples[1][0] < horizon:
             self._samples.popleft()
@@ -221,7 +230,12 @@ class ReplicaLag:
         for peer, ack in acks.items():
             first_seen = self._first_seen.setdefault(peer, now)
             if peer in live:
-                reached = [t for t, end in self._samples if (ack if ack is not None else 0) >= end]
+                sack = seg_acks.get(peer)
+                reached = [
+                    t
+                    for t, end, send in self._samples
+                    if (ack if ack is not None else 0) >= end and (send == 0 or (sack is not None and sack >= send))
+                ]
                 if reached:
                     self._caught_up[peer] = max(self._caught_up.get(peer, reached[-1]), max(reached))
             caught = self._caught_up.get(peer)
@@ -257,7 +271,15 @@ class InSyncKeeper:
     current: frozenset[int] | None = None
     """The out-of-sync set as last recorded (None: not read yet)."""
 
-    def update(self, *, own_end: int, acks: Mapping[int, int | None], lag_bytes: Mapping[int, int]) -> frozenset[int]:
+    def update(
+        self,
+        *,
+        own_end: int,
+        acks: Mapping[int, int | None],
+        lag_bytes: Mapping[int, int],
+        segments_acks: Mapping[int, int | None] | None = None,
+        segments_end: int = 0,
+    ) -> frozenset[int]:
         """Decide the out-of-sync peers, record them (fenced) when they changed, return them.
 
         Raises (StaleEpochError, ZooKeeper errors) when the set cannot be recorded: the caller then
@@ -269,7 +291,13 @@ class InSyncKeeper:
             self.current = self.store.out_of_sync()
         known = self.current & set(acks)
         wanted = self.lag.observe(
-            own_end=own_end, acks=acks, alive=self.store.alive(), lag_bytes=lag_bytes, out_of_sync=known
+            own_end=own_end,
+            acks=acks,
+            alive=self.store.alive(),
+            lag_bytes=lag_bytes,
+            out_of_sync=known,
+            segments_acks=segments_acks,
+            segments_end=segments_end,
         )
         if wanted != self.current:
             self.current = self.store.mark(wanted)
@@ -323,6 +351,9 @@ def truncate(
                 own_end=own_covered_end,
                 acks=dict(zip(others, wal_acks, strict=True)),
                 lag_bytes={p: lag_bytes(segments, own_channel, a) for p, a in zip(others, wal_acks, strict=True)},
+                segments_acks=dict(zip(others, [a for _, a in seg.acks], strict=True)),
+                segments_end=max((s.manifest_offset for s in segments if s.manifest_offset is not None), default=-1)
+                + 1,
             )
         flags = [p not in out for p in others]
         decision = decide_tail(

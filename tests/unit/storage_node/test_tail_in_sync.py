@@ -145,6 +145,37 @@ def test_rejoin_requires_being_caught_up_to_the_previous_pass() -> None:
     assert lag.observe(own_end=300, acks={5: 200}, alive={5}, lag_bytes={}, out_of_sync={5}) == set()
 
 
+def test_a_first_time_leaders_out_of_sync_peer_rejoins_only_with_its_published_segments() -> None:
+    """A first-time leader's own WAL channel is covered by none of its segments (own end 0): its chain
+    holds the old leader's data as received segments, published on its segments channel. A peer out
+    of sync with WAL Ack 0 "reached" the own end, and was written back in sync (then elected, it served
+    older values and deleted rows) without holding that chain: it rejoins once its segments Ack is past
+    the newest manifest the leader published."""
+    clock = Clock()
+    lag = ReplicaLag(ReplicaLagPolicy(max_lag_s=10, max_lag_bytes=10**9), clock)
+
+    def observe(wal_ack: int | None, segments_ack: int | None) -> frozenset[int]:
+        clock.now += 5
+        return lag.observe(
+            own_end=0,
+            acks={3: wal_ack},
+            alive={3},
+            lag_bytes={},
+            out_of_sync={3},
+            segments_acks={3: segments_ack},
+            segments_end=40,  # the newest manifest is at offset 39
+        )
+
+    assert observe(0, None) == {3}
+    assert observe(0, 12) == {3}
+    assert observe(0, 40) == frozenset()  # past the newest manifest: it holds the leader's chain
+    # nothing published yet on the segments channel: the WAL Ack alone decides, as before
+    fresh = ReplicaLag(ReplicaLagPolicy(max_lag_s=10, max_lag_bytes=10**9), clock)
+    fresh.observe(own_end=0, acks={3: 0}, alive={3}, lag_bytes={}, out_of_sync={3}, segments_end=0)
+    clock.now += 5
+    assert fresh.observe(own_end=0, acks={3: 0}, alive={3}, lag_bytes={}, out_of_sync={3}) == frozenset()
+
+
 class FakeStore:
     def __init__(self, out: Iterable[int] = ()) -> None:
         self.out = frozenset(out)
