@@ -185,9 +185,9 @@ class ReplicaLag:
     Each pass records the own covered end and the end of the chain published on the leader's segments
     channel. A peer is caught up to the latest recorded moment whose covered end its WAL Ack reaches
     and whose published end its segments Ack reaches (the chain also holds other placements' data: a
-    first-time leader's own covered end is 0), and only while it is alive. It leaves the set when that moment is
-    older than ``max_lag_s`` or its lag passes ``max_lag_bytes``; it rejoins once it is alive, caught
-    up to the previous pass and within the byte bound. A peer first seen counts as caught up now (a
+    first-time leader's own covered end is 0), and only while it is alive. It leaves the set when
+    that moment is older than ``max_lag_s`` or its lag passes ``max_lag_bytes``; it rejoins once it
+    is alive, caught up to the previous pass and within the byte bound. A peer first seen counts as caught up now (a
     new leader gives every follower ``max_lag_s``, as Kafka's does).
     """
 
