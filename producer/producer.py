@@ -63,6 +63,10 @@ log = logging.getLogger(__name__)
 _SYNC_READERS = 8
 """Threads reading leader groups' committed offsets for ``sync()`` (one blocking request each)."""
 
+POLL_INTERVAL_S = 0.02
+"""The delivery poller's wait per ``poll``: also how long ``close()`` can wait for it to notice the stop
+(0.1 s put that on the end of every Spark sink task)."""
+
 _UNKNOWN_TOPIC_ERRORS = {"UNKNOWN_TOPIC_OR_PART", "_UNKNOWN_TOPIC", "_UNKNOWN_PARTITION"}
 
 
@@ -133,7 +137,7 @@ class _PollWorker(Worker):
 
     def step(self) -> None:
         try:
-            self.kafka.poll(0.1)
+            self.kafka.poll(POLL_INTERVAL_S)
         except Exception:  # a user callback raising must not kill delivery reporting
             log.exception("error while polling the Kafka producer")
 

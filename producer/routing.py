@@ -77,9 +77,11 @@ def route(pmap: PartitionMap, rows: pa.Table, partition_key: str) -> list[Routed
     idx = partition_indexes(pmap, rows.column(partition_key))
     if len(routes) == 1:
         return [RoutedSlice(routes[0].partition_id, rows)]
-    order = np.argsort(idx, kind="stable")
     counts = np.bincount(idx, minlength=len(routes))
-    ordered = rows.take(pa.array(order))
+    if bool(np.all(idx[1:] >= idx[:-1])):
+        ordered = rows  # already in partition order (one partition, or rows sorted by key): slices, no copy
+    else:
+        ordered = rows.take(pa.array(np.argsort(idx, kind="stable")))
     out = []
     start = 0
     for i, count in enumerate(counts.tolist()):

@@ -77,6 +77,28 @@ def test_route_splits_rows_and_keeps_them_all() -> None:
         route(pmap, pa.table({"k": pa.array([1, None], pa.uint64())}), "k")
 
 
+def test_route_rows_already_in_partition_order() -> None:
+    """Rows sorted by key (or all of one partition) are sliced, not copied: same slices as a shuffle."""
+    pmap = PartitionMap(make_file(Keyspace.UINT64, (U(100), U(200))))
+    keys = np.sort(np.random.default_rng(2).integers(0, 300, size=1000).astype(np.uint64))
+    rows = pa.Table.from_batches(
+        pa.table({"k": pa.array(keys), "i": pa.array(np.arange(1000))}).to_batches(max_chunksize=128)
+    )
+    slices = route(pmap, rows, "k")
+    assert [s.partition_id for s in slices] == pmap.partition_ids()
+    expected = _reference(pmap, keys.tolist())
+    for n, piece in enumerate(slices):
+        assert piece.rows.column("i").to_pylist() == [i for i, p in enumerate(expected) if p == n]
+    middle = rows.filter(pa.array((keys >= 100) & (keys < 200)))
+    only = route(pmap, middle, "k")
+    assert [s.partition_id for s in only] == [pmap.partition_ids()[1]]
+    assert only[0].rows.equals(middle)
+    shuffled = rows.take(pa.array(np.random.default_rng(3).permutation(1000)))
+    for a, b in zip(route(pmap, shuffled, "k"), slices, strict=True):
+        assert a.partition_id == b.partition_id
+        assert sorted(a.rows.column("i").to_pylist()) == b.rows.column("i").to_pylist()
+
+
 def test_splitting_partition_keeps_writes_until_finalized() -> None:
     file = make_file(Keyspace.UINT64, (U(100),))
     parent = file.partitions[1].partition_id
