@@ -203,7 +203,6 @@ class KafkaFileStore:
         self._topic_ready = False
         self._index = _Index()
         self._position = 0
-        self._assigned = False
         self._closed = False
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -281,12 +280,14 @@ class KafkaFileStore:
         if self._closed:
             raise MetadataStoreError("metadata store is closed")
         if self._consumer is None:
+            from confluent_kafka import OFFSET_BEGINNING, TopicPartition
+
             self.ensure_topic()
             reading: dict[str, Any] = {"enable.partition.eof": False, "auto.offset.reset": "earliest"}
             self._consumer = clients.consumer(
                 self.config.kafka, group_id=f"shoal-metadata-reader-{uuid.uuid4().hex}", **reading
             )
-            self._assigned = False  # by catch_up, at an offset it read
+            self._consumer.assign([TopicPartition(self.topic, 0, OFFSET_BEGINNING)])
         return self._consumer
 
     # -- writes ---------------------------------------------------------------------------------
@@ -333,9 +334,7 @@ class KafkaFileStore:
             waiting = _Waiting(self.topic, self.config.timeout_s)
             while True:
                 try:
-                    low, high = consumer.get_watermark_offsets(
-                        tp, timeout=min(5.0, self.config.timeout_s), cached=False
-                    )
+                    _, high = consumer.get_watermark_offsets(tp, timeout=min(5.0, self.config.timeout_s), cached=False)
                     break
                 except KafkaException as exc:
                     if time.monotonic() > deadline:
@@ -345,13 +344,6 @@ class KafkaFileStore:
                         ) from exc
                     waiting.report(exc)
                     time.sleep(0.2)
-            if not self._assigned:
-                # at an offset, not OFFSET_BEGINNING: librdkafka looks a logical offset up only once its
-                # metadata names the partition's leader, on a 500 ms timer, so every fresh reader (the
-                # Spark sink's driver, each MetadataClient) waited half a second for its first record.
-                # Below the log start (records removed meanwhile), auto.offset.reset=earliest applies.
-                consumer.assign([TopicPartition(self.topic, 0, max(low, self._position))])
-                self._assigned = True
             while self._position < high:
                 if time.monotonic() > deadline:
                     raise MetadataStoreError(
