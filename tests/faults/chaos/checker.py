@@ -241,16 +241,26 @@ def check(
     replicas: Mapping[str, Sequence[tuple[int, str | None]] | None],
     observations: Sequence[WalObservation] = (),
     *,
+    misplaced: Mapping[str, Sequence[tuple[str, int]]] | None = None,
     verify_ok: bool | None = None,
     limit: int = 20,
 ) -> CheckResult:
     """The verdict on a converged cluster. ``replicas`` maps every live replica to its rows (None:
     it could not be scanned, which counts every acknowledged key as lost there). A version a
-    committed WAL record in ``observations`` holds counts as acknowledged (:func:`accepted`)."""
+    committed WAL record in ``observations`` holds counts as acknowledged (:func:`accepted`).
+    ``misplaced`` maps a replica to the (partition id, key) of each row a partition returned outside
+    its key range: the rows of every partition are judged together (a split moves keys between
+    them), so a key held only by the wrong partition, which routing and reads never ask for, would
+    otherwise pass."""
     history, promoted = accepted(history, observations)
     key_violations: list[KeyViolation] = []
     for server_id, rows in sorted(replicas.items()):
         key_violations += check_replica(server_id, rows if rows is not None else [], history)
+    for server_id, wrong in sorted((misplaced or {}).items()):
+        key_violations += [
+            KeyViolation(server_id=server_id, key=key, problem="misplaced", found=[f"in partition {pid}"], expected=[])
+            for pid, key in wrong
+        ]
     gtid_violations = check_channels(observations)
     problems = Counter(v.problem for v in key_violations)
     states = {tuple(sorted(rows, key=lambda r: r[0])) if rows is not None else None for rows in replicas.values()}
@@ -267,6 +277,7 @@ def check(
         duplicated=problems["duplicated"],
         stale=problems["stale"],
         unexpected=problems["unexpected"],
+        misplaced=problems["misplaced"],
         gtid_violations=len(gtid_violations),
         wal_records_observed=len(observations),
         verify_failures=int(verify_ok is False),

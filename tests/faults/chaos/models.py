@@ -72,7 +72,7 @@ class KeyViolation(Shape):
     server_id: str
     key: int
     problem: str
-    """lost, duplicated, stale or unexpected."""
+    """lost, duplicated, stale, unexpected or misplaced."""
     found: list[str]
     expected: list[str]
 
@@ -119,6 +119,8 @@ class ChaosCounts(Shape):
     """(replica, key) pairs holding an older value than the newest acknowledged one."""
     unexpected: int = 0
     """(replica, key) pairs holding a value that was never written."""
+    misplaced: int = 0
+    """(replica, key) pairs a partition returned although the key is outside its key range."""
     gtid_violations: int = 0
     wal_records_observed: int = 0
     wal_offsets_unobserved: int = 0

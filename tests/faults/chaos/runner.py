@@ -4,8 +4,9 @@ The cluster is our own (``shoal_app.runtime.launcher.up`` in a directory of its 
 KRaft brokers, three storage nodes), so restarting ZooKeeper or a broker never touches anybody else's
 servers. The table has one partition with replication factor 3 on the three nodes, until a
 ``split`` fault splits it: replicas are then checked across every partition the table lists (each
-node holds them all), and ``shoal verify`` reads the retired parent's channels too. The WAL
-observer reads every partition's channels.
+node holds them all; a row a partition returns outside its key range fails the run), and
+``shoal verify`` reads the retired parent's channels too. The WAL observer reads every partition's
+channels.
 """
 
 from __future__ import annotations
@@ -43,18 +44,34 @@ def stderr_log(line: str) -> None:
     print(f"[chaos {time.strftime('%H:%M:%S')}] {line}", file=sys.stderr, flush=True)
 
 
-def _rows(client: MetadataClient, server: str) -> list[tuple[int, str | None]] | None:
+Rows = list[tuple[int, str | None]]
+Misplaced = list[tuple[str, int]]
+
+
+def _rows(client: MetadataClient, server: str) -> tuple[Rows | None, Misplaced]:
     """The server's rows of every partition the table lists now (all three nodes hold every
-    partition: replication factor 3), or None if one cannot be scanned."""
+    partition: replication factor 3), or None if one cannot be scanned; and the (partition id, key)
+    of every row a partition returned outside its key range."""
+    rows: Rows = []
+    misplaced: Misplaced = []
     try:
         location = lookup_node(client.zk, client.layout, server)
-        rows: list[tuple[int, str | None]] = []
-        for entry in client.coordinator.current(TABLE).partitions:
+        file = client.coordinator.current(TABLE)
+        for entry, key_range in file.ranges():
             table = scan_remote(location, ScanRequest(TABLE, entry.partition_id), timeout_s=30)
-            rows += zip(table.column("k").to_pylist(), table.column("v").to_pylist(), strict=True)
+            keys = table.column("k").to_pylist()
+            rows += zip(keys, table.column("v").to_pylist(), strict=True)
+            keyspace = file.table.keyspace
+            misplaced += [(entry.partition_id, k) for k in keys if not key_range.contains(keyspace.encode(k))]
     except Exception:
-        return None
-    return rows
+        return None, []
+    return rows, misplaced
+
+
+def _replicas(client: MetadataClient) -> tuple[dict[str, Rows | None], dict[str, Misplaced]]:
+    """:func:`_rows` of every node."""
+    scanned = {s: _rows(client, s) for s in NODES}
+    return {s: rows for s, (rows, _) in scanned.items()}, {s: wrong for s, (_, wrong) in scanned.items() if wrong}
 
 
 def _verify_ok(client: MetadataClient) -> bool | None:
@@ -165,8 +182,8 @@ def run_once(
 
             def converged() -> bool:
                 """Every replica holds what the history allows, they are identical, and verify agrees."""
-                replicas = {s: _rows(client, s) for s in NODES}
-                if not check(accepted(final, list(observer.observations))[0], replicas).ok:
+                replicas, misplaced = _replicas(client)
+                if not check(accepted(final, list(observer.observations))[0], replicas, misplaced=misplaced).ok:
                     return False
                 return _verify_ok(client) is True
 
@@ -175,13 +192,13 @@ def run_once(
                 for name, stacks in nemesis.dump_stacks().items():
                     log(f"{name}: election threads and lines after no convergence:\n{stacks}")
             observer.stop()
-            replicas = {s: _rows(client, s) for s in NODES}
+            replicas, misplaced = _replicas(client)
             verify_ok = _verify_ok(client)
             if verify_ok is None:
                 errors.append("shoal verify raised instead of answering after convergence")
             if not observer.observations:
                 errors.append("the WAL observer read no record: the GTID checks had nothing to check")
-            result = check(final, replicas, observer.observations, verify_ok=verify_ok)
+            result = check(final, replicas, observer.observations, misplaced=misplaced, verify_ok=verify_ok)
             observed = {"wal_offsets_unobserved": observer.unobserved, "wal_rounds_failed": observer.failed_rounds}
             result = result.model_copy(update={"counts": result.counts.model_copy(update=observed)})
             errors += observer.errors[:10]

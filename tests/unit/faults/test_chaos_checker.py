@@ -79,6 +79,18 @@ def test_check_counts_per_replica_and_requires_identical_replicas() -> None:
     assert not unreachable.ok and unreachable.counts.lost == 2
 
 
+def test_a_key_held_by_the_wrong_partition_fails_although_every_replica_holds_it() -> None:
+    """Rows of every partition are judged together (a split moves keys), so a key that only the
+    wrong partition holds looked present; the runner passes such rows as misplaced."""
+    history = _history()
+    good = [(1, "1:1"), (2, "2:1")]
+    replicas = {"n1": good, "n2": list(good)}
+    assert check(history, replicas, verify_ok=True).ok
+    wrong = check(history, replicas, misplaced={"n2": [("p-low", 2)]}, verify_ok=True)
+    assert not wrong.ok and wrong.counts.misplaced == 1
+    assert [(v.server_id, v.key, v.problem) for v in wrong.key_violations] == [("n2", 2, "misplaced")]
+
+
 def _obs(channel: str, offset: int, epoch: int, seq: int, *rows: tuple[int, int]) -> WalObservation:
     return WalObservation(channel, offset, epoch, seq, tuple((k, encode_value(k, v)) for k, v in rows))
 
