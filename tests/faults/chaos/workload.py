@@ -14,6 +14,7 @@ import threading
 
 from chaos.checker import WalObservation
 from chaos.history import History, encode_value
+from metadata.partition_map import PartitionMap
 from producer import Producer, ProducerConfig, WriteResult
 from shoal.kafka import clients
 from shoal.kafka.admin import log_start_and_end
@@ -126,18 +127,16 @@ class ChaosWriter(threading.Thread):
         pending[:] = still
 
     @staticmethod
-    def _routes(producer: Producer, keys: list[int], before: object) -> dict[int, str] | None:
+    def _routes(producer: Producer, keys: list[int], before: PartitionMap | None) -> dict[int, str] | None:
         """Key -> partition id by the map the producer routed with (None if it changed meanwhile)."""
-        try:
-            pmap = producer.partition_map(TABLE)
-        except Exception:
-            return None
-        if before is None or getattr(before, "sequence", None) != pmap.sequence:
+        pmap = ChaosWriter._map_now(producer)
+        if pmap is None or before is None or before.sequence != pmap.sequence:
             return None
         return {k: pmap.lookup(k).partition_id for k in keys}
 
     @staticmethod
-    def _map_now(producer: Producer) -> object:
+    def _map_now(producer: Producer) -> PartitionMap | None:
+        """The producer's partition map now, or None if it cannot be had."""
         try:
             return producer.partition_map(TABLE)
         except Exception:
