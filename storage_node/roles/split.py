@@ -220,7 +220,13 @@ class PartitionSplitter(Worker):
             self.stats.piece_bytes += piece.bytes
         for c in self.children:
             self._publishers[c.partition_id].publish_pending()
-        return not self._behind()
+        # a parent segment can leave the chain between stage_pieces' listing and its lookup (a major
+        # committed by the compaction intake, its folded minors collected by the publisher: neither
+        # waits for the freeze); its piece was skipped and only the new major holds its rows. Done only
+        # when every staging list holds the parent's chain as it is now, whatever the children acked.
+        chain = self.parent.chain.since_latest_major()
+        unstaged = any(st.record(e.segment_id) is None for st in self._staging.values() for e in chain)
+        return not self._behind() and not unstaged
 
     def _behind(self) -> dict[int, Gtid | None]:
         """Child placements whose Ack on their staging channel is below its end (-> GTID they acked)."""
