@@ -65,7 +65,8 @@ class Refusal:
     table: str
     partition_id: str
     topic: str
-    """The ingest topic the refusing leader read it from (a child's, when a split parent forwarded it)."""
+    """The ingest topic the refusing leader read it from: a split parent's when its forwarder refused
+    it, a child's when that child's leader refused a piece the forwarder routed to it."""
     offset: int | None
     reason: str
     """The leader's code: undecodable, schema_mismatch, oversized, wrong_table, key_out_of_range."""

@@ -521,6 +521,7 @@ class StorageNode:
                         table=table,
                         parent=parent,
                         max_ingest_bytes=self.config.leader_config().max_ingest_bytes,
+                        max_deadletter_payload_bytes=self.config.leader_config().max_deadletter_payload_bytes,
                     ).start()
                     log.info("node %s: forwarding the stragglers of split parent %s", self.config.server_id, pid)
         for f in gone:

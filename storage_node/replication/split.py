@@ -197,14 +197,23 @@ def route_ingest_message(
     have compressed harder than Arrow's default zstd level, and the children's topics take no more
     than Kafka's default message size. A message the parent would refuse (undecodable, another
     schema, a null or out-of-range key, another table, oversized), or one with a row that does not
-    fit a piece alone, is forwarded unchanged to ``low``, whose leader refuses it to deadletter with
-    the reason: nothing is lost silently, nothing invalid is accepted, and nothing a message holds
-    can stop the forwarding.
+    fit a piece alone, is routed unchanged to ``low``, whose leader refuses it to deadletter with
+    the reason: nothing invalid is accepted, and nothing a message holds can stop the forwarding.
+    The forwarder refuses the first kind itself (:func:`route_valid_message` routes the rest), so
+    a producer's ``sync()`` sees that refusal; a row too large for a piece is refused by ``low``'s
+    leader only after the parent's group moved past it.
     """
-    whole = bytes(data or b"")
     rows = validator.validate(data, headers)
     if isinstance(rows, Rejected):
-        return [(low, whole)]
+        return [(low, bytes(data or b""))]
+    return route_valid_message(data, rows, validator, split_point, low, high)
+
+
+def route_valid_message(
+    data: bytes | None, rows: pa.Table, validator: IngestValidator, split_point: bytes, low: str, high: str
+) -> list[tuple[str, bytes]]:
+    """:func:`route_ingest_message` of a message ``validator`` already took (``rows``, its rows)."""
+    whole = bytes(data or b"")
     below = key_range_mask(
         rows.column(validator.table.partition_key), KeyRange(UNBOUNDED, split_point), validator.table.keyspace
     )

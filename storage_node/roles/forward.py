@@ -4,11 +4,14 @@ Rows that reach a split parent's ingest topic after its leader froze (producers 
 routes to the parent, writes made during the freeze) were never accepted by the parent. A
 :class:`StragglerForwarder` (thread ``forward-<parent pid8>``) consumes that topic from the parent
 leader group's committed offset (the accepted index), validates each message as the parent's
-leader would, splits it by the split point (:func:`~storage_node.replication.split.route_ingest_message`)
+leader would, splits it by the split point (:func:`~storage_node.replication.split.route_valid_message`)
 and produces the pieces to the children's ingest topics in ONE Kafka transaction with the parent
 group's offsets (``send_offsets_to_transaction``): exactly once, so no loss and no duplicate. A
-producer's ``sync()`` of those rows returns once that transaction committed (it reads the parent
-group's commit); the children's leaders accept them from their own ingest topics.
+message the parent's leader would refuse goes to the deadletter topic in that transaction, with the
+leader's headers (the producer's id, the parent's topic and offset). A producer's ``sync()`` of
+those rows returns once that transaction committed (it reads the parent group's commit, then the
+deadletter topic, so it reports the refusal); the children's leaders accept them from their own
+ingest topics.
 
 Who forwards: the node leading the listed partition that holds the parent's lowest key (its low
 child, or that child's own low child after further splits), for as long as it leads it
@@ -38,9 +41,10 @@ from shoal.kafka.settings import KafkaSettings
 from shoal.kafka.transaction import TransactionalChannel
 from shoal.topics import TopicNames
 from shoal.worker import Worker
-from storage_node.config import consumer_overrides
-from storage_node.replica.validate import IngestValidator
-from storage_node.replication.split import route_ingest_message
+from storage_node.config import LeaderConfig, consumer_overrides
+from storage_node.replica.validate import IngestValidator, Rejected
+from storage_node.replication.split import route_valid_message
+from storage_node.roles.leader.deadletter import produce_deadletter
 from storage_node.roles.leader.recovery import committed_offset
 
 log = logging.getLogger(__name__)
@@ -54,6 +58,9 @@ def forwarding_owner(file: MetadataFile, parent: RetiredPartition) -> str:
 @dataclass
 class ForwardStats:
     forwarded_messages: int = 0
+    refused_messages: int = 0
+    """Of ``forwarded_messages``, those the parent's leader would refuse: produced to the deadletter
+    topic (not to a child) in the same transaction."""
     transactions: int = 0
     restarts: int = 0
 
@@ -69,15 +76,17 @@ class StragglerForwarder(Worker):
         table: TableDefinition,
         parent: RetiredPartition,
         max_ingest_bytes: int,
+        max_deadletter_payload_bytes: int = LeaderConfig.max_deadletter_payload_bytes,
         poll_s: float = 0.3,
         restart_pause_s: float = 1.0,
     ) -> None:
         super().__init__(f"forward-{parent.partition_id[:8]}")
         self.kafka, self.topics, self.table, self.parent = kafka, topics, table, parent
         self.max_ingest_bytes = max_ingest_bytes
+        self.max_deadletter_payload_bytes = max_deadletter_payload_bytes
         self.poll_s, self.restart_pause_s = poll_s, restart_pause_s
         self.stats = ForwardStats()
-        # the parent leader's own validation: a message it would refuse goes whole to the low child
+        # the parent leader's own validation: a message it would refuse goes to the deadletter topic
         self.validator = IngestValidator(table, parent.key_range, max_ingest_bytes)
 
     def start(self) -> StragglerForwarder:
@@ -131,17 +140,37 @@ class StragglerForwarder(Worker):
                         log.warning("%s: consumer: %s", self.name, err)
                 if not data:
                     continue
+                refused = 0
                 try:
                     with channel.transaction() as txn:
                         for m in data:
                             headers = m.headers()
-                            routed = route_ingest_message(
+                            rows = self.validator.validate(m.value(), headers)
+                            if isinstance(rows, Rejected):
+                                # refused here, in the transaction that moves the parent's group past it:
+                                # a producer's sync() reads the deadletter once that group is past its
+                                # message, so it reports the refusal (forwarded to the low child, whose
+                                # leader refused it later, that sync() had returned success)
+                                produce_deadletter(
+                                    txn,
+                                    self.topics.deadletter,
+                                    m,
+                                    rows,
+                                    source_topic=parent_topic,
+                                    partition_id=self.parent.partition_id,
+                                    table=self.table.name,
+                                    max_payload_bytes=self.max_deadletter_payload_bytes,
+                                    replica_name=self.name,
+                                )
+                                refused += 1
+                                continue
+                            routed = route_valid_message(
                                 m.value(),
+                                rows,
                                 self.validator,
                                 self.parent.split_point,
                                 self.parent.low,
                                 self.parent.high,
-                                headers,
                             )
                             for child, payload in routed:
                                 txn.produce(self.topics.ingest(child), payload, partition=0, headers=_headers(headers))
@@ -159,6 +188,7 @@ class StragglerForwarder(Worker):
                     self.stopping.wait(self.restart_pause_s)
                     continue
                 self.stats.forwarded_messages += len(data)
+                self.stats.refused_messages += refused
                 self.stats.transactions += 1
                 log.info("%s: forwarded %d straggler message(s) to the children", self.name, len(data))
         finally:
