@@ -539,7 +539,8 @@ class Producer:
     def _sync(self, timeout: float, only: set[str] | None = None) -> None:
         """:meth:`sync`, for the ingest topics ``only`` when given."""
         deadline = self.config.sync_policy.clock() + timeout
-        remaining = self._delivered_before(timeout)
+        # the split drain of a write() only orders writes: a failure stays for the next flush()/sync()
+        remaining = self._delivered_before(timeout, report_failures=only is None)
         if only is not None:
             remaining = {t: v for t, v in remaining.items() if t in only}
         self._await_accepted(remaining, timeout, deadline)
@@ -612,17 +613,21 @@ class Producer:
         if refusals:
             raise MessagesRefusedError(refusals)
 
-    def _delivered_before(self, timeout: float) -> dict[str, tuple[str, int]]:
+    def _delivered_before(self, timeout: float, *, report_failures: bool = True) -> dict[str, tuple[str, int]]:
         """Wait for the messages produced so far; {ingest topic: (partition_id, last offset)} of
-        everything delivered up to them. DeliveryError if one failed or is not done in time."""
+        everything delivered up to them. DeliveryError if one is not done in time, or (with
+        ``report_failures``, which also clears them for the next check) if one failed."""
         with self._lock:
             pending = list(self._pending)
             targets = dict(self._last_offset)
         _done, late = wait_futures(pending, timeout=timeout)
         if late:
             raise DeliveryError(f"{len(late)} messages still in flight after {timeout}s")
-        self._raise_failed()
+        if report_failures:
+            self._raise_failed()
         for future in pending:
+            if not report_failures and future.exception() is not None:
+                continue  # left in _failed: the next flush()/sync() reports it
             report = future.result()  # DeliveryError if it failed (reported by an earlier flush)
             if report.offset is not None and report.offset > targets.get(report.topic, ("", -1))[1]:
                 targets[report.topic] = (report.partition_id, report.offset)

@@ -319,6 +319,40 @@ def test_a_write_after_a_split_waits_until_the_earlier_writes_to_the_parent_are_
         assert len(clock.sleeps) == waited
 
 
+def test_a_delivery_failure_before_a_split_is_reported_by_the_next_sync_not_by_the_next_write() -> None:
+    """A write's split drain (waiting for the earlier writes to the parent) raised an earlier
+    write's DeliveryError out of the NEXT write() and cleared it: a caller sending that write again
+    ("not written") then got success from sync() for the lost earlier write (an audit's proof)."""
+    kafka = FakeKafka()
+    before = make_file(Keyspace.UINT64)
+    after = make_file(Keyspace.UINT64, (U(100),))  # the only partition split: not listed any more
+    parent_topic = TopicNames("p").ingest(before.partitions[0].partition_id)
+    kafka.fail[parent_topic] = "_MSG_TIMED_OUT"
+    current, committed = [before], {}
+    config = ProducerConfig(
+        ConnectionSettings.plain("kafka:9092", "zk:2181", topic_prefix="p"), create_topics=False, watch_metadata=False
+    )
+    producer = Producer(
+        config,
+        map_loader=lambda _t: current[0],
+        kafka_producer=kafka,
+        offsets_reader=lambda _g, topic: committed.get(topic),
+        refusals=FakeRefusals(),
+    )
+    with producer:
+        lost = producer.write("events", [{"k": 5, "ts": 1, "v": "lost"}])
+        kafka.poll(0)  # the delivery failure is reported (the poller thread does this)
+        assert lost.futures[0].exception() is not None
+        current[0] = after
+        producer.refresh("events")
+        producer.write("events", [{"k": 7, "ts": 1, "v": "next"}])  # its own rows were sent
+        committed.update({m["topic"]: 10**6 for m in kafka.messages if m["topic"] != parent_topic})
+        with pytest.raises(DeliveryError) as info:
+            producer.sync(timeout=5)
+        assert [r.topic for r in info.value.reports] == [parent_topic]  # type: ignore[attr-defined]
+        producer.sync(timeout=5)  # reported once
+
+
 def test_a_message_kafka_refuses_mid_write_is_not_waited_for_and_the_error_names_what_was_sent() -> None:
     """produce() raising on the second message of a write: the first is on its way (sync waits for
     it and the error carries its future), the refused one is forgotten, so the producer still syncs."""
