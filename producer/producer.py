@@ -150,7 +150,12 @@ OffsetsReader = Callable[[str, str], "int | None"]
 
 
 class Producer:
-    """Writes rows to shoal tables. Thread-safe; use as a context manager or call ``close()``."""
+    """Writes rows to shoal tables. Thread-safe; use as a context manager or call ``close()``.
+
+    A failed delivery is raised once, by the next ``flush()``/``sync()`` of whichever thread calls
+    it first (and by its own :meth:`WriteResult.wait`). Threads sharing a producer that each rely on
+    their own ``sync()`` should wait for their own :class:`WriteResult` too, or use a producer each:
+    a failure another thread's ``sync()`` raised is not raised again."""
 
     def __init__(
         self,
