@@ -297,6 +297,9 @@ class PartitionElection:
         """Held by :meth:`start` from its state check to CANDIDATE: one candidate znode per entry."""
         self._state = LeaderState.IDLE
         self._leadership: Leadership | None = None
+        self._connected = True
+        """False from a SUSPENDED until the next CONNECTED (set by the kazoo listener under ``_cond``):
+        a leadership granted meanwhile starts SUSPENDED and the reconnect verifies it (:meth:`_set`)."""
         self._node: str | None = None
         self._listening = False
         self._prefer = prefer
@@ -351,10 +354,16 @@ class PartitionElection:
         with self._cond:
             return self._cond.wait_for(lambda: self._state in states, timeout)
 
-    def _set(self, state: LeaderState, leadership: Leadership | None) -> None:
+    def _set(self, state: LeaderState, leadership: Leadership | None) -> LeaderState:
+        """Move to ``state``; returns the state set. LEADER while the connection is SUSPENDED is set as
+        SUSPENDED: an election step that ran while the listener saw the SUSPENDED (the state was not
+        LEADER yet, so it had nothing to flip) must not hand out a writable leadership, and the next
+        CONNECTED runs :meth:`_verify`, which renews the epoch (nothing is trusted while SUSPENDED)."""
         with self._cond:
+            if state is LeaderState.LEADER and not self._connected:
+                state = LeaderState.SUSPENDED
             if self._state is state and self._leadership == leadership:
-                return
+                return state
             log.info(
                 "%s#%d on %s: %s -> %s",
                 self.server_id,
@@ -371,6 +380,7 @@ class PartitionElection:
                 self._on_change(state, leadership)
             except Exception:
                 log.exception("election on_change callback failed")
+        return state
 
     # -- campaign -------------------------------------------------------------------------------
 
@@ -406,6 +416,8 @@ class PartitionElection:
             if not self._listening:
                 self._zk.add_listener(self._on_connection_state)
                 self._listening = True
+                with self._cond:  # kazoo sets its state before it calls the listeners, which wait for this
+                    self._connected = getattr(self._zk, "state", KazooState.CONNECTED) == KazooState.CONNECTED
             self._set(LeaderState.CANDIDATE, None)
         self._spawn(self._check)
 
@@ -628,8 +640,8 @@ class PartitionElection:
                 with self._cond:
                     if self._state is not LeaderState.CANDIDATE:
                         return True
-                self._set(LeaderState.LEADER, lead)
-                self._watch_epoch()
+                if self._set(LeaderState.LEADER, lead) is LeaderState.LEADER:
+                    self._watch_epoch()
                 return True
             if isinstance(results[0], (NoNodeError, BadVersionError)):
                 self._step_down("candidate znode vanished before the epoch bump")
@@ -655,6 +667,8 @@ class PartitionElection:
     def _verify(self) -> None:
         """Still leader? (after a reconnect or an epoch change)"""
         with self._cond:
+            if not self._connected:
+                return  # the next CONNECTED runs it (the listener), nothing is read while SUSPENDED
             lead = self._leadership
             node = self._node
             if self._state not in (LeaderState.LEADER, LeaderState.SUSPENDED) or lead is None or node is None:
@@ -676,8 +690,8 @@ class PartitionElection:
                 self._step_down(f"the epoch of {self.partition_id} moved on while this leader was suspended")
                 return
             lead = renewed
-        self._set(LeaderState.LEADER, lead)
-        self._watch_epoch()
+        if self._set(LeaderState.LEADER, lead) is LeaderState.LEADER:
+            self._watch_epoch()
 
     def _renew_epoch(self, node: str, rec: EpochRecord) -> Leadership | None:
         """CAS the epoch from ``rec`` (still this leader's) to the next one, only while this candidate's
@@ -706,6 +720,7 @@ class PartitionElection:
         """kazoo listener: runs on kazoo's thread, so it only flips state and schedules work."""
         with self._cond:
             current = self._state
+            self._connected = state == KazooState.CONNECTED
         if state == KazooState.SUSPENDED:
             if current is LeaderState.LEADER:
                 with self._cond:
