@@ -10,11 +10,13 @@ stand-in node state: no ZooKeeper, so the bootstrap check is deferred, as when Z
 from __future__ import annotations
 
 import threading
+import time
 import types
 import uuid
 from pathlib import Path
 from typing import Any
 
+import storage_node.node as node_module
 from metadata.metadata_file import MetadataFile, PartitionEntry, Placement
 from metadata.table import Column, ColumnType, TableDefinition
 from shoal.ids import new_partition_id
@@ -46,6 +48,7 @@ def test_a_damaged_partition_does_not_stop_discovery_of_the_others(tmp_path: Pat
         _stop=threading.Event(),
         _lock=threading.RLock(),
         _files={},
+        _discover_again={},
         _held={},
         _retired={},
         config=types.SimpleNamespace(server_id="node-1", data_dir=tmp_path),
@@ -64,6 +67,48 @@ def test_a_damaged_partition_does_not_stop_discovery_of_the_others(tmp_path: Pat
         StorageNode._on_file(node, file)
         assert sorted(node._held) == pids[1:]
         assert segment_list_path(damaged, pids[0], 1).read_bytes() == b"garbage" * 200  # left as found
+        assert list(node._discover_again) == ["events"]  # the supervision tries it again
     finally:
         for held in node._held.values():
             held.replica.close()
+
+
+def test_a_partition_that_failed_for_another_reason_is_held_once_the_supervision_tries_again(tmp_path: Path) -> None:
+    """An error that is not shoal's own (a full disk: OSError) stopped the loop at that partition, and
+    the table watcher delivers a METADATA version once: the partition and every later one stayed
+    unheld until the table changed again."""
+    pids = sorted(new_partition_id() for _ in range(3))
+    parts = tuple(
+        PartitionEntry(begin=b"" if i == 0 else bytes([i * 50]), partition_id=p, servers=(Placement("node-1", i + 1),))
+        for i, p in enumerate(pids)
+    )
+    file = MetadataFile(TABLE, uuid.uuid4().hex, 1, parts)
+    node: Any = types.SimpleNamespace(
+        _stop=threading.Event(),
+        _lock=threading.RLock(),
+        _files={},
+        _discover_again={},
+        _held={},
+        _start_splitters=lambda: None,
+        _start_forwarders=lambda: None,
+        config=types.SimpleNamespace(server_id="node-1", data_dir=tmp_path),
+    )
+    full = [True]
+
+    def apply(file: MetadataFile, d: Any) -> None:
+        if d.partition_id == pids[0] and full[0]:
+            raise OSError(28, "No space left on device")
+        node._held[d.partition_id] = d
+
+    node._held_replicas = lambda file: {}
+    node._apply_discovery = apply
+    node._on_file = StorageNode._on_file.__get__(node)
+    StorageNode._on_file(node, file)
+    assert sorted(node._held) == pids[1:]
+    StorageNode._discover_failed_again(node)  # not due yet
+    assert sorted(node._held) == pids[1:]
+    full[0] = False
+    assert node._discover_again["events"] > time.monotonic() + node_module.DISCOVER_AGAIN_S - 5
+    node._discover_again["events"] = 0.0  # due
+    StorageNode._discover_failed_again(node)
+    assert sorted(node._held) == pids and node._discover_again == {}
