@@ -34,22 +34,27 @@ class _NoZooKeeper:
         raise ConnectionError("ZooKeeper unreachable (test)")
 
 
+def _file(pids: list[str]) -> MetadataFile:
+    """A table of ``pids``' partitions, each with one placement on node-1."""
+    parts = tuple(
+        PartitionEntry(begin=b"" if i == 0 else bytes([i * 50]), partition_id=p, servers=(Placement("node-1", i + 1),))
+        for i, p in enumerate(pids)
+    )
+    return MetadataFile(TABLE, uuid.uuid4().hex, 1, parts)
+
+
+def _node_state() -> dict[str, Any]:
+    return {"_stop": threading.Event(), "_lock": threading.RLock(), "_files": {}, "_discover_again": {}, "_held": {}}
+
+
 def test_a_damaged_partition_does_not_stop_discovery_of_the_others(tmp_path: Path) -> None:
     pids = sorted(new_partition_id() for _ in range(3))
     damaged = replica_dir(tmp_path, pids[0], 1)
     damaged.mkdir(parents=True)
     segment_list_path(damaged, pids[0], 1).write_bytes(b"garbage" * 200)
-    parts = tuple(
-        PartitionEntry(begin=b"" if i == 0 else bytes([i * 50]), partition_id=p, servers=(Placement("node-1", i + 1),))
-        for i, p in enumerate(pids)
-    )
-    file = MetadataFile(TABLE, uuid.uuid4().hex, 1, parts)
+    file = _file(pids)
     node: Any = types.SimpleNamespace(
-        _stop=threading.Event(),
-        _lock=threading.RLock(),
-        _files={},
-        _discover_again={},
-        _held={},
+        **_node_state(),
         _retired={},
         config=types.SimpleNamespace(server_id="node-1", data_dir=tmp_path),
         _client=_NoZooKeeper(),
@@ -78,17 +83,9 @@ def test_a_partition_that_failed_for_another_reason_is_held_once_the_supervision
     the table watcher delivers a METADATA version once: the partition and every later one stayed
     unheld until the table changed again."""
     pids = sorted(new_partition_id() for _ in range(3))
-    parts = tuple(
-        PartitionEntry(begin=b"" if i == 0 else bytes([i * 50]), partition_id=p, servers=(Placement("node-1", i + 1),))
-        for i, p in enumerate(pids)
-    )
-    file = MetadataFile(TABLE, uuid.uuid4().hex, 1, parts)
+    file = _file(pids)
     node: Any = types.SimpleNamespace(
-        _stop=threading.Event(),
-        _lock=threading.RLock(),
-        _files={},
-        _discover_again={},
-        _held={},
+        **_node_state(),
         _start_splitters=lambda: None,
         _start_forwarders=lambda: None,
         config=types.SimpleNamespace(server_id="node-1", data_dir=tmp_path),
