@@ -355,6 +355,24 @@ def exactly_as(values: pa.ChunkedArray | pa.Array, target: pa.DataType, *, name:
     raise SchemaError(f"column {name!r} holds {values.type}, which the table's {target} cannot hold exactly")
 
 
+def check_received_columns(have: pa.Schema, want: pa.Schema, *, segment_id: str) -> None:
+    """Refuse (:class:`SchemaError`) a segment received from another replica whose columns are not the
+    table's stored ones: a column more or less, or one of another kind (:func:`same_kind`: a string
+    column holding integers). Stored, it would make every later scan of the partition fail; scans
+    convert a column of the same kind exactly (:func:`exactly_as`) or refuse it."""
+    theirs = {f.name: f.type for f in have}
+    ours = {f.name: f.type for f in want}
+    more, less = sorted(set(theirs) - set(ours)), sorted(set(ours) - set(theirs))
+    other = [
+        f"{n} is {theirs[n]}, the table's is {t}"
+        for n, t in ours.items()
+        if n in theirs and not same_kind(t, theirs[n])
+    ]
+    if more or less or other:
+        wrong = [*(f"a column {n} the table does not have" for n in more), *(f"no column {n}" for n in less), *other]
+        raise SchemaError(f"segment {segment_id}: its columns are not the table's: {'; '.join(wrong)}")
+
+
 def check_major_schema(replaced: pa.Schema, major: pa.Schema, *, segment_id: str) -> None:
     """Refuse (:class:`MajorContentError`) a major whose columns are not those of the segments it
     replaces, by name and type (nullability aside): a major with a column more, a column less or a

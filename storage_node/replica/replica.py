@@ -43,7 +43,7 @@ from shoal.segments import (
 from shoal.segments.coverage import union
 from shoal.segments.errors import SegmentChecksumError, SegmentListCorruptError
 from shoal.segments.major_check import check_major_files
-from shoal.segments.merge import exactly_as
+from shoal.segments.merge import check_received_columns, exactly_as
 from shoal.segments.parquet_io import (
     delete_segment_file,
     file_sha256,
@@ -52,7 +52,7 @@ from shoal.segments.parquet_io import (
     write_segment_bytes,
 )
 from shoal.segments.recovery import reconcile
-from shoal.segments.versioned import DELETED_COLUMN, SYSTEM_COLUMNS
+from shoal.segments.versioned import DELETED_COLUMN, EPOCH_COLUMN, SYSTEM_COLUMNS
 from storage_node.replica.catch_up import CatchUp
 from storage_node.replica.memtable import Memtable
 from storage_node.replica.overlay import WalOverlay
@@ -350,14 +350,28 @@ class PartitionReplica:
         keeping their GTIDs as a new segment on root (covering its WAL ranges), and only then are its
         entry and file deleted; a crash in between merges it again (idempotent).
         """
+        rows = read_segment(self.directory, record.segment_id).replace_schema_metadata(None)
+        self._check_received(rows, epoch, record.segment_id)  # before anything changes
         with self._lock:
             self._list.add_detached(record)
-        rows = read_segment(self.directory, record.segment_id).replace_schema_metadata(None)
         merged = self.write_adopted([rows], tuple(record.entry.covered), epoch)
         with self._lock:
             self._list.remove([record.segment_id])
         delete_segment_file(self.directory, record.segment_id)
         return merged
+
+    def check_received_schema(self, schema: pa.Schema, segment_id: str) -> None:
+        """SchemaError if a segment received from another replica does not hold the table's columns."""
+        check_received_columns(schema, self._empty_versioned().schema, segment_id=segment_id)
+
+    def _check_received(self, rows: pa.Table, epoch: int, segment_id: str) -> None:
+        """SchemaError for a received segment to merge whose columns are not the table's, or whose rows
+        carry an epoch above ``epoch``, the merging leader's: no earlier term stamped those, and merged
+        (their GTIDs are kept) they would win over every write this leader accepts."""
+        self.check_received_schema(rows.schema, segment_id)
+        top = pc.max(rows.column(EPOCH_COLUMN)).as_py() if rows.num_rows else None
+        if top is not None and top > epoch:
+            raise SchemaError(f"segment {segment_id}: rows of epoch {top}, above this leader's epoch {epoch}")
 
     def detached(self) -> list[SegmentRecord]:
         """Records in the list that the chain does not reference (e.g. left by a rewind)."""

@@ -19,6 +19,7 @@ import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from shoal.errors import SchemaError
 from shoal.segments import (
     ChainError,
     PlainManifest,
@@ -32,7 +33,7 @@ from shoal.segments.errors import (
     CorruptSegmentError,
     InvalidSegmentEntryError,
 )
-from shoal.segments.parquet_io import delete_segment_file
+from shoal.segments.parquet_io import delete_segment_file, read_segment_schema
 from storage_node.replica import PartitionReplica
 
 log = logging.getLogger(__name__)
@@ -164,6 +165,11 @@ def apply_segment(
                 ReceiveOutcome.INVALID,
                 f"segment {sid}: file holds {written.row_count} rows, manifest says {manifest.row_count}",
             )
+        try:
+            replica.check_received_schema(read_segment_schema(replica.directory, sid), sid)  # its footer only
+        except SchemaError as exc:
+            delete_segment_file(replica.directory, sid)
+            return ApplyResult(ReceiveOutcome.INVALID, str(exc))
         try:
             record = SegmentRecord(
                 entry=decision.entry, sha256=written.sha256, row_count=written.row_count, size_bytes=written.size_bytes

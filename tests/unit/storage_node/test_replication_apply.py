@@ -241,3 +241,59 @@ def test_rewind_detaches_the_diverged_segments_and_follows_the_leader(tmp_path: 
     assert chain.root == s2.segment_id and forked.segment_id in chain and not chain.is_referenced(forked.segment_id)
     with pytest.raises(Exception, match="not on the chain"):
         p.follower.rewind(forked.segment_id)
+
+
+OTHER_TABLE = TableDefinition(
+    "events", (Column("k", ColumnType.UINT64, False), Column("v", ColumnType.INT64)), ("k",), "k", 1
+)
+
+
+def _foreign(tmp: Path, table: TableDefinition, pid: str, epoch: int) -> tuple[PartitionReplica, SegmentRecord]:
+    """A segment flushed by another writer: ``table``'s columns, rows stamped with ``epoch``."""
+    other = PartitionReplica(table, pid, 9, tmp / "other")
+    values = pa.array([1, 2], pa.int64()) if table is OTHER_TABLE else pa.array(["x", "y"], pa.string())
+    rows = pa.table(
+        {"k": pa.array([1, 2], pa.uint64()), "v": values, "_shoal_deleted": [False, False]},
+        schema=ingest_schema(table.arrow_schema()),
+    )
+    other.append(versioned_rows(rows, Gtid(epoch, 0)), 0)
+    record = other.flush(epoch)
+    assert record is not None
+    return other, record
+
+
+def test_a_segment_of_other_columns_is_invalid_and_changes_nothing(tmp_path: Path) -> None:
+    """Checksum, size and row count matched, so a segment whose ``v`` holds integers was stored, acked,
+    and every later scan of the replica failed (an audit's proof)."""
+    p = Pair(tmp_path)
+    p.apply(p.flush([1]))
+    other, wrong = _foreign(tmp_path, OTHER_TABLE, p.pid, 1)
+    wire = to_wire(wrong, table="events", partition_id=p.pid, topics=TOPICS, latest_major_offset=None)
+    manifest = from_wire(WireManifest.from_bytes(wire.to_bytes()), sender_placement_id=LEADER, topics=TOPICS)
+    data = segment_path(other.directory, wrong.segment_id).read_bytes()
+    root = p.follower.chain.root
+    result = apply_segment(p.follower, manifest, iter([data]), leader_placement_id=LEADER)
+    assert result.outcome is ReceiveOutcome.INVALID and "v is int64" in result.reason
+    assert p.follower.chain.root == root and not segment_path(p.follower.directory, wrong.segment_id).exists()
+    assert p.follower.scan().num_rows == 1
+
+
+@pytest.mark.parametrize(("table", "epoch"), [(OTHER_TABLE, 1), (TABLE, 9)])
+def test_a_pushed_segment_of_other_columns_or_a_later_epoch_is_not_merged(
+    tmp_path: Path, table: TableDefinition, epoch: int
+) -> None:
+    """A leader merging a pushed (or detached) segment keeps its rows' GTIDs: rows of an epoch above its
+    own would win over every write it accepts, and other columns would fail every scan."""
+    p = Pair(tmp_path)
+    p.flush([1])
+    other, pushed = _foreign(tmp_path, table, p.pid, epoch)
+    segment_path(p.leader.directory, pushed.segment_id).write_bytes(
+        segment_path(other.directory, pushed.segment_id).read_bytes()
+    )
+    before = (p.leader.chain.root, p.leader.detached(), p.leader.scan().to_pylist())
+    with pytest.raises(SchemaError):
+        p.leader.merge_detached(pushed, 3)
+    assert (p.leader.chain.root, p.leader.detached(), p.leader.scan().to_pylist()) == before
+    if table is TABLE:
+        p.leader.merge_detached(pushed, epoch)  # the same segment, merged by a leader of that epoch or later
+        assert sorted(r["k"] for r in p.leader.scan().to_pylist()) == [1, 2]
