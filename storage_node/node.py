@@ -140,9 +140,6 @@ REBALANCE_CHECK_S = 5.0
 """How often a leader checks whether to hand leadership to its partition's preferred leader."""
 REBALANCE_BACKOFF_S = 30.0
 """The pause after a check that failed (ZooKeeper or Kafka unavailable)."""
-DISCOVER_AGAIN_S = 30.0
-"""How long after holding a partition failed (its local state, a full disk) the supervision runs that
-table's discovery again: the table watcher delivers each METADATA version once."""
 STOP_TIMEOUT_S = 8.0
 """How long a stopping node waits for all its roles together (:meth:`StorageNode._release_all`):
 SIGTERM to exit stays within a supervisor's grace period (docker's 10 s) whatever the partition count."""
@@ -248,8 +245,6 @@ class StorageNode:
         self.lifecycle = lifecycle or LifecycleConfig()
         """Grace period and poll interval of the partition lifecycle (UNLOAD_FINAL removal)."""
         self._files: dict[str, MetadataFile] = {}
-        self._discover_again: dict[str, float] = {}
-        """Table -> when the supervision runs discovery on its newest file again (a partition failed)."""
         self.metadata_config = metadata or MetadataConfig(connection=config.connection)
         self._stop = threading.Event()
         self._lock = threading.RLock()
@@ -394,17 +389,6 @@ class StorageNode:
                 except Exception:
                     log.exception("cannot watch table %s", name)
 
-    def _discover_failed_again(self) -> None:
-        """Discovery on the newest file of each table where holding a partition failed, once due."""
-        now = time.monotonic()
-        with self._lock:
-            due = [t for t, at in self._discover_again.items() if at <= now]
-            for table in due:
-                del self._discover_again[table]
-            files = [self._files[t] for t in due if t in self._files]
-        for file in files:
-            self._on_file(file)
-
     def _on_file(self, file: MetadataFile) -> None:
         """Partition discovery with the replicas this node holds (in memory or on disk), then act on
         every state (table partitioning seed section 3; :mod:`storage_node.roles.lifecycle`)."""
@@ -433,16 +417,12 @@ class StorageNode:
                 log.error("node %s refuses a lifecycle change: %s", self.config.server_id, exc)
             except Exception as exc:
                 # one partition's damaged local state (a corrupt segment list, a full disk) must not
-                # stop this node from following, leading and serving the table's other partitions;
-                # the supervision tries the table's newest file again (the watcher delivers a version once)
-                with self._lock:
-                    self._discover_again[file.table.name] = time.monotonic() + DISCOVER_AGAIN_S
+                # stop this node from following, leading and serving the table's other partitions
                 log.error(
-                    "node %s cannot hold partition %s of %s (trying again in %.0f s): %s: %s",
+                    "node %s cannot hold partition %s of %s: %s: %s",
                     self.config.server_id,
                     d.partition_id,
                     file.table.name,
-                    DISCOVER_AGAIN_S,
                     type(exc).__name__,
                     exc,
                     exc_info=not isinstance(exc, ShoalError),
@@ -980,7 +960,6 @@ class StorageNode:
         """Keep every held partition in a role after faults (session loss, fencing, a failed thread).
 
         - re-register this node's Flight location if a new ZooKeeper session dropped it;
-        - a table where holding a partition failed -> its discovery again (:data:`DISCOVER_AGAIN_S`);
         - a leader role that ended (fenced, failed) while the election still says LEADER -> resign;
         - not leading -> a running follower; election LOST -> campaign again;
         - leading -> hand the leadership to a caught-up preferred leader (:meth:`_rebalance`);
@@ -995,7 +974,6 @@ class StorageNode:
                 log.info("node %s registered again at %s", self.config.server_id, self.location)
         except Exception as exc:
             log.warning("cannot re-register node %s: %s", self.config.server_id, exc)
-        self._discover_failed_again()
         self._start_splitters()
         self._start_forwarders()
         for held in self.partitions().values():

@@ -10,13 +10,11 @@ stand-in node state: no ZooKeeper, so the bootstrap check is deferred, as when Z
 from __future__ import annotations
 
 import threading
-import time
 import types
 import uuid
 from pathlib import Path
 from typing import Any
 
-import storage_node.node as node_module
 from metadata.metadata_file import MetadataFile, PartitionEntry, Placement
 from metadata.table import Column, ColumnType, TableDefinition
 from shoal.ids import new_partition_id
@@ -44,7 +42,7 @@ def _file(pids: list[str]) -> MetadataFile:
 
 
 def _node_state() -> dict[str, Any]:
-    return {"_stop": threading.Event(), "_lock": threading.RLock(), "_files": {}, "_discover_again": {}, "_held": {}}
+    return {"_stop": threading.Event(), "_lock": threading.RLock(), "_files": {}, "_held": {}}
 
 
 def test_a_damaged_partition_does_not_stop_discovery_of_the_others(tmp_path: Path) -> None:
@@ -72,16 +70,15 @@ def test_a_damaged_partition_does_not_stop_discovery_of_the_others(tmp_path: Pat
         StorageNode._on_file(node, file)
         assert sorted(node._held) == pids[1:]
         assert segment_list_path(damaged, pids[0], 1).read_bytes() == b"garbage" * 200  # left as found
-        assert list(node._discover_again) == ["events"]  # the supervision tries it again
     finally:
         for held in node._held.values():
             held.replica.close()
 
 
-def test_a_partition_that_failed_for_another_reason_is_held_once_the_supervision_tries_again(tmp_path: Path) -> None:
+def test_a_partition_that_fails_for_another_reason_does_not_stop_discovery_of_the_others(tmp_path: Path) -> None:
     """An error that is not shoal's own (a full disk: OSError) stopped the loop at that partition, and
-    the table watcher delivers a METADATA version once: the partition and every later one stayed
-    unheld until the table changed again."""
+    the table watcher delivers a METADATA version once: every later partition stayed unheld until
+    the table changed again."""
     pids = sorted(new_partition_id() for _ in range(3))
     file = _file(pids)
     node: Any = types.SimpleNamespace(
@@ -90,22 +87,13 @@ def test_a_partition_that_failed_for_another_reason_is_held_once_the_supervision
         _start_forwarders=lambda: None,
         config=types.SimpleNamespace(server_id="node-1", data_dir=tmp_path),
     )
-    full = [True]
 
     def apply(file: MetadataFile, d: Any) -> None:
-        if d.partition_id == pids[0] and full[0]:
+        if d.partition_id == pids[0]:
             raise OSError(28, "No space left on device")
         node._held[d.partition_id] = d
 
     node._held_replicas = lambda file: {}
     node._apply_discovery = apply
-    node._on_file = StorageNode._on_file.__get__(node)
     StorageNode._on_file(node, file)
     assert sorted(node._held) == pids[1:]
-    StorageNode._discover_failed_again(node)  # not due yet
-    assert sorted(node._held) == pids[1:]
-    full[0] = False
-    assert node._discover_again["events"] > time.monotonic() + node_module.DISCOVER_AGAIN_S - 5
-    node._discover_again["events"] = 0.0  # due
-    StorageNode._discover_failed_again(node)
-    assert sorted(node._held) == pids and node._discover_again == {}
