@@ -10,12 +10,17 @@ into the writer/reader (:mod:`spark_jobs.sink`, :mod:`spark_jobs.reader`).
 
 from __future__ import annotations
 
+import logging
+import time
 from typing import TYPE_CHECKING
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamWriter, DataSourceWriter
 
 from metadata.client import MetadataClient, MetadataConfig
+from metadata.errors import MetadataNotCaughtUpError
 from metadata.metadata_file import MetadataFile
+from shoal.errors import KafkaOperationError
+from shoal.worker import Backoff
 from spark_jobs.errors import SinkOptionError
 from spark_jobs.schema_map import check_write_schema, spark_ddl
 from spark_jobs.settings import ReaderSettings, SinkSettings
@@ -26,10 +31,42 @@ if TYPE_CHECKING:
 
 FORMAT = "shoal"
 
+log = logging.getLogger(__name__)
+
 
 def _current(connection: MetadataConfig, table: str) -> MetadataFile:
     with MetadataClient(connection) as client:
         return client.coordinator.current(table)
+
+
+def _current_retrying(connection: MetadataConfig, table: str, *, timeout_s: float) -> MetadataFile:
+    """The table's current METADATA file, read again after a failure that may pass (a broker of the
+    METADATA topic down: a non-fatal :class:`~shoal.errors.KafkaOperationError`, or a metadata server
+    not caught up) until ``timeout_s``; waits 1 s, doubling up to 15 s, between tries. The read
+    changes nothing, so trying again is safe. PySpark builds the stream writer again, in a fresh
+    process, for every micro-batch's commit and abort: without this, a broker outage during a commit
+    failed the query before the commit's own retries (``commitTimeout``) began."""
+    deadline = time.monotonic() + timeout_s
+    backoff = Backoff(initial_s=1.0, maximum_s=15.0, jitter=False)
+    tries = 0
+    while True:
+        tries += 1
+        try:
+            return _current(connection, table)
+        except (KafkaOperationError, MetadataNotCaughtUpError) as exc:
+            if isinstance(exc, KafkaOperationError) and exc.fatal:
+                raise
+            left = deadline - time.monotonic()
+            if left <= backoff.peek():
+                raise
+            log.warning(
+                "reading the METADATA of table %s failed (try %d, %.0f s left), trying again: %s",
+                table,
+                tries,
+                left,
+                exc,
+            )
+        time.sleep(backoff.next_delay())
 
 
 class ShoalDataSource(DataSource):
@@ -56,7 +93,7 @@ class ShoalDataSource(DataSource):
         if overwrite:
             raise SinkOptionError("format('shoal') writes are upserts: use append mode (overwrite is not supported)")
         settings = SinkSettings.from_options(self.options)
-        file = _current(settings.connection, settings.table)
+        file = _current_retrying(settings.connection, settings.table, timeout_s=settings.commit_timeout_s)
         check_write_schema(schema, file.table)
         return settings, file
 
