@@ -25,6 +25,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 
+from shoal.errors import SchemaError
 from shoal.segments import SegmentChain
 from shoal.segments.replicate import ActionKind, replicate_partition
 from storage_node.replica import PartitionReplica
@@ -81,13 +82,20 @@ def collect_on_follower(replica: PartitionReplica) -> list[str]:
 
 
 def merge_unreferenced(replica: PartitionReplica, epoch: int) -> int:
-    """Merge then delete every unreferenced segment (on the leader's thread); returns how many."""
+    """Merge then delete every unreferenced segment (on the leader's thread); returns how many.
+
+    One the merge refuses (columns that are not the table's, rows of an epoch above ``epoch``) is
+    left where it is and logged at every pass; the ones after it are still merged."""
     n = 0
     for sid in unreferenced_segments(replica.chain):
         record = replica.record(sid)
         if record is None:
             continue
-        replica.merge_detached(record, epoch)
+        try:
+            replica.merge_detached(record, epoch)
+        except SchemaError as exc:
+            log.error("%s: unreferenced segment %s is not merged: %s", replica.name, sid, exc)
+            continue
         log.info("%s: merged unreferenced segment %s, then deleted it", replica.name, sid)
         n += 1
     return n

@@ -17,10 +17,12 @@ skipped: the channel is sought back to its manifest and read again after ``retry
 would ack the next segment's offset, past the failed one, and the Tail would then delete it from the
 pusher's channel. A pushed segment whose chunks are broken on the channel (a record among them that
 is not its next chunk, a manifest before its last chunk) is read again the same way, up to
-``max_attempts`` reads in all; one still not merged then, or refused (INVALID) although its manifest
-decodes, holds the channel's Ack at its manifest (:attr:`PeerSegmentReceiver.held`): later segments
-are merged, but the Ack never passes it, so the pusher keeps its copy and does not count its push
-as merged; reading the channel again (a new leader term) tries it again.
+``max_attempts`` reads in all; one still not merged then, refused (INVALID) although its manifest
+decodes, or refused by the merge (:meth:`PartitionReplica.merge_detached`: columns that are not the
+table's, rows of an epoch above this leader's; its file is deleted) holds the channel's Ack at its
+manifest (:attr:`PeerSegmentReceiver.held`): later segments are merged, but the Ack never passes
+it, so the pusher keeps its copy and does not count its push as merged; reading the channel again
+(a new leader term) tries it again.
 
 At a channel's end with every delivered record acked, the Ack moves past the transaction markers
 (as a follower's does): a pusher waits for an Ack at its channel's end before it counts a push as
@@ -45,7 +47,7 @@ from typing import IO
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, TopicPartition
 
-from shoal.errors import ShoalError
+from shoal.errors import SchemaError, ShoalError
 from shoal.kafka import clients
 from shoal.kafka.admin import create_topic
 from shoal.kafka.settings import KafkaSettings
@@ -58,6 +60,7 @@ from shoal.segments import (
 from shoal.segments.chain import SegmentEntry
 from shoal.segments.channel import KIND_CHUNK, KIND_MANIFEST, from_wire, message_kind
 from shoal.segments.errors import ChecksumMismatchError, CorruptSegmentError, InvalidSegmentEntryError
+from shoal.segments.parquet_io import delete_segment_file
 from shoal.topics import TopicNames
 from shoal.wire.records import ManifestRecord as WireManifest
 from shoal.wire.records import SegmentChunk
@@ -299,6 +302,13 @@ class PeerSegmentReceiver(Worker):
         while not job.done.wait(0.5):
             if self.stopping.is_set():
                 return
+        if isinstance(job.error, SchemaError):  # refused: its columns or epochs are not this leader's to merge
+            self.stats.invalid += 1
+            log.error("%s: pushed segment %s is refused: %s", self.replica.name, wire.segment_id, job.error)
+            if self.replica.record(wire.segment_id) is None:  # nothing lists it: the file is ours to drop
+                delete_segment_file(self.replica.directory, wire.segment_id)
+            self._hold(topic, assembly.manifest_offset, wire.segment_id)
+            return
         if job.error is not None:
             log.error("%s: merging pushed segment %s failed: %s", self.replica.name, wire.segment_id, job.error)
             self._again(topic, assembly.manifest_offset)

@@ -108,6 +108,34 @@ def _messages(replica: PartitionReplica, record: SegmentRecord) -> list[tuple[by
     return out
 
 
+def _flushed(peer: PartitionReplica, batches: tuple[tuple[range, int], ...]) -> list[SegmentRecord]:
+    """One minor per (keys, epoch) on ``peer``."""
+    records = []
+    for keys, epoch in batches:
+        rows = pa.table(
+            {"k": pa.array(list(keys), pa.uint64()), "v": [f"v{k}" for k in keys], "_shoal_deleted": [False] * 10},
+            schema=ingest_schema(TABLE.arrow_schema()),
+        )
+        peer.append(versioned_rows(rows, Gtid(epoch, keys.start)), keys.start)
+        record = peer.flush(epoch)
+        assert record is not None
+        records.append(record)
+    return records
+
+
+def _inline_receiver(leader: PartitionReplica) -> PeerSegmentReceiver:
+    """A receiver of placement 2's pushes whose merges run inline, as the leader's thread at epoch 4."""
+    jobs: queue.Queue[MergeJob] = queue.Queue()
+
+    def submit(job: MergeJob) -> None:
+        jobs.put(job)
+        drain_merges(jobs, leader, 4)
+
+    return PeerSegmentReceiver(
+        leader, KafkaSettings("localhost:1"), topics=TOPICS, peers=lambda: (2,), submit=submit, retry_pause_s=0
+    )
+
+
 def test_two_peers_pushing_at_once_are_both_merged_and_acked(tmp_path: Path) -> None:
     pid = new_partition_id()
     leader = PartitionReplica(TABLE, pid, 1, tmp_path / "p1")
@@ -182,16 +210,7 @@ def test_a_failed_merge_is_read_again_and_never_acked_past(tmp_path: Path) -> No
     pid = new_partition_id()
     leader = PartitionReplica(TABLE, pid, 1, tmp_path / "p1")
     peer = PartitionReplica(TABLE, pid, 2, tmp_path / "p2")
-    records = []
-    for keys, epoch in ((range(0, 10), 2), (range(10, 20), 2)):
-        rows = pa.table(
-            {"k": pa.array(list(keys), pa.uint64()), "v": [f"v{k}" for k in keys], "_shoal_deleted": [False] * 10},
-            schema=ingest_schema(TABLE.arrow_schema()),
-        )
-        peer.append(versioned_rows(rows, Gtid(epoch, keys.start)), keys.start)
-        record = peer.flush(epoch)
-        assert record is not None
-        records.append(record)
+    records = _flushed(peer, ((range(0, 10), 2), (range(10, 20), 2)))
     topic = TOPICS.segments(pid, 2)
     messages, offset, ends = [], 0, []
     for record in records:
@@ -210,15 +229,7 @@ def test_a_failed_merge_is_read_again_and_never_acked_past(tmp_path: Path) -> No
         real(record)
 
     leader._list.add_detached = add_detached  # type: ignore[method-assign]
-    jobs: queue.Queue[MergeJob] = queue.Queue()
-
-    def submit(job: MergeJob) -> None:
-        jobs.put(job)
-        drain_merges(jobs, leader, 4)
-
-    receiver = PeerSegmentReceiver(
-        leader, KafkaSettings("localhost:1"), topics=TOPICS, peers=lambda: (2,), submit=submit, retry_pause_s=0
-    )
+    receiver = _inline_receiver(leader)
     # the channel's end (past Y's commit marker) comes after each pass over the records
     end = FakeMessage(topic, ends[1] + 1, b"", b"", eof=True)
     consumer = SeekingConsumer([*messages, end])
@@ -308,4 +319,33 @@ def test_a_pushed_segment_whose_chunks_stay_broken_holds_the_ack_while_later_one
     assert receiver.stats.merged == 1 and receiver.stats.retries == 1
     assert receiver.held == {topic: 0}
     assert all(acked == 0 for _t, acked in consumer.commits), consumer.commits
+    assert sorted(leader.scan().column("k").to_pylist()) == list(range(10, 20))
+
+
+def test_a_pushed_segment_the_merge_refuses_is_dropped_and_holds_the_ack(tmp_path: Path) -> None:
+    """Placement 2 pushes X (rows of epoch 9, above the merging leader's 4: refused) then Y. X is not
+    read again after every pause, its written file is deleted, Y is merged, and the Ack never passes
+    X's manifest, so the pusher keeps X."""
+    pid = new_partition_id()
+    leader = PartitionReplica(TABLE, pid, 1, tmp_path / "p1")
+    peer = PartitionReplica(TABLE, pid, 2, tmp_path / "p2")
+    records = _flushed(peer, ((range(0, 10), 9), (range(10, 20), 2)))
+    topic = TOPICS.segments(pid, 2)
+    messages = [
+        FakeMessage(topic, offset, kind, value)
+        for offset, (kind, value) in enumerate(m for record in records for m in _messages(peer, record))
+    ]
+    end = FakeMessage(topic, len(messages), b"", b"", eof=True)
+    receiver = _inline_receiver(leader)
+    consumer = SeekingConsumer([*messages, end])
+    receiver._consumer = consumer  # type: ignore[assignment]
+    receiver._owners = {topic: 2}
+    for _ in range(200):
+        msg = receiver._poll(0)
+        if msg is None:
+            break
+        receiver._handle(msg)
+    assert receiver.stats.retries == 0 and receiver.stats.invalid == 1 and receiver.stats.merged == 1
+    assert receiver.held == {topic: 0} and all(offset == 0 for _, offset in consumer.commits)
+    assert not segment_path(leader.directory, records[0].segment_id).exists()
     assert sorted(leader.scan().column("k").to_pylist()) == list(range(10, 20))

@@ -122,3 +122,20 @@ def test_stall_settings_are_validated() -> None:
         LeaderConfig(KAFKA, max_minors_before_stall=-1)
     with pytest.raises(ConfigError, match="minor_stall_s"):
         LeaderConfig(KAFKA, minor_stall_s=-0.1)
+
+
+def test_an_unreferenced_segment_the_merge_refuses_does_not_stop_the_others(tmp_path: Path) -> None:
+    """Rows of an epoch above the merging leader's are refused (their GTIDs would win over its writes);
+    the unreferenced segments beside that one are still merged, at every pass."""
+    r = PartitionReplica(TABLE, new_partition_id(), 1, tmp_path)
+    for i, epoch in enumerate((1, 1, 5)):
+        r.append(versioned_rows(_ingest([i], [f"v{i}"]), Gtid(epoch, i)), i)
+        assert r.flush(epoch) is not None
+    walk = [s.segment_id for s in r.chain.walk()]  # newest first: epochs 5, 1, 1
+    r.rewind(walk[2])
+    assert sorted(unreferenced_segments(r.chain)) == sorted(walk[:2])
+    assert merge_unreferenced(r, epoch=2) == 1
+    assert unreferenced_segments(r.chain) == [walk[0]]  # the refused one stays, its file too
+    assert segment_path(r.directory, walk[0]).exists() and not segment_path(r.directory, walk[1]).exists()
+    assert sorted(r.scan().column("k").to_pylist()) == [0, 1]
+    assert merge_unreferenced(r, epoch=2) == 0
