@@ -214,10 +214,10 @@ def find_latest_major(kafka: KafkaSettings, topic: str, *, tail: int, end: int, 
                 log.warning("segments channel %s: manifest at %d does not decode: %s", topic, at, exc)
                 offset = at + 1
                 continue
-            if manifest.is_major:
-                latest = at
-            elif manifest.latest_major_offset is not None:
-                latest = max(latest if latest is not None else -1, manifest.latest_major_offset)
+            # the newest manifest decides: a major of an earlier term of this placement may still be
+            # on the channel after the chain its leader publishes now (which no longer holds it)
+            # (None: its chain has no major on the channel, so the whole channel is read)
+            latest = at if manifest.is_major else manifest.latest_major_offset
             offset = at + 1 + manifest.chunk_count
     finally:
         consumer.close()

@@ -15,8 +15,11 @@ The publisher runs on its own :class:`~shoal.worker.Worker` thread ``publish-<pi
 blocks ingest: the leader only calls :meth:`wake`.
 At start it reads the manifests already on the channel (chunks are skipped by their header), so a
 restarted leader does not publish a segment twice. It also remembers the offset of every manifest
-it saw or wrote; the manifest of a major carries ``latest_major_offset`` for followers that must
-replay (OUT_OF_ORDER), and truncation of the channel (``tail``) keeps everything from it on.
+it saw or wrote; every manifest carries the offset of the chain's latest major
+(``latest_major_offset``) for followers that must replay (OUT_OF_ORDER) and for a bootstrap, and
+truncation of the channel (``tail``) keeps everything from it on. Only the chain's own latest major
+counts: the channel may still hold a major of an earlier term of this placement that the chain no
+longer references (dropped as never published by the leader of the term between).
 
 Every ``truncate_every_s`` the publisher moves the Tail of both channels and then deletes the
 segments folded into the latest major once every other replica acked that major (source 3.5
@@ -117,12 +120,10 @@ class SegmentPublisher(Worker):
         """The Tail passes' admin client and its offset readers, kept from one pass to the next (a
         client and a consumer per group made anew every pass were about 25 new connections a second
         for an 8-partition table at RF 3, idle or not); dropped after a failed pass and at exit."""
-        self.major_offsets: list[int] = []
         self.last_tail: TailDecision | None = None
         self.stats = PublishStats()
         self.manifest_offsets: dict[str, int] = {}
         """segment id -> offset of its manifest on the channel."""
-        self.latest_major_offset: int | None = None
         self.ready = threading.Event()
         self._wake = threading.Event()
         self._channel = TransactionalChannel(
@@ -201,10 +202,6 @@ class SegmentPublisher(Worker):
             raise KafkaOperationError(f"cannot claim segments channel {self.topic}: {exc}", exc.kafka_error) from exc
         for item in read_manifests(self.kafka, self.topic):
             self.manifest_offsets[item.manifest.segment_id] = item.offset
-            if item.manifest.is_major and item.offset not in self.major_offsets:
-                self.latest_major_offset = max(item.offset, self.latest_major_offset or item.offset)
-                self.major_offsets.append(item.offset)
-        self.major_offsets.sort()
         log.info(
             "%s: segments channel %s holds %d manifests", self.replica.name, self.topic, len(self.manifest_offsets)
         )
@@ -229,13 +226,24 @@ class SegmentPublisher(Worker):
             n += 1
         return n
 
+    def _chain_major_offset(self) -> int | None:
+        """The manifest offset of the current chain's latest major (None: not on the channel yet).
+
+        Not ``latest_major_offset``: the channel may still hold a major of an earlier term of this
+        placement that its chain no longer references (dropped as never published by the leader
+        of the term between, :meth:`PartitionFollower._drop_unpublished_major`)."""
+        major = self.replica.chain.latest_major()
+        if major is None:
+            return None
+        return self.manifest_offsets.get(major.segment_id)
+
     def _publish(self, record: SegmentRecord) -> None:
         manifest = to_wire(
             record,
             table=self.replica.table.name,
             partition_id=self.replica.partition_id,
             topics=self.topics,
-            latest_major_offset=self.latest_major_offset,
+            latest_major_offset=self._chain_major_offset(),
             chunk_bytes=self.chunk_bytes,
         )
         sid = record.segment_id
@@ -269,9 +277,6 @@ class SegmentPublisher(Worker):
             raise
         offset = offsets[0]
         self.manifest_offsets[sid] = offset
-        if record.entry.is_major:
-            self.latest_major_offset = offset
-            self.major_offsets.append(offset)
         self.stats.published += 1
         self.stats.bytes += record.size_bytes
         log.info(
@@ -310,7 +315,9 @@ class SegmentPublisher(Worker):
                 # what the segments CHANNEL covers, not the local chain: a segment flushed but not
                 # published yet is on this disk only, and its WAL records are its only other copy
                 own_covered_end=published_end(segments, (self.replica.partition_id, self.replica.placement_id)),
-                major_offsets=list(self.major_offsets),
+                # only the current chain's latest major: a major of an earlier term still on the
+                # channel (dropped from the chain since) must not move the Tail past this chain
+                major_offsets=[o for o in (self._chain_major_offset(),) if o is not None],
                 segments=segments,
                 sync=self.sync,
                 admin=self._tail_admin,
