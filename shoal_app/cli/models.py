@@ -281,6 +281,8 @@ class DrainMove(Shape):
     from_placement_id: int
     to_server_id: str
     to_placement_id: int
+    """0 (and ``to_server_id`` empty) when the partition held its replication factor elsewhere
+    already (a drain run again after one that stopped between its join and its leave)."""
     was_leader: bool
     state: Literal["LOAD", "LIVE", "UNLOAD", "REMOVED"]
     """Where the old replica ended: REMOVED when the move completed (``--wait``)."""

@@ -319,6 +319,9 @@ class _Move:
     was_leader: bool
     to_server: str = ""
     to_placement_id: int = 0
+    reused: bool = False
+    """The replacement already joined (an earlier drain that stopped half way, or an operator's
+    add-replica): no new replica is added, the move only waits for it and removes the old one."""
 
 
 def plan_drain(
@@ -350,6 +353,25 @@ def plan_drain(
                     f"cannot drain {server_id}: partition {e.partition_id} of {f.table.name} is splitting "
                     "(a replica cannot join or leave it until the split is finalized); drain after the split",
                 )
+            was_leader = leaders.get(e.partition_id) == found[1].placement_id
+            # a re-run after a drain that stopped between its join and its leave: the partition
+            # already has its replication factor without this server, so nothing is added again
+            others = [p for p in (*e.servers, *e.servers_joining) if p.server_id != server_id]
+            if len(others) >= f.table.replication_factor:
+                joining = [p for p in e.servers_joining if p.server_id != server_id]
+                reuse = max(joining, key=lambda p: p.placement_id) if joining else None
+                moves.append(
+                    _Move(
+                        f.table.name,
+                        e.partition_id,
+                        found[1].placement_id,
+                        was_leader,
+                        reuse.server_id if reuse else "",
+                        reuse.placement_id if reuse else 0,
+                        reused=True,
+                    )
+                )
+                continue
             listed = {p.server_id for p in e.all_placements()}
             free = sorted((n, s) for s, n in load.items() if s not in listed)
             if not free:
@@ -360,7 +382,6 @@ def plan_drain(
                 )
             target = free[0][1]
             load[target] += 1
-            was_leader = leaders.get(e.partition_id) == found[1].placement_id
             moves.append(_Move(f.table.name, e.partition_id, found[1].placement_id, was_leader, target))
     return sorted(moves, key=lambda m: m.was_leader)
 
@@ -391,11 +412,15 @@ def drain_node(client: MetadataClient, server_id: str, *, wait: bool, timeout_s:
         if not batch:
             continue
         for m in batch:
+            if m.reused:
+                continue
             _file, placement = add_replica(client, m.table, m.partition_id, m.to_server)
             m.to_placement_id = placement.placement_id
             progress(f"drain {server_id}: {m.table}/{m.partition_id[:8]} joins on {m.to_server}#{m.to_placement_id}")
         for table in sorted({m.table for m in batch}):
-            wanted = [(m.partition_id, m.to_placement_id, "LIVE") for m in batch if m.table == table]
+            wanted = [
+                (m.partition_id, m.to_placement_id, "LIVE") for m in batch if m.table == table and m.to_placement_id
+            ]
             wait_for_states(client, table, wanted, timeout_s, what=f"drain {server_id}: join")  # type: ignore[arg-type]
         for m in batch:
             remove_replica(client, m.table, m.partition_id, server_id)
@@ -446,7 +471,9 @@ def drain_command(server_id: str, wait: bool, timeout: float, output: str, **con
         return
     for m in result.moves:
         lead = " (was leader)" if m.was_leader else ""
-        moved = f"#{m.from_placement_id} -> {m.to_server_id}#{m.to_placement_id}"
+        moved = f"#{m.from_placement_id} -> " + (
+            f"{m.to_server_id}#{m.to_placement_id}" if m.to_placement_id else "(its other replicas)"
+        )
         click.echo(f"{m.table}/{m.partition_id}: {moved}{lead}: {m.state}")
     pending = "" if result.complete else " (removal in progress)"
     click.echo(f"drained {server_id}: {len(result.moves)} replica(s) moved{pending}")

@@ -194,3 +194,20 @@ def test_drain_plan_moves_leaders_last_and_refuses_when_no_server_is_free() -> N
     ).apply(f)
     with pytest.raises(DrainError, match=f"partition {high.partition_id} of events is splitting"):
         plan_drain([split], "node-1", ["node-1", "node-2", "node-3"], leaders)
+
+
+def test_a_drain_run_again_after_its_join_finishes_the_move_instead_of_adding_another() -> None:
+    """A drain stopped between its join and its leave (a killed CLI, a join slower than --timeout,
+    a ZooKeeper ConnectionLoss): the next run reuses the replica that joined, whether it is still
+    joining or LIVE already, and only removes the drained one; it added a second replica (four
+    nodes) or refused with no server to move to (three)."""
+    f = new_file(rf=2)
+    pid = f.partitions[0].partition_id
+    joining = JoinServer(pid, Placement("node-3", 3)).apply(f)
+    live = FinalizeJoin(pid, 3).apply(joining)
+    leaders = {pid: 2}
+    for nodes in (["node-1", "node-2", "node-3"], ["node-1", "node-2", "node-3", "node-4"]):
+        (moved,) = plan_drain([joining], "node-1", nodes, leaders)
+        assert (moved.placement_id, moved.to_server, moved.to_placement_id, moved.reused) == (1, "node-3", 3, True)
+        (moved,) = plan_drain([live], "node-1", nodes, leaders)
+        assert (moved.placement_id, moved.to_placement_id, moved.reused) == (1, 0, True)
