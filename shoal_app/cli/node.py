@@ -394,11 +394,27 @@ class DrainError(ShoalError):
         self.server_id = server_id
 
 
+def _remove(client: MetadataClient, m: _Move, server_id: str, deadline: float) -> None:
+    """Remove the drained replica once it is not the partition's last in-sync LIVE one: a replica that
+    just joined is marked in sync again by the leader's next Tail pass (every few seconds)."""
+    from shoal_app.cli.table import OnlyInSyncReplicaError, remove_replica
+
+    while True:
+        try:
+            remove_replica(client, m.table, m.partition_id, server_id)
+            return
+        except OnlyInSyncReplicaError:
+            if time.monotonic() >= deadline:
+                raise
+            progress(f"drain {server_id}: {m.table}/{m.partition_id[:8]}: waiting until another replica is in sync")
+            time.sleep(1.0)
+
+
 def drain_node(client: MetadataClient, server_id: str, *, wait: bool, timeout_s: float) -> DrainResult:
     """Move every replica off ``server_id``: per phase (followers, then leaders) add a replica on another
     node and wait until it is LIVE (JOIN_FINALIZE), then remove the old one (UNLOAD); with ``wait``,
     until the old ones are removed."""
-    from shoal_app.cli.table import add_replica, registered_servers, remove_replica, wait_for_states
+    from shoal_app.cli.table import add_replica, registered_servers, wait_for_states
 
     started = time.monotonic()
     coord = client.coordinator
@@ -422,8 +438,9 @@ def drain_node(client: MetadataClient, server_id: str, *, wait: bool, timeout_s:
                 (m.partition_id, m.to_placement_id, "LIVE") for m in batch if m.table == table and m.to_placement_id
             ]
             wait_for_states(client, table, wanted, timeout_s, what=f"drain {server_id}: join")  # type: ignore[arg-type]
+        deadline = time.monotonic() + timeout_s
         for m in batch:
-            remove_replica(client, m.table, m.partition_id, server_id)
+            _remove(client, m, server_id, deadline)
             final[m.placement_id] = "UNLOAD"
             progress(f"drain {server_id}: {m.table}/{m.partition_id[:8]}#{m.placement_id} leaves (UNLOAD)")
         if wait:

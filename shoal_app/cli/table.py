@@ -14,6 +14,7 @@ import click
 
 from metadata.client import MetadataClient
 from metadata.coordinator import MetadataCoordinator
+from metadata.errors import InvalidOperationError
 from metadata.in_sync import read_in_sync
 from metadata.metadata_file import MetadataFile, Placement
 from metadata.placements import preferred_leader
@@ -591,6 +592,22 @@ class UnknownServerError(ShoalError):
         self.known = known
 
 
+class OnlyInSyncReplicaError(InvalidOperationError):
+    """``remove-replica`` of the partition's last in-sync LIVE replica without
+    ``--allow-under-replication``: every other LIVE replica is out of sync, so removing it would let
+    one of them lead (an unclean election, DESIGN.md section 7). Nothing was committed."""
+
+    def __init__(self, server_id: str, partition_id: str, out_of_sync: tuple[int, ...]) -> None:
+        super().__init__(
+            f"{server_id} holds the only in-sync LIVE replica of partition {partition_id} (placements "
+            f"{', '.join(map(str, out_of_sync))} are out of sync): removing it would let an out-of-sync replica "
+            "lead; wait until one is in sync again, or give --allow-under-replication"
+        )
+        self.server_id = server_id
+        self.partition_id = partition_id
+        self.out_of_sync = out_of_sync
+
+
 class UnknownPartitionArgError(ShoalError):
     """A lifecycle command named a partition the table does not have (or an ambiguous prefix)."""
 
@@ -651,15 +668,24 @@ def remove_replica(
 ) -> tuple[MetadataFile, Placement]:
     """Commit a LeaveServer of ``server`` from ``partition`` (its replica goes to UNLOAD).
 
-    ``allow_under_replication``: even if fewer LIVE replicas than the replication factor remain (the
-    way out when the in-sync replicas' nodes are gone for good: while one of them is LIVE in METADATA,
-    an out-of-sync replica never leads, DESIGN.md section 7)."""
+    ``allow_under_replication``: even if fewer LIVE replicas than the replication factor remain, or
+    the replica is the last in-sync LIVE one (:class:`OnlyInSyncReplicaError` without it): the way out
+    when the in-sync replicas' nodes are gone for good (while one of them is LIVE in METADATA, an
+    out-of-sync replica never leads, DESIGN.md section 7)."""
     coord = client.coordinator
     current = coord.current(table)
     pid = resolve_partition(current, partition)
     found = current.partition(pid).find(server)
     if found is None and server not in registered_servers(client):
         raise UnknownServerError(server, registered_servers(client))
+    if found is not None and found[0] == "servers" and not allow_under_replication:
+        # LeaveServer counts LIVE replicas; the election counts in-sync ones (DESIGN.md section 7).
+        # Read here, not in the commit's compare-and-swap: a replica marked out of sync between this
+        # read and the commit is not seen.
+        others = [p.placement_id for p in current.partition(pid).servers if p.server_id != server]
+        out = read_in_sync(client.zk, client.layout, pid).out_of_sync
+        if found[1].placement_id not in out and others and all(p in out for p in others):
+            raise OnlyInSyncReplicaError(server, pid, tuple(others))
     file = coord.leave(table, pid, server, allow_under_replication=allow_under_replication)
     # the server may still be leaving under an older placement (removed, added back, removed again):
     # the one this leave moved is the newest (placement ids only grow)

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import itertools
+import json
 from typing import Any
 
 import pytest
+from kazoo.exceptions import NoNodeError
 
 from metadata.errors import InvalidOperationError
 from metadata.metadata_file import MetadataFile, Placement
@@ -18,8 +20,10 @@ from metadata.operations import (
     create_file,
 )
 from metadata.table import Column, ColumnType, TableDefinition
+from metadata.zk_layout import ZkLayout
 from shoal_app.cli.node import DrainError, plan_drain
 from shoal_app.cli.table import (
+    OnlyInSyncReplicaError,
     UnknownPartitionArgError,
     UnknownServerError,
     add_replica,
@@ -64,18 +68,26 @@ class FakeCoordinator:
 
 
 class FakeZk:
+    """The registered nodes, and the in-sync records (none: every replica in sync)."""
+
     def __init__(self, nodes: list[str]) -> None:
         self.nodes = nodes
+        self.in_sync: dict[str, bytes] = {}
 
     def get_children(self, _path: str) -> list[str]:
         return self.nodes
+
+    def get(self, path: str) -> tuple[bytes, Any]:
+        if path not in self.in_sync:
+            raise NoNodeError(path)
+        return self.in_sync[path], type("Stat", (), {"version": 1})()
 
 
 class FakeClient:
     def __init__(self, file: MetadataFile, nodes: list[str]) -> None:
         self.coordinator = FakeCoordinator(file)
         self.zk = FakeZk(nodes)
-        self.layout = type("L", (), {"root": "/shoal"})()
+        self.layout = ZkLayout()
 
 
 def _client(rf: int = 2, nodes: tuple[str, ...] = ("node-1", "node-2", "node-3")) -> tuple[Any, str]:
@@ -211,3 +223,24 @@ def test_a_drain_run_again_after_its_join_finishes_the_move_instead_of_adding_an
         assert (moved.placement_id, moved.to_server, moved.to_placement_id, moved.reused) == (1, "node-3", 3, True)
         (moved,) = plan_drain([live], "node-1", nodes, leaders)
         assert (moved.placement_id, moved.to_placement_id, moved.reused) == (1, 0, True)
+
+
+def test_the_last_in_sync_live_replica_is_removed_only_when_allowed() -> None:
+    """RF 2 with a third replica: node-2 and node-3 are out of sync, so node-1 is the only in-sync
+    LIVE replica. LeaveServer counts LIVE replicas (3 - 1 >= 2), the election counts in-sync ones:
+    removed, an out-of-sync replica would lead (an unclean election the command's help says needs
+    --allow-under-replication)."""
+    client, pid = _client()
+    file, placement = add_replica(client, "events", pid, "node-3")
+    client.coordinator.finalize_join(pid, placement.placement_id)
+    path = client.layout.in_sync(pid)
+    client.zk.in_sync[path] = json.dumps({"epoch": 1, "placement_id": 1, "out_of_sync": [2, 3]}).encode()
+    with pytest.raises(OnlyInSyncReplicaError, match="node-1 holds the only in-sync LIVE replica") as refused:
+        remove_replica(client, "events", pid, "node-1")
+    assert refused.value.out_of_sync == (2, 3) and client.coordinator.committed == ["join", "finalize_join"]
+    remove_replica(client, "events", pid, "node-2")  # an out-of-sync one may go
+    client.zk.in_sync[path] = json.dumps({"epoch": 1, "placement_id": 1, "out_of_sync": [3]}).encode()
+    with pytest.raises(InvalidOperationError):  # now below the replication factor too
+        remove_replica(client, "events", pid, "node-1")
+    file, left = remove_replica(client, "events", pid, "node-1", allow_under_replication=True)
+    assert replica_state(file, pid, left.placement_id) == "UNLOAD"
