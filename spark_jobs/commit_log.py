@@ -1,9 +1,11 @@
 """The sink's record of committed micro-batches, per streaming query, in ZooKeeper.
 
-``<zk_root>/spark/sinks/<query_id>`` holds ``{"batch_id": N, "table": T, "partitions": P}``: the
-newest batch the driver committed for that query (the query id is Spark's, stable across restarts
-from the same checkpoint), and the most Spark partitions a recorded batch of it had (each commit
-fences their transactional ids, :mod:`spark_jobs.sink`). The driver's
+``<zk_root>/spark/sinks/<query_id>`` holds ``{"batch_id": N, "table": T, "partitions": P, "maps":
+[S, ...]}``: the newest batch the driver committed for that query (the query id is Spark's, stable
+across restarts from the same checkpoint), the most Spark partitions a recorded batch of it had
+(each commit fences their transactional ids, :mod:`spark_jobs.sink`), and the METADATA sequences
+of the partition maps that batch's tasks routed with (a batch routed with another one waits for
+the split parents' backlog, :func:`spark_jobs.sink.retired_backlog`). The driver's
 ``commit(messages, batchId)`` raises it by compare-and-swap on the znode version; executors read
 it before they write (:meth:`BatchCommitLog.check`):
 
@@ -88,21 +90,36 @@ class BatchCommitLog:
     def partitions(self, query_id: str) -> int:
         """The most Spark partitions a recorded batch of the query had (0 if none is recorded)."""
         path = self.path(query_id)
-        with zk_errors(f"read sink commit {path}"):
-            try:
-                data, _ = self.zk.get(path)
-            except NoNodeError:
-                return 0
-        return self._partitions(path, data)
+        data = self._get(path)
+        return 0 if data is None else self._partitions(path, data)
+
+    def routed_with(self, query_id: str) -> frozenset[int] | None:
+        """The METADATA sequences of the partition maps the write tasks of the query's last recorded
+        batch routed with (None: no batch recorded, or recorded without them)."""
+        path = self.path(query_id)
+        data = self._get(path)
+        if data is None:
+            return None
+        self._decode(path, data)  # malformed: SinkCommitError
+        value = json.loads(data.decode()).get("maps")
+        if value is None:
+            return None
+        if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+            raise SinkCommitError(f"{path}: bad map sequences {value!r:.60}")
+        return frozenset(value)
 
     def _read(self, query_id: str) -> tuple[int, str | None] | None:
         path = self.path(query_id)
+        data = self._get(path)
+        return None if data is None else (self._decode(path, data), self._table(path, data))
+
+    def _get(self, path: str) -> bytes | None:
         with zk_errors(f"read sink commit {path}"):
             try:
                 data, _ = self.zk.get(path)
             except NoNodeError:
                 return None
-        return self._decode(path, data), self._table(path, data)
+        return bytes(data)
 
     @staticmethod
     def _decode(path: str, data: bytes) -> int:
@@ -129,17 +146,24 @@ class BatchCommitLog:
             raise SinkCommitError(f"{path}: bad partition count {value!r:.40}")
         return value
 
-    def record(self, query_id: str, batch_id: int, *, table: str, partitions: int = 0) -> bool:
+    def record(
+        self, query_id: str, batch_id: int, *, table: str, partitions: int = 0, maps: frozenset[int] | None = None
+    ) -> bool:
         """Raise the query's committed batch id to ``batch_id`` (CAS), and its partition count to at
-        least ``partitions``; False (nothing changed) if the batch id already was >= ``batch_id``."""
+        least ``partitions``; False (nothing changed) if the batch id already was >= ``batch_id``.
+        ``maps``: the METADATA sequences of the partition maps the batch's tasks routed with
+        (:meth:`routed_with`); None or empty keeps the ones recorded before."""
         if isinstance(batch_id, bool) or not isinstance(batch_id, int) or batch_id < 0:
             raise SinkCommitError(f"batch id must be an int >= 0, got {batch_id!r:.40}")
         if isinstance(partitions, bool) or not isinstance(partitions, int) or partitions < 0:
             raise SinkCommitError(f"partition count must be an int >= 0, got {partitions!r:.40}")
         path = self.path(query_id)
 
-        def data(before: int) -> bytes:
-            return json.dumps({"batch_id": batch_id, "table": table, "partitions": max(before, partitions)}).encode()
+        def data(before: int, current: bytes | None = None) -> bytes:
+            kept = json.loads(current.decode()).get("maps") if current is not None else None
+            routed = sorted(maps) if maps else kept
+            out = {"batch_id": batch_id, "table": table, "partitions": max(before, partitions)}
+            return json.dumps(out if routed is None else {**out, "maps": routed}).encode()
 
         with zk_errors(f"record sink commit {path}"):
             ensure_path(self.zk, path.rsplit("/", 1)[0], self.config.security)
@@ -155,7 +179,7 @@ class BatchCommitLog:
                 if self._decode(path, current) >= batch_id:
                     return False
                 try:
-                    self.zk.set(path, data(self._partitions(path, current)), version=stat.version)
+                    self.zk.set(path, data(self._partitions(path, current), current), version=stat.version)
                     return True
                 except BadVersionError:
                     continue

@@ -15,7 +15,12 @@ batch recorded last. So:
 * a batch killed mid-way (no commit) is written again when Spark replays it: rows are keyed
   upserts, so rows written twice with the same values leave the table as if written once;
 * a batch that was committed but whose Spark commit-log entry is lost is replayed by Spark and
-  skipped by the sink: it cannot undo newer writes to the same keys (Paimon #9666).
+  skipped by the sink: it cannot undo newer writes to the same keys (Paimon #9666);
+* a batch replayed by a run planned with a newer partition map than its first attempt's (a split
+  finalized in between) goes to the children directly, while the first attempt's rows may still
+  wait on the parent's ingest topic for its forwarder: the commit records such a batch (one whose
+  tasks routed with a map the last recorded batch's did not) only once every split parent's
+  records are forwarded (:func:`retired_backlog`), so no older copy lands after a newer batch.
 
 Task attempts are fenced (:func:`sink_transactional_id`). Every streaming write task writes in one
 Kafka transaction whose id is the query's and the Spark partition's, and leaders read the ingest
@@ -97,6 +102,8 @@ class ShoalCommitMessage(WriterCommitMessage):
     """The task producer's id (``shoal.producer`` header): its refusals on the deadletter topic."""
     refusals_from: int | None = None
     """The deadletter offset noted before the task's first message (None: refusals not checked)."""
+    maps: tuple[int, ...] = ()
+    """METADATA sequences of the partition maps the task routed with (:func:`retired_backlog`)."""
 
 
 class _MapLoader:
@@ -106,13 +113,18 @@ class _MapLoader:
         self.file = file
         self.connection = connection
         self.used = False
+        self.sequences: set[int] = set()
+        """The METADATA sequences of every map handed out."""
 
     def __call__(self, table: str) -> MetadataFile:
         if not self.used:
             self.used = True
-            return self.file
-        with MetadataClient(self.connection) as client:
-            return client.coordinator.current(table)
+            file = self.file
+        else:
+            with MetadataClient(self.connection) as client:
+                file = client.coordinator.current(table)
+        self.sequences.add(file.sequence)
+        return file
 
 
 def producer_config(settings: SinkSettings) -> ProducerConfig:
@@ -149,6 +161,7 @@ class Written:
     offsets: dict[str, tuple[str, int]] = field(default_factory=dict)
     producer_id: str | None = None
     refusals_from: int | None = None
+    maps: tuple[int, ...] = ()
 
 
 def write_batches(
@@ -168,6 +181,7 @@ def write_batches(
 
     producer: Producer | None = None
     rows = messages = 0
+    loader = _MapLoader(file, settings.connection)
 
     def produce_all() -> None:
         nonlocal producer, rows, messages
@@ -175,7 +189,7 @@ def write_batches(
             if producer is None:
                 producer = Producer(
                     producer_config(settings),
-                    map_loader=_MapLoader(file, settings.connection),
+                    map_loader=loader,
                     kafka_producer=None if channel is None else channel.producer,
                 )
             result = producer.write(settings.table, part)
@@ -192,35 +206,48 @@ def write_batches(
                 produce_all()
         if producer is None:
             return Written()
-        return Written(rows, messages, producer.written(), producer.producer_id, producer.refusals_from)
+        return Written(
+            rows,
+            messages,
+            producer.written(),
+            producer.producer_id,
+            producer.refusals_from,
+            tuple(sorted(loader.sequences)),
+        )
     finally:
         if producer is not None:
             producer.close()
 
 
 def await_tasks(
-    settings: SinkSettings, messages: list[ShoalCommitMessage], what: str, *, timeout_s: float | None = None
+    settings: SinkSettings,
+    messages: list[ShoalCommitMessage],
+    what: str,
+    *,
+    timeout_s: float | None = None,
+    parents: bool = False,
 ) -> None:
     """On the driver: wait until the partition leaders accepted every offset the tasks ``messages``
     report, then read the deadletter topic for refusals of their messages. SinkCommitError (so
     nothing is recorded) when a leader does not accept in ``timeout_s`` (``settings.sync_timeout_s``)
     or refused a message: its rows are not stored (DESIGN.md sections 4.2 and 9). The error is
-    ``retriable`` for a timeout or a non-fatal Kafka error, not for a refusal."""
+    ``retriable`` for a timeout or a non-fatal Kafka error, not for a refusal. ``parents``: wait too
+    until every record on a split parent's ingest topic is forwarded (:func:`retired_backlog`)."""
     from producer import Producer
     from producer.errors import ProducerError, SyncTimeoutError
     from producer.refusals import DeadletterWatch
 
     targets: dict[str, tuple[str, int]] = {}
-    for m in messages:
-        for topic, (partition_id, last) in m.written.items():
-            if topic not in targets or last > targets[topic][1]:
-                targets[topic] = (partition_id, last)
-    if not targets:
-        return
     timeout = settings.sync_timeout_s if timeout_s is None else timeout_s
-    config = producer_config(settings)
     deadline = time.monotonic() + timeout
     try:
+        for written in [*(m.written for m in messages), retired_backlog(settings, timeout) if parents else {}]:
+            for topic, (partition_id, last) in written.items():
+                if topic not in targets or last > targets[topic][1]:
+                    targets[topic] = (partition_id, last)
+        if not targets:
+            return
+        config = producer_config(settings)
         with Producer(config) as producer:
             producer.await_accepted(targets, timeout)
         checked = {m.producer_id: m.refusals_from for m in messages if m.written and m.producer_id}
@@ -242,6 +269,75 @@ def await_tasks(
             f"{what}: the leaders refused {len(refusals)} message(s), whose rows are not stored; first: "
             f"{first.topic} offset {first.offset} ({first.reason}: {first.detail}); nothing is recorded"
         )
+
+
+def retired_backlog(settings: SinkSettings, timeout_s: float) -> dict[str, tuple[str, int]]:
+    """{ingest topic of a split parent of the table: (its partition id, offset of its last record)}
+    for every parent (gone from METADATA by SPLIT_FINALIZE) whose leader group, committed by its
+    straggler forwarder, is not past every record its topic holds.
+
+    A write task routes with the partition map of its query run. Rows an attempt of a batch wrote to
+    a parent that split meanwhile wait on its topic until the forwarder moves them to a child; a
+    run planned with a newer map writes the replay of that batch, and the batches after it, to the
+    children directly. Recorded before those older copies are forwarded, the next batch's newer
+    values could be accepted first, and the forwarded copies would win with higher GTIDs (what
+    ``Producer._order_across_splits`` prevents within one producer, DESIGN.md section 8)."""
+    from confluent_kafka import KafkaError, KafkaException, TopicPartition
+
+    from metadata.metadata_file import retired_partitions
+    from shoal.kafka import clients
+    from shoal.kafka.errors import classify
+    from shoal.kafka.indexes import committed_offsets, stable_ends
+    from shoal.kafka.readers import READ_CONFIG
+    from shoal.topics import TopicNames
+
+    with MetadataClient(settings.connection) as client:
+        parents = [r.entry.partition_id for r in retired_partitions(client.coordinator.history(settings.table))]
+    if not parents:
+        return {}
+    topics = TopicNames(settings.connection.topic_prefix)
+    kafka = settings.connection.kafka
+    admin = clients.admin(kafka)
+    try:
+        existing = set(admin.list_topics(timeout=timeout_s).topics)
+    except KafkaException as exc:
+        raise classify(exc, "cannot list the split parents' ingest topics") from exc
+    parents = [pid for pid in parents if topics.ingest(pid) in existing]
+    ends = stable_ends(admin, [(topics.ingest(pid), 0) for pid in parents], timeout_s=timeout_s)
+    groups = {topics.leader_group(pid): [(topics.ingest(pid), 0)] for pid in parents}
+    done = committed_offsets(admin, groups, timeout_s=timeout_s, stable=False)
+    out: dict[str, tuple[str, int]] = {}
+    for pid in parents:
+        topic = topics.ingest(pid)
+        start = done.get(topics.leader_group(pid), {}).get((topic, 0)) or 0
+        end = ends.get((topic, 0), 0)
+        if start >= end:
+            continue
+        # the last record in [start, end): transaction markers are never accepted as records
+        consumer = clients.consumer(kafka, group_id=topics.leader_group(pid) + ".sink-check", **READ_CONFIG)
+        try:
+            consumer.assign([TopicPartition(topic, 0, start)])
+            last = None
+            deadline = time.monotonic() + timeout_s
+            while True:
+                if time.monotonic() > deadline:
+                    raise KafkaOperationError(f"{topic}: could not read up to offset {end} in {timeout_s:.0f}s")
+                msg = consumer.poll(0.2)
+                if msg is None:
+                    continue
+                err = msg.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        break
+                    raise KafkaOperationError(f"{topic}: {err}", err)
+                last = int(msg.offset() or 0)
+                if last >= end - 1:
+                    break
+        finally:
+            consumer.close()
+        if last is not None:
+            out[topic] = (pid, last)
+    return out
 
 
 _T = TypeVar("_T")
@@ -281,6 +377,7 @@ def _message(query_id: str | None, batch_id: int | None, partition_id: int | Non
         written=w.offsets,
         producer_id=w.producer_id,
         refusals_from=w.refusals_from,
+        maps=w.maps,
     )
 
 
@@ -353,10 +450,15 @@ class ShoalStreamWriter(DataSourceStreamWriter, DataSourceArrowWriter):
             raise SinkCommitError(f"batch {batchId}: write tasks report several query ids {sorted(query_ids)}")
         query_id = query_ids.pop()
         used = {m.partition_id for m in ours if m.partition_id is not None}
+        routed = frozenset(s for m in ours for s in m.maps)
         what = f"batch {batchId} of query {query_id}"
         deadline = time.monotonic() + self.settings.commit_timeout_s
         with BatchCommitLog(self.settings.connection) as commits:
             earlier = commits.partitions(query_id)
+            # rows an earlier attempt routed by another map may wait on a split parent's topic: this
+            # batch is recorded only once they are forwarded (retired_backlog)
+            before = commits.routed_with(query_id)
+            parents = before is None or not routed <= before
             # every partition a recorded batch of the query had: a transaction a task of an earlier
             # run left open is aborted (PySpark runs each commit in a fresh Python process, so
             # this driver cannot remember that it did so already)
@@ -371,11 +473,15 @@ class ShoalStreamWriter(DataSourceStreamWriter, DataSourceArrowWriter):
                 retrying(
                     self.settings,
                     f"{what}: wait for the leaders",
-                    lambda t: await_tasks(self.settings, ours, what, timeout_s=t),
+                    lambda t: await_tasks(self.settings, ours, what, timeout_s=t, parents=parents),
                     deadline=deadline,
                 )
             recorded = commits.record(
-                query_id, batchId, table=self.settings.table, partitions=max([earlier, *(p + 1 for p in used)])
+                query_id,
+                batchId,
+                table=self.settings.table,
+                partitions=max([earlier, *(p + 1 for p in used)]),
+                maps=routed or None,
             )
             # an attempt of this batch started after the first fence (a speculative copy during the
             # wait) may have read the log before the record: fenced after it, it cannot commit, and

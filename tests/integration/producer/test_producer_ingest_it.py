@@ -159,3 +159,43 @@ def test_shoal_write_cli(
     }
     assert [t.column("k").to_pylist() for t, _ in got[file.partitions[0].partition_id]] == [[1, 2]]
     assert [t.column("k").to_pylist() for t, _ in got[file.partitions[1].partition_id]] == [[1001]]
+
+
+def test_the_sink_finds_rows_a_split_parent_has_not_forwarded(
+    cluster: Any, zk_hosts: str, coord: MetadataCoordinator, topic_prefix: str
+) -> None:
+    """The Spark sink's commit waits for a split parent's unforwarded records before it records a
+    batch routed by a newer map (``spark_jobs.sink.retired_backlog``): read from the real METADATA
+    history, the parent's ingest topic (a transaction's marker after its last record) and the
+    parent's leader group."""
+    from metadata.client import MetadataConfig
+    from shoal.kafka.settings import KafkaSettings
+    from shoal.kafka.transaction import TransactionalChannel
+    from spark_jobs.settings import SinkSettings
+    from spark_jobs.sink import retired_backlog
+
+    file = create(coord, events_table(), [U(1000)])
+    high = file.partitions[1].partition_id
+    topics = TopicNames(topic_prefix)
+    connection = ConnectionSettings.plain(cluster.bootstrap_servers, zk_hosts, topic_prefix=topic_prefix)
+    settings = SinkSettings(table="events", connection=MetadataConfig(connection=connection))
+    assert retired_backlog(settings, 30) == {}  # no split yet
+    channel = TransactionalChannel(KafkaSettings(cluster.bootstrap_servers), f"{topic_prefix}-sink-test")
+    channel.open()
+    try:
+        with (
+            Producer(_config(cluster, zk_hosts, topic_prefix), kafka_producer=channel.producer) as p,
+            channel.transaction(),
+        ):
+            p.write("events", [{"k": 1500, "v": "old"}])
+            p.flush(30)
+            written = p.written()
+    finally:
+        channel.close()
+    parent = topics.ingest(high)
+    assert written[parent][0] == high
+    coord.split("events", high, U(2000), ["node-1"], ["node-1"])
+    coord.finalize_split("events", high, acked=_no_rows_acked(coord.current("events").partition(high)))
+    assert retired_backlog(settings, 30) == {parent: (high, written[parent][1])}
+    commit_as_leader(cluster.bootstrap_servers, topics.leader_group(high), parent)  # the forwarder took it
+    assert retired_backlog(settings, 30) == {}
