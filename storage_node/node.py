@@ -849,7 +849,11 @@ class StorageNode:
             if held.leader is not None and not held.leader.stopped.is_set():
                 return
             if held.follower is not None:  # the follower role ends before the leader role starts
-                held.follower.stop()
+                if not held.follower.stop():
+                    # still running (a long scrub or apply): it would take the leader's memtable
+                    # (retire_memtable) or move the root under it; _supervise leads once it ended
+                    log.warning("%s: the follower role has not ended yet; leading once it has", held.replica.name)
+                    return
                 _add(held.retired, follower_counters(held.follower))
                 held.follower = None
             held.replica.overlay = None  # a leader reads its memtable; adoption covers the overlay's rows
@@ -1008,6 +1012,12 @@ class StorageNode:
                 continue
             if ended and lead is not None and election is not None and election.state is LeaderState.LEADER:
                 # a leadership resumed after SUSPENDED has a new epoch; the old role ended after it was granted
+                self._start_leader(held, lead)
+                continue
+            following = held.follower is not None and not held.follower.stopped.is_set()
+            won = election is not None and election.state is LeaderState.LEADER
+            if held.leader is None and not following and lead is not None and won:
+                # won while the follower role was still ending (_start_leader waited for it)
                 self._start_leader(held, lead)
                 continue
             if not leading:

@@ -1,0 +1,176 @@
+"""A follower role still running when the node wins its partition's election (its start-up scrub
+hashes every chain file: longer than the 30 s stop bound on a large replica) must not share the
+replica with the leader role: it moved the leader's replayed memtable into an overlay, and the
+leader's next flush wrote a segment covering WAL records whose rows it did not hold, lost at the
+next restart (an audit's proof). The node leads once the follower role has ended (DESIGN.md
+section 7).
+
+Real code: StorageNode._start_follower / _start_leader / _supervise, PartitionFollower.run,
+PartitionReplica, recovery.replay_wal. Stand-ins: the WAL channel, the election, the leader role
+(the real replay; the test then commits and flushes as the role would), a slow file hash, and the
+stop bound (0.3 s)."""
+
+from __future__ import annotations
+
+import threading
+import types
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+import storage_node.node as node_module
+import storage_node.roles.follower as follower_module
+import storage_node.roles.leader.recovery as recovery
+from metadata.discovery import ReplicaState
+from metadata.election import LeaderState
+from metadata.keyspace import KeyRange
+from metadata.table import Column, ColumnType, TableDefinition
+from shoal.ids import new_partition_id
+from shoal.kafka.readers import ChannelRecord
+from shoal.topics import TopicNames
+from shoal.wire.arrow_ipc import encode_batch
+from shoal.wire.ingest import ingest_schema
+from shoal.wire.records import GENESIS_HASH, Gtid, WalRecord
+from shoal.worker import Worker
+from storage_node.node import HeldPartition, StorageNode
+from storage_node.replica import PartitionReplica, versioned_rows
+from storage_node.replication.receive import InFlightBudget
+
+TABLE = TableDefinition(
+    "events", (Column("k", ColumnType.UINT64, False), Column("v", ColumnType.STRING)), ("k",), "k", 1
+)
+SCHEMA = ingest_schema(TABLE.arrow_schema())
+
+
+def _ingest(keys: list[int]) -> pa.Table:
+    return pa.table(
+        {"k": pa.array(keys, pa.uint64()), "v": [f"v{k}" for k in keys], "_shoal_deleted": [False] * len(keys)},
+        schema=SCHEMA,
+    )
+
+
+def _wal(pid: str, keys: list[int], gtids: list[Gtid], prev: bytes = GENESIS_HASH) -> list[WalRecord]:
+    out = []
+    for key, gtid in zip(keys, gtids, strict=True):
+        rec = WalRecord.create(
+            partition_id=pid,
+            placement_id=1,
+            gtid=gtid,
+            row_count=1,
+            payload=encode_batch(_ingest([key])),
+            prev_hash=prev,
+        )
+        out.append(rec)
+        prev = rec.hash
+    return out
+
+
+class _LeaderRole(Worker):
+    """The leader role's start: the real WAL replay into the memtable."""
+
+    def __init__(self, replica: PartitionReplica, *_a: Any, **_k: Any) -> None:
+        super().__init__("leader-stand-in")
+        self.replica = replica
+        self.ready = threading.Event()
+        self.publisher = None
+        self.term = None
+
+    def run(self) -> None:
+        recovery.replay_wal(self.replica, None, "wal", SCHEMA, recovery.ChainPosition())
+        self.ready.set()
+        self.stopping.wait()
+
+
+class _NoIntake:
+    def __init__(self, *_a: Any, **_k: Any) -> None:
+        pass
+
+    def start(self) -> _NoIntake:
+        return self
+
+    def stop(self, timeout: float = 30.0) -> bool:
+        return True
+
+
+def _keys(replica: PartitionReplica) -> list[int]:
+    return sorted(replica.scan().column("k").to_pylist())
+
+
+def test_the_leader_starts_only_after_the_follower_role_ended(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    pid = new_partition_id()
+    wal = _wal(pid, [1, 2, 3, 4], [Gtid(1, i) for i in range(4)])
+    monkeypatch.setattr(
+        recovery,
+        "read_wal_channel",
+        lambda _k, _t, start, **_kw: (ChannelRecord(o, wal[o]) for o in range(max(start, 0), len(wal))),
+    )
+    monkeypatch.setattr(recovery, "read_wal_record_at", lambda _k, _t, o, **_kw: wal[o] if 0 <= o < len(wal) else None)
+    release, entered = threading.Event(), threading.Event()
+    real_sha = follower_module.file_sha256
+
+    def slow_sha256(path: Path) -> str:  # the follower's start-up scrub outlasts the stop bound
+        entered.set()
+        release.wait(30)
+        return str(real_sha(path))
+
+    monkeypatch.setattr(follower_module, "file_sha256", slow_sha256)
+    monkeypatch.setattr(follower_module.PartitionFollower, "stop", lambda self, timeout=30.0: Worker.stop(self, 0.3))
+    monkeypatch.setattr(node_module, "PartitionLeader", _LeaderRole)
+    monkeypatch.setattr(node_module, "CompactionIntake", _NoIntake)
+
+    # before the restart: WAL [0, 2) (keys 1, 2) flushed; records 2 and 3 (keys 3, 4) acknowledged only
+    first = PartitionReplica(TABLE, pid, 1, tmp_path)
+    for offset in (0, 1):
+        first.append(versioned_rows(_ingest([offset + 1]), wal[offset].gtid), offset)
+    first.flush(1)
+    first.close()
+    replica = PartitionReplica(TABLE, pid, 1, tmp_path)
+    lead = types.SimpleNamespace(epoch=2)
+    election = types.SimpleNamespace(
+        check_writable=lambda: lead, state=LeaderState.LEADER, leadership=lead, recheck=lambda: None
+    )
+    held = HeldPartition(
+        TABLE, pid, 1, KeyRange(b"", b""), replica, election=election, bootstrap_checked=True, state=ReplicaState.LIVE
+    )
+    config = types.SimpleNamespace(
+        server_id="node-1", data_dir=tmp_path, kafka=None, topics=TopicNames("t"), leader_config=lambda: None
+    )
+    node: Any = types.SimpleNamespace(
+        _stop=threading.Event(),
+        _client=types.SimpleNamespace(),
+        budget=InFlightBudget(),
+        config=config,
+        _in_sync=lambda _held, _election: None,
+        _listed=lambda _held: True,
+        _stop_intake=StorageNode._stop_intake,
+        _start_splitters=lambda: None,
+        _start_forwarders=lambda: None,
+        partitions=lambda: {pid: held},
+        _has_joiners=lambda _held: False,
+    )
+    for name in ("_start_follower", "_start_leader", "_supervise"):
+        setattr(node, name, getattr(StorageNode, name).__get__(node))
+
+    node._start_follower(held)  # discovery: the LIVE replica follows (its scrub runs), then wins at once
+    follower = held.follower
+    assert follower is not None and entered.wait(5)
+    node._start_leader(held, lead)
+    assert held.leader is None  # the follower role has not ended: not yet
+    release.set()
+    assert follower.join(5)
+    node._supervise(types.SimpleNamespace(zk=None, layout=None))  # the next supervision pass leads
+    assert held.leader is not None and held.leader.ready.wait(5)
+    assert replica.memtable.rows == 2 and _keys(replica) == [1, 2, 3, 4]
+
+    # the leader commits key 5 (WAL offset 4) and flushes; a restart replays what no segment holds
+    wal += _wal(pid, [5], [Gtid(2, 0)], wal[-1].hash)
+    replica.append(versioned_rows(_ingest([5]), wal[4].gtid), 4)
+    assert replica.flush(2) is not None
+    held.leader.stop(5)
+    replica.close()
+    again = PartitionReplica(TABLE, pid, 1, tmp_path)
+    recovery.replay_wal(again, None, "wal", SCHEMA, recovery.ChainPosition())
+    assert _keys(again) == [1, 2, 3, 4, 5]
+    again.close()
