@@ -43,6 +43,7 @@ written without a transaction.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import time
 from collections.abc import Callable, Iterator
@@ -226,6 +227,7 @@ def await_tasks(
     *,
     timeout_s: float | None = None,
     parents: bool = False,
+    parents_since: int | None = None,
 ) -> None:
     """On the driver: wait until the partition leaders accepted every offset the tasks ``messages``
     report, then read the deadletter topic for refusals of their messages. SinkCommitError (so
@@ -241,7 +243,10 @@ def await_tasks(
     timeout = settings.sync_timeout_s if timeout_s is None else timeout_s
     deadline = time.monotonic() + timeout
     try:
-        for written in [*(m.written for m in messages), retired_backlog(settings, timeout) if parents else {}]:
+        for written in [
+            *(m.written for m in messages),
+            retired_backlog(settings, timeout, since=parents_since) if parents else {},
+        ]:
             for topic, (partition_id, last) in written.items():
                 if topic not in targets or last > targets[topic][1]:
                     targets[topic] = (partition_id, last)
@@ -271,7 +276,9 @@ def await_tasks(
         )
 
 
-def retired_backlog(settings: SinkSettings, timeout_s: float) -> dict[str, tuple[str, int]]:
+def retired_backlog(
+    settings: SinkSettings, timeout_s: float, *, since: int | None = None
+) -> dict[str, tuple[str, int]]:
     """{ingest topic of a split parent of the table: (its partition id, offset of its last record)}
     for every parent (gone from METADATA by SPLIT_FINALIZE) whose leader group, committed by its
     straggler forwarder, is not past every record its topic holds.
@@ -287,12 +294,25 @@ def retired_backlog(settings: SinkSettings, timeout_s: float) -> dict[str, tuple
     from metadata.metadata_file import retired_partitions
     from shoal.kafka import clients
     from shoal.kafka.errors import classify
-    from shoal.kafka.indexes import committed_offsets, stable_ends
+    from shoal.kafka.indexes import committed_offsets, log_bounds, stable_ends
     from shoal.kafka.readers import READ_CONFIG
     from shoal.topics import TopicNames
 
     with MetadataClient(settings.connection) as client:
-        parents = [r.entry.partition_id for r in retired_partitions(client.coordinator.history(settings.table))]
+        history = client.coordinator.history(settings.table)
+    # ``since``: the oldest map sequence an earlier write of the query can have routed with; a parent
+    # already gone from that map took none of its rows. Not waiting on it also keeps a parent retired
+    # long ago (its leader group's offset expired with offsets.retention.minutes) out of the commit.
+    retired_at: dict[str, int] = {}
+    for prev, file in itertools.pairwise(history):
+        gone = {e.partition_id for e in prev.partitions} - {e.partition_id for e in file.partitions}
+        for pid in gone:
+            retired_at.setdefault(pid, file.sequence)
+    parents = [
+        r.entry.partition_id
+        for r in retired_partitions(history)
+        if since is None or retired_at.get(r.entry.partition_id, since + 1) > since
+    ]
     if not parents:
         return {}
     topics = TopicNames(settings.connection.topic_prefix)
@@ -306,10 +326,17 @@ def retired_backlog(settings: SinkSettings, timeout_s: float) -> dict[str, tuple
     ends = stable_ends(admin, [(topics.ingest(pid), 0) for pid in parents], timeout_s=timeout_s)
     groups = {topics.leader_group(pid): [(topics.ingest(pid), 0)] for pid in parents}
     done = committed_offsets(admin, groups, timeout_s=timeout_s, stable=False)
+    starts = log_bounds(admin, [(topics.ingest(pid), 0) for pid in parents], timeout_s=timeout_s)
     out: dict[str, tuple[str, int]] = {}
     for pid in parents:
         topic = topics.ingest(pid)
-        start = done.get(topics.leader_group(pid), {}).get((topic, 0)) or 0
+        accepted = done.get(topics.leader_group(pid), {}).get((topic, 0))
+        if accepted is None:
+            # no offset: none ever committed (nothing was written), or Kafka expired it
+            # (offsets.retention.minutes after the forwarder's last commit): nothing to wait for
+            # that a forwarder would commit again
+            continue
+        start = max(accepted, starts.get((topic, 0), (0, 0))[0])
         end = ends.get((topic, 0), 0)
         if start >= end:
             continue
@@ -473,7 +500,14 @@ class ShoalStreamWriter(DataSourceStreamWriter, DataSourceArrowWriter):
                 retrying(
                     self.settings,
                     f"{what}: wait for the leaders",
-                    lambda t: await_tasks(self.settings, ours, what, timeout_s=t, parents=parents),
+                    lambda t: await_tasks(
+                        self.settings,
+                        ours,
+                        what,
+                        timeout_s=t,
+                        parents=parents,
+                        parents_since=None if before is None else min(before, default=None),
+                    ),
                     deadline=deadline,
                 )
             recorded = commits.record(

@@ -194,8 +194,11 @@ def test_the_sink_finds_rows_a_split_parent_has_not_forwarded(
         channel.close()
     parent = topics.ingest(high)
     assert written[parent][0] == high
-    coord.split("events", high, U(2000), ["node-1"], ["node-1"])
-    coord.finalize_split("events", high, acked=_no_rows_acked(coord.current("events").partition(high)))
+    split = coord.split("events", high, U(2000), ["node-1"], ["node-1"])
+    final = coord.finalize_split("events", high, acked=_no_rows_acked(coord.current("events").partition(high)))
     assert retired_backlog(settings, 30) == {parent: (high, written[parent][1])}
+    # a batch last recorded with a map from before the split waits for it; one from after does not
+    assert retired_backlog(settings, 30, since=split.sequence) == {parent: (high, written[parent][1])}
+    assert retired_backlog(settings, 30, since=final.sequence) == {}
     commit_as_leader(cluster.bootstrap_servers, topics.leader_group(high), parent)  # the forwarder took it
     assert retired_backlog(settings, 30) == {}

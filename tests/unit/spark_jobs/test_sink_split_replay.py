@@ -66,7 +66,7 @@ class Cluster:
                     self.rows[k] = (self.gtid, v)
             self.committed[topic] = len(records)
 
-    def backlog(self, _settings: Any, _timeout_s: float) -> dict[str, tuple[str, int]]:
+    def backlog(self, _settings: Any, _timeout_s: float, *, since: int | None = None) -> dict[str, tuple[str, int]]:
         """retired_backlog on this cluster: the parents' records not forwarded yet."""
         self.backlog_reads += 1
         out = {}
