@@ -562,6 +562,7 @@ def coverage(
     floors = read.floors
     assert floors is not None
     newest, problems = read.merged()
+    firsts = judged_epochs(read)  # also the epochs whose WAL records the Tail truncated entirely
     keys = list(floors.table.primary_key)
     bounds = lowest_and_highest_gtid(newest)
     high = None if bounds is None else bounds[1]
@@ -596,7 +597,7 @@ def coverage(
         # versions of ZooKeeper's epoch are read again also when its leader's channel was not there:
         # a leader elected meanwhile creates it, and they are judged on it then
         epoch = present_epoch if present_epoch is not None else gone_epoch
-        later = to_read_again(candidates, floors.first_seq, high, epoch)
+        later = to_read_again(candidates, firsts, high, epoch)
         if later.num_rows:
             newer[who] = later
 
@@ -621,7 +622,7 @@ def coverage(
         late = [f"read again after the scans: {p}" for p in again.problems() if p not in before]
         if gone and led[0][2] not in again.present:  # still gone: nothing can hold those versions
             late += gone
-        late += newer_problems(newer, again.floors, floors.first_seq, epoch_now, again.present)
+        late += newer_problems(newer, again.floors, firsts, epoch_now, again.present)
         if late and metadata_changed is not None and _changed(metadata_changed):
             late = [
                 "METADATA changed while verify read the channels again after the scans (a split or a "
@@ -629,6 +630,25 @@ def coverage(
             ]
         problems += late
     return "; ".join(problems) if problems else None
+
+
+_NO_RECORD = 2**63 - 1
+"""A first sequence number no WAL record has: its epoch is known (judged), no version of it accounted."""
+
+
+def judged_epochs(read: ChannelsRead) -> dict[int, int]:
+    """:attr:`WalFloors.first_seq` of ``read``, plus every epoch a placement whose WAL channel exists
+    stamped rows in (its own flushes hold it) with no WAL record of it left, at :data:`_NO_RECORD`:
+    each write of such an epoch is on that channel from its Tail or in a segment read
+    (:func:`check_wal_coverage`), so a version of it newer than the channels' is judged like one below
+    the first record of an epoch the WAL still holds (:func:`~shoal_app.cli.verify_newer.known_epoch`)."""
+    assert read.floors is not None
+    firsts = dict(read.floors.first_seq)
+    for topic, epochs in read.epochs.items():
+        if topic in read.present:
+            for e in epochs:
+                firsts.setdefault(e, _NO_RECORD)
+    return firsts
 
 
 def _covered(checked: bool, missing: str | None, unscanned: Sequence[str]) -> bool | None:
@@ -910,7 +930,9 @@ def verify_retired(
     )
     floors = read.floors
     missing = (
-        None if floors is None or rows is None else retired_coverage(floors, listed, rows, table.keyspace, key_range)
+        None
+        if floors is None or rows is None
+        else retired_coverage(floors, listed, rows, table.keyspace, key_range, first_seq=judged_epochs(read))
     )
     return RetiredVerification(
         partition_id=entry.partition_id,

@@ -46,11 +46,13 @@ def retired_coverage(
     rows: Rows,
     keyspace: Keyspace,
     retired_range: KeyRange | None = None,
+    first_seq: Mapping[int, int] | None = None,
 ) -> str | None:
     """Which replicas of the listed partitions miss a write still on a retired partition's channels
     (each write checked where its partition key lies now), or hold a version of a key in
     ``retired_range`` newer than the retired channels' newest of it at a GTID the retired WAL
-    channels account for (:func:`phantoms`); None when neither."""
+    channels account for (:func:`phantoms`; ``first_seq``: the epochs judged, :attr:`WalFloors.first_seq`
+    by default); None when neither."""
     newest, problems = floor_problems(floors)
     if newest is not None:
         keys = list(floors.table.primary_key)
@@ -67,7 +69,8 @@ def retired_coverage(
             def seen(who: str, scan: pa.Table, found: list[str] = found) -> None:
                 if retired_range is not None:
                     mine = scan.filter(key_range_mask(scan.column(floors.table.partition_key), retired_range, keyspace))
-                    found.extend(phantoms(who, mine, newest, floors.first_seq, keys))
+                    firsts = floors.first_seq if first_seq is None else first_seq
+                    found.extend(phantoms(who, mine, newest, firsts, keys))
 
             found += replicas_missing(newest.filter(mask), replicas, rows, keys, seen=seen)
             problems += [f"{p} (now in {key_range.describe(keyspace)})" for p in found]

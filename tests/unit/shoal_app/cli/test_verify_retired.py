@@ -291,3 +291,29 @@ def test_a_write_on_the_channel_of_a_placement_that_left_a_split_parent_is_check
     (retired,) = report.retired
     assert TOPICS.wal(parent, 1) in [c.topic for c in retired.wal_channels]
     assert not report.ok and retired.covered is False, retired
+
+
+def test_a_childs_phantom_at_a_parent_epoch_whose_wal_records_the_tail_all_truncated_is_a_mismatch() -> None:
+    """The parent flushed k=5 'a' at 1:0 and k=100 at 1:1 into its own major, and its Tail emptied its
+    WAL channel: no WAL record of epoch 1 is left, but the parent's own flushes hold epoch 1, so a
+    child's k=5 at 1:7 (a tombstone or other values) is a GTID the parent never wrote."""
+    from test_verify_coverage import _segment
+    from test_verify_gtids import _manifest
+
+    history = _split()
+    parent = history[0].partitions[0].partition_id
+    low, high = (e.partition_id for e in history[-1].partitions)
+    wal = _records(parent, 1, [(Gtid(1, 0), _batch([5, POINT], ["a", "b"], [False, False]))])
+    major, data = _segment(
+        _manifest(parent, 1, 1, (0, 1), (Gtid(1, 0), Gtid(1, 1)), segment_id="aa" * 16),
+        [(5, "a", 1, 0, False), (POINT, "b", 1, 1, False)],
+    )
+    channels = FakeChannels(
+        {TOPICS.wal(parent, 1): (1, [])}, {TOPICS.segments(parent, 1): [major]}, {major.segment_id: data}
+    )
+    assert wal  # the record the Tail truncated
+    held_high = _replica([(POINT, "b", 1, 1)])
+    assert _run(history, channels, {low: _replica([(5, "a", 1, 0)]), high: held_high}).ok
+    assert _run(history, channels, {low: _replica([(5, "new", 2, 0)]), high: held_high}).ok  # the child's epoch
+    report = _run(history, channels, {low: _replica([(5, "WRONG", 1, 7)]), high: held_high})
+    assert not report.ok and "k=5 at gtid 1:7" in (report.retired[0].coverage_error or ""), report.retired[0]

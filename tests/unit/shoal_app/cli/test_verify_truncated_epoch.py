@@ -53,12 +53,12 @@ def _tomb(k: int, e: int, s: int) -> pa.Table:
     return t.set_column(t.schema.get_field_index("_shoal_deleted"), "_shoal_deleted", pa.array([True]))
 
 
-def _verify(first: pa.Table) -> Any:
+def _verify(first: pa.Table, tail: int = 2) -> Any:
     rest = _replica([(2, "b3", 1, 3), (5, "e", 1, 4), (6, "f", 2, 0)])
     scan = pa.concat_tables([first, rest], promote_options="permissive")
-    # the Tail truncated the WAL below offset 2: the major covers [0, 3)
+    # the Tail truncated the WAL below offset ``tail``: the major covers [0, 3)
     channels = FakeChannels(
-        {TOPICS.wal(PID, 1): (2, RECORDS[2:])}, {TOPICS.segments(PID, 1): [MAJOR]}, {MAJOR.segment_id: DATA}
+        {TOPICS.wal(PID, 1): (tail, RECORDS[tail:])}, {TOPICS.segments(PID, 1): [MAJOR]}, {MAJOR.segment_id: DATA}
     )
 
     def described(server: str) -> list[dict[str, Any]]:
@@ -99,3 +99,12 @@ def test_a_split_child_holding_a_parent_version_below_its_first_record_is_a_phan
     assert phantoms("node-1#3", _replica([(1, "c", 5, 0)]), newest, first_seq, ["k"]) == []  # the child's epoch
     (problem,) = phantoms("node-1#3", _replica([(1, "x", 1, 2)]), newest, first_seq, ["k"])
     assert "k=1 at gtid 1:2" in problem
+
+
+@pytest.mark.parametrize("phantom", [_tomb(1, 1, 2), _replica([(1, "WRONG", 1, 2)])])
+def test_a_version_of_an_epoch_whose_wal_records_the_tail_all_truncated_is_judged(phantom: pa.Table) -> None:
+    """Tail 3: no WAL record of epoch 1 is left, but placement 1's own major holds epoch 1 and its
+    WAL channel exists, so every write of epoch 1 is on its channels: a phantom there passed as agreeing."""
+    assert _verify(_replica([(1, "a", 1, 0)]), tail=3)[0]
+    ok, error = _verify(phantom, tail=3)
+    assert not ok and "k=1: a " in str(error) and "at gtid 1:2" in str(error), error
