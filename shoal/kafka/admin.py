@@ -219,6 +219,20 @@ def delete_topics(admin: AdminClient, names: list[str], timeout_s: float = 30.0)
     admin.poll(0)
 
 
+def delete_records(admin: AdminClient, targets: list[TopicPartition], what: str, timeout_s: float = 30.0) -> None:
+    """``delete_records``: move the start of each of ``targets``' partitions to its offset (a Tail).
+    KafkaOperationError when a broker refuses or does not answer in ``timeout_s``."""
+    if not targets:
+        return
+    try:
+        for _tp, fut in admin.delete_records(targets, operation_timeout=timeout_s, request_timeout=timeout_s).items():
+            fut.result(timeout=timeout_s)
+    except KafkaException as exc:
+        raise classify(exc, f"delete_records on {what}") from exc
+    except TimeoutError as exc:
+        raise KafkaOperationError(f"delete_records on {what} timed out") from exc
+
+
 def log_start_and_end(
     settings: KafkaSettings, topic: str, partition: int = 0, timeout_s: float = 10.0
 ) -> tuple[int, int]:

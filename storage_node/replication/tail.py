@@ -52,12 +52,12 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from confluent_kafka import KafkaException, TopicPartition
+from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from shoal.errors import KafkaOperationError
 from shoal.kafka import clients
-from shoal.kafka.errors import classify
+from shoal.kafka.admin import delete_records
 from shoal.kafka.indexes import ChannelIndexes, IndexQuery, close_offset_readers, read_indexes
 from shoal.kafka.settings import KafkaSettings
 from shoal.segments import WalRange
@@ -430,13 +430,6 @@ def _ingest_tail(ingest: ChannelIndexes | None) -> int | None:
 
 
 def _delete_records(admin: AdminClient, targets: list[TopicPartition], partition_id: str) -> None:
-    if not targets:
-        return
-    try:
-        for tp, fut in admin.delete_records(targets, operation_timeout=30, request_timeout=30).items():
-            fut.result(timeout=30)
-            log.info("tail of %s moved to %d", tp.topic, tp.offset)
-    except KafkaException as exc:
-        raise classify(exc, f"delete_records on {partition_id}") from exc
-    except TimeoutError as exc:
-        raise KafkaOperationError(f"delete_records on {partition_id} timed out") from exc
+    delete_records(admin, targets, partition_id)
+    for tp in targets:
+        log.info("tail of %s moved to %d", tp.topic, tp.offset)

@@ -6,7 +6,10 @@ routes to the parent, writes made during the freeze) were never accepted by the 
 leader group's committed offset (the accepted index), validates each message as the parent's
 leader would, splits it by the split point (:func:`~storage_node.replication.split.route_valid_message`)
 and produces the pieces to the children's ingest topics in ONE Kafka transaction with the parent
-group's offsets (``send_offsets_to_transaction``): exactly once, so no loss and no duplicate. A
+group's offsets (``send_offsets_to_transaction``): exactly once, so no loss and no duplicate. After
+each transaction (and at start, below the committed offset) the forwarder deletes the parent's
+records it forwarded (``delete_records``, the Tail the parent's leader kept): a forwarder that finds
+no committed offset after Kafka expired it never forwards an old row a second time. A
 message the parent's leader would refuse goes to the deadletter topic in that transaction, with the
 leader's headers (the producer's id, the parent's topic and offset). A producer's ``sync()`` of
 those rows returns once that transaction committed (it reads the parent group's commit, then the
@@ -31,12 +34,14 @@ import logging
 from dataclasses import dataclass
 
 from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient
 
 from metadata.metadata_file import MetadataFile, RetiredPartition
 from metadata.partition_map import PartitionMap
 from metadata.table import TableDefinition
 from shoal.errors import KafkaOperationError
 from shoal.kafka import clients
+from shoal.kafka.admin import delete_records
 from shoal.kafka.settings import KafkaSettings
 from shoal.kafka.transaction import TransactionalChannel
 from shoal.topics import TopicNames
@@ -63,6 +68,8 @@ class ForwardStats:
     topic (not to a child) in the same transaction."""
     transactions: int = 0
     restarts: int = 0
+    truncations: int = 0
+    """``delete_records`` calls on the parent's ingest topic below what was forwarded."""
 
 
 class StragglerForwarder(Worker):
@@ -126,11 +133,14 @@ class StragglerForwarder(Worker):
             group_id=self.topics.leader_group(self.parent.partition_id),
             **consumer_overrides(self.max_ingest_bytes + 1024 * 1024),
         )
+        admin = clients.admin(self.kafka)
         try:
             tp = TopicPartition(parent_topic, 0)
             committed = committed_offset(consumer, tp)
             consumer.assign([TopicPartition(parent_topic, 0, committed if committed >= 0 else OFFSET_BEGINNING)])
             log.info("%s: forwarding stragglers of %s from offset %s", self.name, parent_topic, committed)
+            if committed > 0:
+                self._truncate(admin, parent_topic, committed)
             while not self.stopping.is_set():
                 msgs = consumer.consume(200, self.poll_s)
                 data = [m for m in msgs if m.error() is None]
@@ -191,10 +201,25 @@ class StragglerForwarder(Worker):
                 self.stats.refused_messages += refused
                 self.stats.transactions += 1
                 log.info("%s: forwarded %d straggler message(s) to the children", self.name, len(data))
+                self._truncate(admin, parent_topic, last + 1)
         finally:
             with contextlib.suppress(KafkaException, RuntimeError):
                 consumer.close()
             channel.close()
+
+    def _truncate(self, admin: AdminClient, parent_topic: str, below: int) -> None:
+        """Delete the parent's records below ``below`` (forwarded, or accepted by its leader: the Tail
+        the parent's leader kept). With them gone, a forwarder that finds no committed offset (Kafka
+        expires a memberless group's offsets after ``offsets.retention.minutes``) starts at the log
+        start and forwards nothing a second time: forwarded again, an old row would be accepted with
+        a new GTID, over every newer write of its key. Best effort: a failure is logged and done again
+        after the next forwarding (or restart)."""
+        try:
+            delete_records(admin, [TopicPartition(parent_topic, 0, below)], parent_topic)
+        except KafkaOperationError as exc:
+            log.warning("%s: cannot delete the forwarded records below %d: %s", self.name, below, exc)
+            return
+        self.stats.truncations += 1
 
 
 def _headers(
