@@ -598,14 +598,18 @@ class StorageNode:
                 held.state = d.state
             if held.split_parent is not None and d.state is ReplicaState.LIVE:
                 held.split_parent = None  # the split was finalized: this child is LIVE now
-                promoted, held.follower = held.follower, None
+                # the staging follower stays held until it has ended: no other role may use the
+                # replica while it runs (_start_follower and _start_leader wait for it)
+                promoted = held.follower
             held.discovery = d
             held.peers = peers
             held.live = live
             held.preferred = preferred
-        if promoted is not None:
-            promoted.stop()
-            _add(held.retired, follower_counters(promoted))
+        if promoted is not None and promoted.stop():
+            with held.lock:
+                if held.follower is promoted:
+                    _add(held.retired, follower_counters(promoted))
+                    held.follower = None
         if d.state is ReplicaState.LOAD:
             self._start_follower(held)  # catches up from the leader's channels; never campaigns
         elif d.state is ReplicaState.LIVE:

@@ -36,7 +36,7 @@ from shoal.wire.records import GENESIS_HASH, Gtid, WalRecord
 from shoal.worker import Worker
 from storage_node.node import HeldPartition, StorageNode
 from storage_node.replica import PartitionReplica, versioned_rows
-from storage_node.replication.receive import InFlightBudget
+from storage_node.replication.receive import InFlightBudget, ReceiveStats
 
 TABLE = TableDefinition(
     "events", (Column("k", ColumnType.UINT64, False), Column("v", ColumnType.STRING)), ("k",), "k", 1
@@ -174,3 +174,70 @@ def test_the_leader_starts_only_after_the_follower_role_ended(tmp_path: Path, mo
     recovery.replay_wal(again, None, "wal", SCHEMA, recovery.ChainPosition())
     assert _keys(again) == [1, 2, 3, 4, 5]
     again.close()
+
+
+class _StagingFollower(Worker):
+    """A split child's staging follower that ends only when released (a long scrub)."""
+
+    def __init__(self, release: threading.Event) -> None:
+        super().__init__("staging-follower")
+        self.release = release
+        self.stats = ReceiveStats()
+
+    def run(self) -> None:
+        self.release.wait(30)
+
+
+class _Follower(Worker):
+    def __init__(self, *_a: Any, **_k: Any) -> None:
+        super().__init__("follower-stand-in")
+        self.stats = ReceiveStats()
+
+    def run(self) -> None:
+        self.stopping.wait()
+
+
+def test_a_promoted_split_childs_staging_follower_is_held_until_it_ended(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SPLIT_FINALIZE makes a LOAD child LIVE: its staging follower was dropped after a stop whose result
+    was ignored, and a new follower (or, once elected, the leader) started on the replica it still used."""
+    from metadata.discovery import PartitionDiscovery
+    from metadata.metadata_file import Placement
+    from metadata.operations import create_file
+
+    monkeypatch.setattr(follower_module.PartitionFollower, "stop", lambda self, timeout=30.0: Worker.stop(self, 0.3))
+    monkeypatch.setattr(node_module, "PartitionFollower", _Follower)
+    file = create_file(TABLE, [(Placement("node-1", 1),)], ())
+    pid = file.partitions[0].partition_id
+    replica = PartitionReplica(TABLE, pid, 1, tmp_path)
+    release = threading.Event()
+    staging = _StagingFollower(release).start()
+    monkeypatch.setattr(staging, "stop", lambda timeout=30.0: Worker.stop(staging, 0.3))
+    held = HeldPartition(
+        TABLE, pid, 1, KeyRange(b"", b""), replica, split_parent=new_partition_id(), state=ReplicaState.LOAD
+    )
+    held.follower = staging  # type: ignore[assignment]
+    config = types.SimpleNamespace(server_id="node-1", data_dir=tmp_path, kafka=None, topics=TopicNames("t"))
+    node: Any = types.SimpleNamespace(
+        _stop=threading.Event(),
+        _lock=threading.Lock(),
+        _held={pid: held},
+        _client=types.SimpleNamespace(),
+        budget=InFlightBudget(),
+        config=config,
+        _stop_intake=lambda _held: None,
+        _check_bootstrap=lambda h: setattr(h, "bootstrap_checked", True),
+        _may_campaign=lambda _held: False,
+    )
+    for name in ("_apply_discovery", "_start_follower"):
+        setattr(node, name, getattr(StorageNode, name).__get__(node))
+    live = PartitionDiscovery(pid, 1, ReplicaState.LIVE, KeyRange(b"", b""), (), file.txnid, file.sequence)
+    node._apply_discovery(file, live)
+    assert held.split_parent is None and held.follower is staging  # still running: nothing else starts
+    release.set()
+    assert staging.join(5)
+    node._start_follower(held)  # the supervision's next pass
+    assert isinstance(held.follower, _Follower)
+    held.follower.stop(5)
+    replica.close()
