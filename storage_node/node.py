@@ -1020,9 +1020,14 @@ class StorageNode:
                 continue
             following = held.follower is not None and not held.follower.stopped.is_set()
             won = election is not None and election.state is LeaderState.LEADER
-            if held.leader is None and not following and lead is not None and won:
-                # won while the follower role was still ending (_start_leader waited for it)
-                self._start_leader(held, lead)
+            if held.leader is None and lead is not None and won:
+                # won while the follower role was still ending (_start_leader waited for it); a follower
+                # started since (discovery, a handover) is asked to end too: this node leads once it has
+                if following:
+                    assert held.follower is not None
+                    held.follower.request_stop()
+                else:
+                    self._start_leader(held, lead)
                 continue
             if not leading:
                 self._check_bootstrap(held)

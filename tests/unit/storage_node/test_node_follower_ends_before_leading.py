@@ -241,3 +241,59 @@ def test_a_promoted_split_childs_staging_follower_is_held_until_it_ended(
     assert isinstance(held.follower, _Follower)
     held.follower.stop(5)
     replica.close()
+
+
+class _Leader(Worker):
+    def __init__(self, *_a: Any, **_k: Any) -> None:
+        super().__init__("leader-stand-in")
+        self.ready = threading.Event()
+        self.publisher = None
+        self.term = None
+
+    def run(self) -> None:
+        self.ready.set()
+        self.stopping.wait()
+
+
+def test_a_follower_started_after_the_election_was_won_is_stopped_and_the_node_leads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """_start_leader returned while the old follower ran; a discovery (or a handover) started a new
+    follower after it ended and before the supervision's next pass: every later pass skipped leading,
+    and the node held the leadership in ZooKeeper with writes refused until it restarted."""
+    monkeypatch.setattr(node_module, "PartitionLeader", _Leader)
+    monkeypatch.setattr(node_module, "CompactionIntake", _NoIntake)
+    pid = new_partition_id()
+    replica = PartitionReplica(TABLE, pid, 1, tmp_path)
+    lead = types.SimpleNamespace(epoch=2)
+    election = types.SimpleNamespace(
+        check_writable=lambda: lead, state=LeaderState.LEADER, leadership=lead, recheck=lambda: None
+    )
+    held = HeldPartition(
+        TABLE, pid, 1, KeyRange(b"", b""), replica, election=election, bootstrap_checked=True, state=ReplicaState.LIVE
+    )
+    held.follower = _Follower().start()  # type: ignore[assignment]
+    config = types.SimpleNamespace(
+        server_id="node-1", data_dir=tmp_path, kafka=None, topics=TopicNames("t"), leader_config=lambda: None
+    )
+    node: Any = types.SimpleNamespace(
+        _stop=threading.Event(),
+        config=config,
+        _in_sync=lambda _held, _election: None,
+        _listed=lambda _held: True,
+        _start_splitters=lambda: None,
+        _start_forwarders=lambda: None,
+        partitions=lambda: {pid: held},
+        _has_joiners=lambda _held: False,
+    )
+    for name in ("_start_leader", "_supervise"):
+        setattr(node, name, getattr(StorageNode, name).__get__(node))
+    for _ in range(3):  # supervision passes
+        node._supervise(types.SimpleNamespace(zk=None, layout=None))
+        if held.leader is not None:
+            break
+        assert held.follower is not None
+        held.follower.join(5)
+    assert held.leader is not None and held.leader.ready.wait(5)
+    held.leader.stop(5)
+    replica.close()
