@@ -331,12 +331,11 @@ def retired_backlog(
     for pid in parents:
         topic = topics.ingest(pid)
         accepted = done.get(topics.leader_group(pid), {}).get((topic, 0))
-        if accepted is None:
-            # no offset: none ever committed (nothing was written), or Kafka expired it
-            # (offsets.retention.minutes after the forwarder's last commit): nothing to wait for
-            # that a forwarder would commit again
-            continue
-        start = max(accepted, starts.get((topic, 0), (0, 0))[0])
+        # no offset: the parent accepted no row before its freeze (FinalizeSplit through=None), or
+        # Kafka expired it (offsets.retention.minutes after the forwarder's last commit). Its
+        # forwarder then starts at the log start (OFFSET_BEGINNING) and forwards what is there, and
+        # it deletes what it forwarded (storage_node.roles.forward): the log start is the bound
+        start = max(accepted or 0, starts.get((topic, 0), (0, 0))[0])
         end = ends.get((topic, 0), 0)
         if start >= end:
             continue
