@@ -4,7 +4,8 @@ transactional id): least privilege, one principal per role.
 Roles:
 
 - ``writer`` (producers, ``shoal write``, the Spark sink): writes (and creates, when it is first)
-  the ingest topics of its tables (a streaming Spark sink in transactions ``<prefix>.sink.*``),
+  and reads (the streaming sink's commit: a split parent's unforwarded records) the ingest topics
+  of its tables (a streaming Spark sink in transactions ``<prefix>.sink.*``),
   reads the metadata topic (partition map), describes the leader groups (``sync`` waits on the
   accepted-by-leader index) and reads the deadletter topic (``sync`` reports refused messages).
 - ``node`` (storage nodes): everything on its tables' channels: creates, reads and writes the
@@ -103,8 +104,10 @@ _NODE_TOPIC_OPS = ("CREATE", "READ", "WRITE", "DESCRIBE", "DESCRIBE_CONFIGS", "A
 own channels when they were made without them (``create_topic(repair=True)``)."""
 _NODE_GROUP_OPS = ("READ", "DESCRIBE")
 _TXN_OPS = ("WRITE", "DESCRIBE")
-_INGEST_WRITE_OPS = ("CREATE", "WRITE", "DESCRIBE")
-"""Writing an ingest topic: a producer creates a missing one (with shoal's topic policy) first."""
+_INGEST_WRITE_OPS = ("CREATE", "WRITE", "DESCRIBE", "READ")
+"""Writing an ingest topic: a producer creates a missing one (with shoal's topic policy) first; a
+streaming Spark sink's commit reads a split parent's ingest topic for the records its forwarder has
+not moved yet (``spark_jobs.sink.retired_backlog``)."""
 _METADATA_READ_OPS = ("READ", "DESCRIBE", "DESCRIBE_CONFIGS")
 """Reading the metadata topic: the store checks its configs (compacted) before it reads."""
 

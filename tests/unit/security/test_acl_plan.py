@@ -51,6 +51,9 @@ def test_least_privilege_per_role(plan: str) -> None:
     assert not _allowed(rules, "spark-ingest", "TOPIC", wal, "WRITE")
     assert _allowed(rules, "spark-ingest", "TOPIC", T.deadletter, "WRITE")  # records that do not parse
     assert _allowed(rules, "spark-ingest", "GROUP", T.leader_group(P1), "DESCRIBE")  # the sink's sync
+    # a streaming sink's commit reads a split parent's ingest topic for records not forwarded yet
+    for role in ("writer", "spark-ingest"):
+        assert _allowed(rules, role, "TOPIC", T.ingest(P1), "READ"), role
     # sync() reads the deadletter topic for the producer's refused messages (assign only: the group is a label)
     for role in ("writer", "spark-ingest"):
         assert _allowed(rules, role, "TOPIC", T.deadletter, "READ"), role
