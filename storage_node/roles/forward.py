@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 from dataclasses import dataclass
 
 from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, TopicPartition
@@ -139,9 +140,17 @@ class StragglerForwarder(Worker):
             committed = committed_offset(consumer, tp)
             consumer.assign([TopicPartition(parent_topic, 0, committed if committed >= 0 else OFFSET_BEGINNING)])
             log.info("%s: forwarding stragglers of %s from offset %s", self.name, parent_topic, committed)
-            if committed > 0:
-                self._truncate(admin, parent_topic, committed)
+            # what is still to delete below (accepted or forwarded): tried again until it succeeds, not
+            # only after the next forwarding; that may never come, and once the group's offset expired a
+            # forwarder would start below it (OFFSET_BEGINNING) and forward those rows a second time
+            pending = committed if committed > 0 else None
+            next_try = 0.0
             while not self.stopping.is_set():
+                if pending is not None and time.monotonic() >= next_try:
+                    if self._truncate(admin, parent_topic, pending):
+                        pending = None
+                    else:
+                        next_try = time.monotonic() + 10 * self.restart_pause_s
                 msgs = consumer.consume(200, self.poll_s)
                 data = [m for m in msgs if m.error() is None]
                 for m in msgs:
@@ -201,25 +210,27 @@ class StragglerForwarder(Worker):
                 self.stats.refused_messages += refused
                 self.stats.transactions += 1
                 log.info("%s: forwarded %d straggler message(s) to the children", self.name, len(data))
-                self._truncate(admin, parent_topic, last + 1)
+                pending = None if self._truncate(admin, parent_topic, last + 1) else last + 1
+                next_try = time.monotonic() + 10 * self.restart_pause_s
         finally:
             with contextlib.suppress(KafkaException, RuntimeError):
                 consumer.close()
             channel.close()
 
-    def _truncate(self, admin: AdminClient, parent_topic: str, below: int) -> None:
+    def _truncate(self, admin: AdminClient, parent_topic: str, below: int) -> bool:
         """Delete the parent's records below ``below`` (forwarded, or accepted by its leader: the Tail
         the parent's leader kept). With them gone, a forwarder that finds no committed offset (Kafka
         expires a memberless group's offsets after ``offsets.retention.minutes``) starts at the log
         start and forwards nothing a second time: forwarded again, an old row would be accepted with
-        a new GTID, over every newer write of its key. Best effort: a failure is logged and done again
-        after the next forwarding (or restart)."""
+        a new GTID, over every newer write of its key. False when it failed (logged): the caller tries
+        again while it runs."""
         try:
             delete_records(admin, [TopicPartition(parent_topic, 0, below)], parent_topic)
         except KafkaOperationError as exc:
             log.warning("%s: cannot delete the forwarded records below %d: %s", self.name, below, exc)
-            return
+            return False
         self.stats.truncations += 1
+        return True
 
 
 def _headers(

@@ -21,6 +21,7 @@ from metadata.keyspace import UNBOUNDED, KeyRange, Keyspace
 from metadata.metadata_file import PartitionEntry, RetiredPartition
 from metadata.table import Column, ColumnType, TableDefinition
 from producer.refusals import refusal_of
+from shoal.errors import KafkaOperationError
 from shoal.ids import new_partition_id
 from shoal.kafka.settings import KafkaSettings
 from shoal.topics import TopicNames
@@ -78,6 +79,19 @@ class _Txn:
         self.log.append(("offsets", [(tp.topic, tp.offset) for tp in offsets]))
 
 
+class _IdleChannel:
+    """The forwarder's transactional channel, opened and closed; no transaction in these tests."""
+
+    def __init__(self, *_a: Any, **_kw: Any) -> None:
+        pass
+
+    def open(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
 def test_a_straggler_the_parent_would_refuse_goes_to_the_deadletter_in_the_forwarding_transaction(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -99,16 +113,7 @@ def test_a_straggler_the_parent_would_refuse_goes_to_the_deadletter_in_the_forwa
         kafka=KafkaSettings("127.0.0.1:1"), topics=topics, table=TABLE, parent=parent, max_ingest_bytes=MAX_INGEST
     )
 
-    class _Channel:
-        def __init__(self, *_a: Any, **_kw: Any) -> None:
-            pass
-
-        def open(self) -> None:
-            pass
-
-        def close(self) -> None:
-            pass
-
+    class _Channel(_IdleChannel):
         @contextlib.contextmanager
         def transaction(self) -> Iterator[_Txn]:
             yield _Txn(log)
@@ -149,3 +154,55 @@ def test_a_straggler_the_parent_would_refuse_goes_to_the_deadletter_in_the_forwa
     assert log[0] == ("delete", [(parent_topic, 7)])
     assert log[-3:] == [("offsets", [(parent_topic, 9)]), ("commit", None), ("delete", [(parent_topic, 9)])]
     assert fw.stats.forwarded_messages == 2 and fw.stats.refused_messages == 1
+
+
+def test_a_failed_delete_of_the_parents_accepted_records_is_tried_again_while_idle(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The delete below the committed offset fails once (a broker timing out) and no straggler comes:
+    it is tried again on an idle poll, not only after a forwarding that may never come (once the
+    group's offset expired, a forwarder would start below it and forward those rows again)."""
+    topics = TopicNames("p")
+    parent = RetiredPartition(
+        PartitionEntry(
+            b"", new_partition_id(), splitting=True, split_point=Keyspace.UINT64.encode(100),
+            split_partition_id_low=new_partition_id(), split_partition_id_high=new_partition_id(),
+        ),
+        KeyRange(UNBOUNDED, UNBOUNDED),
+    )  # fmt: skip
+    fw = forward.StragglerForwarder(
+        kafka=KafkaSettings("127.0.0.1:1"),
+        topics=topics,
+        table=TABLE,
+        parent=parent,
+        max_ingest_bytes=MAX_INGEST,
+        restart_pause_s=0.0,
+    )
+    deletes: list[int] = []
+    polls = [0]
+
+    def delete(_admin: Any, tps: list[TopicPartition], _what: str) -> None:
+        deletes.append(tps[0].offset)
+        if len(deletes) == 1:
+            raise KafkaOperationError("delete_records timed out")
+
+    class _Consumer:
+        def assign(self, _tps: Any) -> None:
+            pass
+
+        def consume(self, _n: int, _timeout: float) -> list[_Msg]:
+            polls[0] += 1
+            if polls[0] >= 3:
+                fw.stopping.set()
+            return []  # no straggler
+
+        def close(self) -> None:
+            pass
+
+    monkeypatch.setattr(forward, "TransactionalChannel", _IdleChannel)
+    monkeypatch.setattr(forward.clients, "consumer", lambda *_a, **_kw: _Consumer())
+    monkeypatch.setattr(forward.clients, "admin", lambda *_a, **_kw: None)
+    monkeypatch.setattr(forward, "committed_offset", lambda *_a: 7)
+    monkeypatch.setattr(forward, "delete_records", delete)
+    fw._forward()
+    assert deletes == [7, 7] and fw.stats.truncations == 1
