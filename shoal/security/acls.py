@@ -176,7 +176,10 @@ def table_plan(
         groups += [topics.replica_group(partition_id, pl) for pl in placements]
         groups += [topics.consume_group(partition_id, pl) for pl in placements]
         out += _rules("writer", who["writer"], "TOPIC", [ingest], "LITERAL", _INGEST_WRITE_OPS)
-        out += _rules("writer", who["writer"], "GROUP", [topics.leader_group(partition_id)], "LITERAL", ("DESCRIBE",))
+        # the streaming sink's commit reads a split parent's ingest topic as "<leader group>.sink-check"
+        # (spark_jobs.sink.retired_backlog): a group id's coordinator lookup needs DESCRIBE
+        sink_check = [topics.leader_group(partition_id), f"{topics.leader_group(partition_id)}.sink-check"]
+        out += _rules("writer", who["writer"], "GROUP", sink_check, "LITERAL", ("DESCRIBE",))
         out += _rules("node", who["node"], "TOPIC", node_topics, "LITERAL", _NODE_TOPIC_OPS)
         out += _rules("node", who["node"], "GROUP", groups, "LITERAL", _NODE_GROUP_OPS)
         # a split's straggler forwarder (storage_node.roles.forward) commits as "<ingest>.forward"
@@ -185,8 +188,7 @@ def table_plan(
         out += _rules("monitor", who["monitor"], "TOPIC", [ingest, *channels], "LITERAL", ("DESCRIBE",))
         out += _rules("monitor", who["monitor"], "GROUP", groups, "LITERAL", ("DESCRIBE",))
         out += _rules("spark-ingest", who["spark-ingest"], "TOPIC", [ingest], "LITERAL", _INGEST_WRITE_OPS)
-        leader = [topics.leader_group(partition_id)]
-        out += _rules("spark-ingest", who["spark-ingest"], "GROUP", leader, "LITERAL", ("DESCRIBE",))
+        out += _rules("spark-ingest", who["spark-ingest"], "GROUP", sink_check, "LITERAL", ("DESCRIBE",))
     shared = [topics.metadata, topics.deadletter]
     out += _rules("writer", who["writer"], "TOPIC", [topics.metadata], "LITERAL", _METADATA_READ_OPS)
     out += _rules("node", who["node"], "TOPIC", shared, "LITERAL", _NODE_TOPIC_OPS)

@@ -7,6 +7,7 @@ from typing import Any
 import click
 
 from metadata.client import MetadataClient
+from metadata.metadata_file import retired_partitions
 from shoal.errors import InvalidIdError, ShoalError
 from shoal.ids import validate_sasl_user, validate_topic_name
 from shoal.security.acls import ROLES, cluster_plan, principal, table_plan
@@ -64,8 +65,12 @@ def plan_command(
         else:
             with MetadataClient(config) as client:
                 current = client.coordinator.current(table_name)
+                # a split parent's ingest topic is still read (its straggler forwarder, the streaming
+                # sink's commit) and truncated after SPLIT_FINALIZE took it out of METADATA
+                retired = [r.entry for r in retired_partitions(client.coordinator.history(table_name))]
             partitions = [
-                (p.partition_id, [s.placement_id for s in (*p.servers, *p.servers_joining)]) for p in current.partitions
+                (p.partition_id, [s.placement_id for s in (*p.servers, *p.servers_joining)])
+                for p in (*current.partitions, *retired)
             ]
             rules = table_plan(topics, partitions, who)
     except ShoalError as exc:

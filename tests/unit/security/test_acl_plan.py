@@ -54,6 +54,7 @@ def test_least_privilege_per_role(plan: str) -> None:
     # a streaming sink's commit reads a split parent's ingest topic for records not forwarded yet
     for role in ("writer", "spark-ingest"):
         assert _allowed(rules, role, "TOPIC", T.ingest(P1), "READ"), role
+        assert _allowed(rules, role, "GROUP", f"{T.leader_group(P1)}.sink-check", "DESCRIBE"), role
     # sync() reads the deadletter topic for the producer's refused messages (assign only: the group is a label)
     for role in ("writer", "spark-ingest"):
         assert _allowed(rules, role, "TOPIC", T.deadletter, "READ"), role
