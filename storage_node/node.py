@@ -1020,9 +1020,10 @@ class StorageNode:
                 continue
             following = held.follower is not None and not held.follower.stopped.is_set()
             won = election is not None and election.state is LeaderState.LEADER
-            if held.leader is None and lead is not None and won:
+            if held.leader is None and lead is not None and won and self._may_campaign(held):
                 # won while the follower role was still ending (_start_leader waited for it); a follower
                 # started since (discovery, a handover) is asked to end too: this node leads once it has
+                # (not while its replica bootstraps: it leaves the election below)
                 if following:
                     assert held.follower is not None
                     held.follower.request_stop()
@@ -1034,7 +1035,7 @@ class StorageNode:
                 if held.bootstrap_checked:
                     self._start_follower(held)
                 if not self._may_campaign(held):
-                    if election is not None and election.state is LeaderState.CANDIDATE:
+                    if election is not None and election.state in (LeaderState.CANDIDATE, LeaderState.LEADER):
                         log.warning("%s: bootstrapping; leaving the election until caught up", held.replica.name)
                         with contextlib.suppress(Exception):
                             election.resign()

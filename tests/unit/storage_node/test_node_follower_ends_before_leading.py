@@ -149,6 +149,7 @@ def test_the_leader_starts_only_after_the_follower_role_ended(tmp_path: Path, mo
         _start_forwarders=lambda: None,
         partitions=lambda: {pid: held},
         _has_joiners=lambda _held: False,
+        _may_campaign=StorageNode._may_campaign,
     )
     for name in ("_start_follower", "_start_leader", "_supervise"):
         setattr(node, name, getattr(StorageNode, name).__get__(node))
@@ -285,6 +286,7 @@ def test_a_follower_started_after_the_election_was_won_is_stopped_and_the_node_l
         _start_forwarders=lambda: None,
         partitions=lambda: {pid: held},
         _has_joiners=lambda _held: False,
+        _may_campaign=StorageNode._may_campaign,
     )
     for name in ("_start_leader", "_supervise"):
         setattr(node, name, getattr(StorageNode, name).__get__(node))
@@ -296,4 +298,46 @@ def test_a_follower_started_after_the_election_was_won_is_stopped_and_the_node_l
         held.follower.join(5)
     assert held.leader is not None and held.leader.ready.wait(5)
     held.leader.stop(5)
+    replica.close()
+
+
+def test_a_won_election_whose_replica_bootstraps_is_left_not_led(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Won while eligible, then re-bootstrapping (its follower found the replica behind the Tail): the
+    supervision does not stop that follower to lead a half-copied replica; it leaves the election."""
+    monkeypatch.setattr(node_module, "PartitionLeader", _Leader)
+    pid = new_partition_id()
+    replica = PartitionReplica(TABLE, pid, 1, tmp_path)
+    replica.catch_up.begin("behind the leader's Tail")
+    lead = types.SimpleNamespace(epoch=2)
+    resigned: list[bool] = []
+    election = types.SimpleNamespace(
+        check_writable=lambda: lead,
+        state=LeaderState.LEADER,
+        leadership=lead,
+        recheck=lambda: None,
+        resign=lambda: resigned.append(True),
+    )
+    held = HeldPartition(
+        TABLE, pid, 1, KeyRange(b"", b""), replica, election=election, bootstrap_checked=True, state=ReplicaState.LIVE
+    )
+    bootstrapping = _Follower().start()
+    held.follower = bootstrapping  # type: ignore[assignment]
+    node: Any = types.SimpleNamespace(
+        _stop=threading.Event(),
+        _start_splitters=lambda: None,
+        _start_forwarders=lambda: None,
+        partitions=lambda: {pid: held},
+        _has_joiners=lambda _held: False,
+        _may_campaign=StorageNode._may_campaign,
+        _check_bootstrap=lambda _held: None,
+        _start_follower=lambda _held: None,
+        config=types.SimpleNamespace(server_id="node-1"),
+    )
+    node._supervise = StorageNode._supervise.__get__(node)
+    node._supervise(types.SimpleNamespace(zk=None, layout=None))
+    assert held.leader is None and resigned == [True]
+    assert not bootstrapping.stopping.is_set()  # the bootstrap goes on
+    bootstrapping.stop(5)
     replica.close()
