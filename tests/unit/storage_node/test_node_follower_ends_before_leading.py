@@ -98,6 +98,17 @@ def _keys(replica: PartitionReplica) -> list[int]:
     return sorted(replica.scan().column("k").to_pylist())
 
 
+def _won(pid: str, replica: PartitionReplica) -> HeldPartition:
+    """A LIVE partition whose election this node won at epoch 2 (no role started yet)."""
+    lead = types.SimpleNamespace(epoch=2)
+    election = types.SimpleNamespace(
+        check_writable=lambda: lead, state=LeaderState.LEADER, leadership=lead, recheck=lambda: None
+    )
+    return HeldPartition(
+        TABLE, pid, 1, KeyRange(b"", b""), replica, election=election, bootstrap_checked=True, state=ReplicaState.LIVE
+    )
+
+
 def test_the_leader_starts_only_after_the_follower_role_ended(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     pid = new_partition_id()
     wal = _wal(pid, [1, 2, 3, 4], [Gtid(1, i) for i in range(4)])
@@ -127,13 +138,8 @@ def test_the_leader_starts_only_after_the_follower_role_ended(tmp_path: Path, mo
     first.flush(1)
     first.close()
     replica = PartitionReplica(TABLE, pid, 1, tmp_path)
-    lead = types.SimpleNamespace(epoch=2)
-    election = types.SimpleNamespace(
-        check_writable=lambda: lead, state=LeaderState.LEADER, leadership=lead, recheck=lambda: None
-    )
-    held = HeldPartition(
-        TABLE, pid, 1, KeyRange(b"", b""), replica, election=election, bootstrap_checked=True, state=ReplicaState.LIVE
-    )
+    held = _won(pid, replica)
+    lead = held.election.leadership  # type: ignore[union-attr]
     config = types.SimpleNamespace(
         server_id="node-1", data_dir=tmp_path, kafka=None, topics=TopicNames("t"), leader_config=lambda: None
     )
@@ -266,13 +272,7 @@ def test_a_follower_started_after_the_election_was_won_is_stopped_and_the_node_l
     monkeypatch.setattr(node_module, "CompactionIntake", _NoIntake)
     pid = new_partition_id()
     replica = PartitionReplica(TABLE, pid, 1, tmp_path)
-    lead = types.SimpleNamespace(epoch=2)
-    election = types.SimpleNamespace(
-        check_writable=lambda: lead, state=LeaderState.LEADER, leadership=lead, recheck=lambda: None
-    )
-    held = HeldPartition(
-        TABLE, pid, 1, KeyRange(b"", b""), replica, election=election, bootstrap_checked=True, state=ReplicaState.LIVE
-    )
+    held = _won(pid, replica)
     held.follower = _Follower().start()  # type: ignore[assignment]
     config = types.SimpleNamespace(
         server_id="node-1", data_dir=tmp_path, kafka=None, topics=TopicNames("t"), leader_config=lambda: None
