@@ -95,3 +95,43 @@ def test_an_offset_header_of_non_ascii_digits_reads_as_no_offset() -> None:
     for text in ("²", "①", "٣", "9" * 5000):
         found = refusal_of([(PRODUCER_HEADER, mine.encode()), ("shoal.source.offset", text.encode())], mine)
         assert found is not None and found.offset is None
+
+
+class _Admin:
+    def __init__(self) -> None:
+        self.topics = {"p.deadletter": None}
+
+    def list_topics(self, timeout: float) -> Any:
+        return self
+
+
+def test_a_failed_read_of_the_deadletter_end_asks_with_a_new_client_next_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import producer.refusals as refusals
+    from shoal.errors import KafkaOperationError
+    from shoal.kafka.indexes import ChannelIndexes
+
+    made: list[_Admin] = []
+    asked: list[_Admin] = []
+
+    def admin(settings: Any) -> _Admin:
+        made.append(_Admin())
+        return made[-1]
+
+    def read_indexes(client: _Admin, queries: Any, timeout_s: float) -> dict[str, Any]:
+        asked.append(client)
+        if len(asked) == 1:
+            raise KafkaOperationError("cannot list offsets of p.deadletter[0] in 1s: no offset in the answer (-1001)")
+        return {"p.deadletter": ChannelIndexes("p.deadletter", tail=0, append=5)}
+
+    monkeypatch.setattr(refusals.clients, "admin", admin)
+    monkeypatch.setattr(refusals, "read_indexes", read_indexes)
+    monkeypatch.setattr(refusals, "close_offset_readers", lambda client: None)
+    settings = ConnectionSettings.plain("kafka:9092", "zk:2181", topic_prefix="p").kafka
+    watch = DeadletterWatch(settings, TopicNames("p"), new_producer_id())
+    with pytest.raises(KafkaOperationError):
+        watch.start(1.0)
+    watch.start(1.0)
+    assert watch.position == 5
+    assert asked == made and len(made) == 2  # the second read went through a new client

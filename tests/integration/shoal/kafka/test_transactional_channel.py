@@ -107,6 +107,16 @@ def test_a_call_past_its_bound_abandons_the_channel(cluster: TestCluster, group_
         channel.close()
 
 
+def _settled_end(kafka_admin, tp: tuple[str, int], wait_s: float = 30.0) -> int:
+    """The log end once the last stable offset has reached it (every commit marker written)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        end = log_bounds(kafka_admin, [tp])[tp][1]
+        if stable_ends(kafka_admin, [tp]) == {tp: end} or time.monotonic() > deadline:
+            return end
+        time.sleep(0.05)
+
+
 def test_the_last_stable_offset_waits_for_an_open_transaction(
     cluster: TestCluster, kafka_admin, topic_prefix: str, group_id: str
 ) -> None:
@@ -119,15 +129,15 @@ def test_the_last_stable_offset_waits_for_an_open_transaction(
     with TransactionalChannel(settings, f"{group_id}-txn", call_timeout_s=30) as channel:
         with channel.transaction() as txn:
             txn.produce(topic, b"first", partition=0)
-        committed_end = log_bounds(kafka_admin, [tp])[tp][1]  # the record and its commit marker
-        assert stable_ends(kafka_admin, [tp]) == {tp: committed_end}
+        # The coordinator writes the commit marker after the commit returns: wait for it.
+        committed_end = _settled_end(kafka_admin, tp)
+        assert committed_end == 2  # the record and its commit marker
         with channel.transaction() as txn:
             for i in range(3):
                 txn.produce(topic, f"open{i}".encode(), partition=0)
             assert txn.flush(30) == 0
             assert log_bounds(kafka_admin, [tp])[tp][1] == committed_end + 3
             assert stable_ends(kafka_admin, [tp]) == {tp: committed_end}
-        end = log_bounds(kafka_admin, [tp])[tp][1]
-        assert end == committed_end + 4 and stable_ends(kafka_admin, [tp]) == {tp: end}
+        assert _settled_end(kafka_admin, tp) == committed_end + 4
     with pytest.raises(KafkaOperationError):  # the monitor's poll goes on without the sample
         stable_ends(kafka_admin, [(f"{topic_prefix}.absent", 0)])
