@@ -203,6 +203,11 @@ class CompactionIntake(Worker):
         from shoal.segments.channel import from_wire, record_of
 
         record = record_of(from_wire(m, sender_placement_id=m.placement_id, topics=self.topics))
+        if record.row_count != row_count:  # listed as it is, every follower would refuse it (receive.py)
+            self._discard(m.segment_id)
+            raise IntakeRejected(
+                m.segment_id, f"major {m.segment_id}: file holds {row_count} rows, manifest says {record.row_count}"
+            )
         try:
             epoch = self._leader_epoch()
             self._commit_checked(record, epoch)
