@@ -369,7 +369,9 @@ def removed_placements(history: Iterable[MetadataFile], entry: PartitionEntry) -
 def _tail_before(channels: ChannelSource, topic: str) -> int | None:
     """A WAL channel's Tail, read before any segments channel is: a leader publishes a segment
     before it moves a Tail past what the segment covers, so a Tail read first is covered by what the
-    segments channels hold when they are read after it. None when unknown (the check then errs)."""
+    segments channels hold when they are read after it. None when unknown: the check then judges the
+    channel by the Tail it reads itself (a Tail moved meanwhile can only show a gap, never hide one),
+    and the channel counts as present once that read finds it (:attr:`ChannelsRead.present`)."""
     try:
         bounds = channels.bounds(topic)
     except Exception as exc:
@@ -509,6 +511,8 @@ def _read_channels_once(
         )
         check_wal_coverage(wal_check, tails[wal_topic], orders, retired=retired or p in removed)
         out.wal_checks.append(wal_check)
+        if wal_check.tail is not None:  # it exists: also when asking for its Tail first failed
+            out.present.add(wal_topic)
         if wal_order is not None:
             out.epochs[wal_topic] = wal_order.epochs
             out.wal_orders.append(wal_order)

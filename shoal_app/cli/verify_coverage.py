@@ -102,6 +102,10 @@ class WalFloors:
     first_seq: dict[int, int] = field(default_factory=dict)
     """Per epoch, the lowest sequence number of a WAL record read (a WAL channel holds every GTID
     of its epochs from there on: one placement writes an epoch, in GTID order)."""
+    shared: dict[tuple[int, int], list[str]] = field(default_factory=dict)
+    """GTIDs that versions read hold for more than one key, with those keys: every version merged is
+    looked at, not only each key's newest (a row stamped with another key's GTID is a phantom also
+    once a later write of that other key replaced its version there)."""
     _parts: list[pa.Table] = field(default_factory=list)
     _kept: list[pa.Table] = field(default_factory=list)
 
@@ -213,6 +217,10 @@ class WalFloors:
         self._merged = True
         combined = pa.concat_tables(self._parts, promote_options="permissive")
         self._conflicts(combined)
+        by = [*self.table.primary_key, EPOCH_COLUMN, SEQ_COLUMN]
+        versions = combined.select(by).group_by(by).aggregate([])  # a WAL row and its copy in a segment: one
+        for gtid, keys in _keys_per_gtid(versions, self.table.primary_key).items():
+            self.shared.setdefault(gtid, keys)
         self._parts = [lww_merge([combined], self.table.primary_key)]
 
     def _conflicts(self, rows: pa.Table) -> None:
@@ -444,19 +452,29 @@ def gtids_of_two_keys(newest: pa.Table, key_columns: Sequence[str]) -> list[str]
     """The GTIDs ``newest`` (one row per key) holds for more than one key, each with two of its keys:
     a leader stamps every row it accepts with a GTID of its own, and segments keep them, so a GTID on
     two keys is a row stamped with another write's GTID (a phantom, a lost write's replacement)."""
+    return _shown(_keys_per_gtid(newest, key_columns))
+
+
+def _shown(shared: dict[tuple[int, int], list[str]]) -> list[str]:
+    return [f"gtid {e}:{s}: {' and '.join(keys[:2])}" for (e, s), keys in shared.items()]
+
+
+def _keys_per_gtid(newest: pa.Table, key_columns: Sequence[str]) -> dict[tuple[int, int], list[str]]:
+    """The GTIDs ``newest`` (one row per key and GTID) holds for more than one key, with those keys."""
     if newest.num_rows < 2:
-        return []
+        return {}
     by = [EPOCH_COLUMN, SEQ_COLUMN]
     counts = newest.select(by).group_by(by).aggregate([([], "count_all")])
     twice = counts.filter(pc.greater(counts.column("count_all"), 1))
     if twice.num_rows == 0:
-        return []
-    held = newest.join(twice.select(by), keys=by, join_type="left semi").sort_by([(c, "ascending") for c in by])
+        return {}
+    held = newest.join(twice.select(by), keys=by, join_type="left semi")
+    held = held.sort_by([(c, "ascending") for c in (*by, *key_columns)])
     out: dict[tuple[int, int], list[str]] = {}
     for row in held.select([*key_columns, *by]).to_pylist():
         key = ", ".join(f"{k}={show(row[k])}" for k in key_columns)
         out.setdefault((row[EPOCH_COLUMN], row[SEQ_COLUMN]), []).append(key)
-    return [f"gtid {e}:{s}: {' and '.join(keys[:2])}" for (e, s), keys in out.items()]
+    return out
 
 
 def floor_problems(floors: WalFloors) -> tuple[pa.Table | None, list[str]]:
@@ -465,7 +483,7 @@ def floor_problems(floors: WalFloors) -> tuple[pa.Table | None, list[str]]:
     at one GTID with different rows (found while the floors are merged, so they are merged first)."""
     newest = floors.floors()
     problems = [f"undecodable {u}" for u in floors.undecodable[:3]]
-    shared = [] if newest is None else gtids_of_two_keys(newest, floors.table.primary_key)
+    shared = _shown(floors.shared)  # every version merged (each key's newest among them)
     if shared:
         problems.append(f"{len(shared)} GTID(s) held by more than one key on the channels ({'; '.join(shared[:3])})")
     if floors.conflicts:
@@ -496,8 +514,9 @@ def replicas_missing(
         try:
             scan = rows(r.server_id, r.partition_id)
             count, examples = missing_writes(newest, scan, key_columns)
+            keyed = channel_keys(newest.schema, scan, key_columns)
             if seen is not None:
-                seen(who, channel_keys(newest.schema, scan, key_columns))
+                seen(who, keyed)
         except ReplicaTypeError as exc:
             problems.append(f"{who}: {exc}")
             continue
@@ -509,6 +528,9 @@ def replicas_missing(
         twice = held_more_than_once(scan, key_columns)
         if twice:
             problems.append(f"{who} holds {twice} key(s) more than once in its scan")
+        shared = gtids_held_twice(keyed, newest, key_columns)
+        if shared:
+            problems.append(f"{who} holds {len(shared)} GTID(s) on another key too ({'; '.join(shared[:3])})")
         nulls = null_keys(scan, key_columns)
         if nulls:
             problems.append(f"{who} holds {nulls} row(s) with a null primary key column (in no partition's range)")
@@ -516,6 +538,17 @@ def replicas_missing(
         if unstamped:
             problems.append(f"{who} holds {unstamped} row(s) with a null GTID (no leader stamped them)")
     return problems
+
+
+def gtids_held_twice(scan: pa.Table, newest: pa.Table, key_columns: Sequence[str]) -> list[str]:
+    """The GTIDs ``scan`` (its keys of the channels' types, :func:`channel_keys`) holds on a key other
+    than one it, or the channels' newest versions (``newest``), hold them on
+    (:func:`gtids_of_two_keys`): a leader stamps one GTID per row, so such a row is one nobody wrote,
+    whatever its epoch (the newer check judges only epochs the channels account for)."""
+    by = [*key_columns, EPOCH_COLUMN, SEQ_COLUMN]
+    mine = scan.select(by).drop_null()
+    versions = pa.concat_tables([newest.select(by), mine], promote_options="permissive")
+    return gtids_of_two_keys(versions.group_by(by).aggregate([]), key_columns)
 
 
 def null_gtids(scan: pa.Table) -> int:
