@@ -331,7 +331,13 @@ class PartitionReplica:
             self.directory, segment_id, chunks, expected_sha256=record.sha256, expected_size=record.size_bytes
         )
         with self._lock:
+            self._revive(segment_id)
             self._verified.add(segment_id)
+
+    def _revive(self, segment_id: str) -> None:
+        """Under the lock, for a segment whose file was just written again: a deletion deferred by a
+        scan (``_doomed``) must not unlink the new file when that scan ends."""
+        self._doomed.discard(segment_id)
 
     def write_adopted(
         self, tables: list[pa.Table], covered: WalRange | tuple[WalRange, ...], epoch: int
@@ -447,6 +453,7 @@ class PartitionReplica:
         Overlay rows (WAL records tailed from the leader) that the new chain covers leave the overlay.
         """
         with self._lock:
+            self._revive(record.segment_id)
             chain = self._list.fast_forward_add(record) if add else self._list.fast_forward(record)
             self._verified.add(record.segment_id)  # its size and sha256 were checked as it was stored
             if self.overlay is not None:

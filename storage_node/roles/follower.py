@@ -71,7 +71,7 @@ from shoal.kafka import clients
 from shoal.kafka.admin import create_topic
 from shoal.kafka.indexes import channel_indexes
 from shoal.kafka.settings import KafkaSettings
-from shoal.segments import ReceiveOutcome, file_sha256, write_segment_bytes
+from shoal.segments import ReceiveOutcome, file_sha256, read_segment, write_segment_bytes
 from shoal.segments.channel import KIND_CHUNK, KIND_MANIFEST, from_wire, message_kind
 from shoal.segments.errors import (
     ChecksumMismatchError,
@@ -289,7 +289,13 @@ class PartitionFollower(Worker):
             elif committed >= 0 and not self._repair:
                 start = committed
             else:
-                start = OFFSET_BEGINNING if self._repair else self._latest_major_start(topic)
+                # a repair reads again what holds this replica's chain: from the latest major on (what
+                # is before it is folded into it; read from the beginning, an older major it no longer
+                # lists moved the root back and off the segment repaired), or from its Ack when that
+                # is before the major (the segments in between are applied as after any restart)
+                start = self._latest_major_start(topic)
+                if self._repair and committed >= 0 and start >= 0:
+                    start = min(start, committed)
         except BaseException:
             consumer.close()
             raise
@@ -534,7 +540,13 @@ class PartitionFollower(Worker):
         self._ack_wal()
 
     def _check_wal_chain(self, record: WalRecord) -> None:
-        """The record chains from the last accepted one (hash) and its GTID follows its rows."""
+        """The record names the tailed channel, chains from the last accepted one (hash) and its
+        GTID follows its rows (``verify_chain`` of one record cannot compare its channel with anything)."""
+        channel = (self.replica.partition_id, self.leader_placement_id)
+        if (record.partition_id, record.placement_id) != channel:
+            raise HashChainError(
+                0, record.gtid, f"names partition {record.partition_id} placement {record.placement_id}, not {channel}"
+            )
         verify_chain([record], prev_hash=self._wal_prev_hash)
         after = self._wal_next
         gtid = record.gtid
@@ -740,6 +752,7 @@ class PartitionFollower(Worker):
             if s.segment_id == base:
                 break
             above.append(s.segment_id)
+        self._keep_readable(above)
         self.replica.rewind(base)
         self.stats.rewinds += 1
         self._tail_again()
@@ -757,6 +770,21 @@ class PartitionFollower(Worker):
             "%s: chain diverged from the leader's; root rewound to %s, detached %s", self.replica.name, base, above
         )
         return True
+
+    def _keep_readable(self, segment_ids: list[str]) -> None:
+        """Before a rewind: the rows of the segments leaving the chain go to the overlay, as records
+        of the channels they cover, so reads do not go back in time until the leader's segment that
+        holds them arrives (and drops them as covered), or :meth:`_expire_retired` drops them."""
+        if self.replica.overlay is None:
+            self.replica.overlay = WalOverlay()
+        for sid in segment_ids:
+            entry = self.replica.chain.get(sid)
+            if entry is None:
+                continue
+            rows = read_segment(self.replica.directory, sid).replace_schema_metadata(None)
+            for r in entry.covered:
+                self.replica.overlay.add(r.channel, r.end_offset - 1, rows)
+        self._retired_since = time.monotonic()
 
     def _reconcile_at_end(self) -> None:
         """At the end of the leader's channel the local root is the leader's last segment, unless

@@ -198,10 +198,9 @@ def _follower(replica: PartitionReplica, **config: Any) -> PartitionFollower:
         KafkaSettings("localhost:1"),
         TOPICS,
         tail_wal=False,
-        out_of_order_pause_s=0,
         overload_pause_s=0,
         leader_check_s=3600,
-        **config,
+        **{"out_of_order_pause_s": 0, **config},
     )
     f = PartitionFollower(replica, cfg, lambda: LEADER)
     f.leader_placement_id = LEADER
@@ -703,3 +702,141 @@ def test_a_stray_record_among_the_chunks_of_a_held_segment_does_not_wedge_the_fo
     assert sorted(replica.scan().column("k").to_pylist()) == sorted(leader.scan().column("k").to_pylist())
     replica.close()
     leader.close()
+
+
+def test_overlay_refuses_a_record_of_another_channel_and_keeps_its_chain(tmp_path: Path) -> None:
+    """A self-consistent record of another partition's or placement's channel at the tail's start:
+    ``verify_chain`` of one record compares its channel with itself, and the tail accepts any first
+    hash; applied, it served its rows and every genuine record after it was refused."""
+    pid = new_partition_id()
+    foreign = WalRecord.create(
+        partition_id=new_partition_id(),
+        placement_id=9,
+        gtid=Gtid(99, 0),
+        row_count=1,
+        payload=encode_batch(_ingest([1])),
+        prev_hash=GENESIS_HASH,
+    )
+    r1 = _record([1], Gtid(1, 0), GENESIS_HASH, pid)
+    r2 = _record([2], Gtid(1, 1), r1.hash, pid)
+    replica = PartitionReplica(TABLE, pid, FOLLOWER, tmp_path)
+    f = _tail(replica, [foreign, r1, r2])
+    for _ in range(2):
+        f._tail_wal()
+    assert f.stats.invalid == 1
+    assert replica.scan().sort_by("k").to_pydict() == {"k": [1, 2], "v": ["v1", "v2"]}
+
+
+@pytest.mark.parametrize(("committed", "latest", "start"), [(30, 17, 17), (10, 17, 10), (30, None, -2)])
+def test_a_repair_reads_the_leaders_channel_from_its_latest_major_or_its_ack_before_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, committed: int, latest: int | None, start: int
+) -> None:
+    """A restart whose scrub found a chain segment's file damaged reads the channel again to repair
+    it. From the beginning, a major older than the latest one and no longer listed by it (a major
+    lists at most 64 folded segments) was fast-forward-added: the root moved back, and the repaired
+    segment stayed off the chain while the Ack claimed it."""
+    from types import SimpleNamespace
+
+    from storage_node.roles import follower as follower_module
+
+    replica = PartitionReplica(TABLE, new_partition_id(), FOLLOWER, tmp_path)
+    f = _follower(replica)
+    f._repair = {new_segment_id()}
+    consumer = FakeChannel([])
+    consumer.committed = lambda tps, timeout: [TopicPartition(tps[0].topic, 0, committed)]  # type: ignore[attr-defined]
+    monkeypatch.setattr(follower_module.clients, "consumer", lambda *_a, **_k: consumer)
+    monkeypatch.setattr(follower_module, "create_topic", lambda *_a, **_k: None, raising=False)
+    monkeypatch.setattr(f, "_bootstrap_reason", lambda *_a: None)
+    monkeypatch.setattr(
+        follower_module, "channel_indexes", lambda *_a, **_k: SimpleNamespace(tail=0, append=40, ack=lambda _g: None)
+    )
+    monkeypatch.setattr(bootstrap, "find_latest_major", lambda *_a, **_k: latest)
+    f._follow(LEADER)
+    assert consumer.seeks == [start]
+    replica.close()
+
+
+def test_a_segment_received_again_keeps_its_file_when_an_older_scan_ends(tmp_path: Path) -> None:
+    """An old leader's follower role deletes what its unpublished major folds while a long scan reads
+    those files (the unlink waits for the scan); the major is dropped and the same segments are
+    received again from the leader's channel. The scan's end unlinked the new files."""
+    old, records, channel, _major = _unpublished_major(tmp_path)
+    ids = [r.segment_id for r in records]
+    with old.reading(ids):
+        assert collect_on_follower(old)
+        f = _follower(old, unpublished_major_grace_s=0)
+        f._consumer, f.topic = channel, TOPICS.segments(old.partition_id, LEADER)  # type: ignore[assignment]
+        for _ in range(20):
+            f._step()  # the major is dropped: a bootstrap
+        f._seek(0)
+        for _ in range(20):
+            f._step()  # which receives the three segments again
+        old.catch_up.finish()
+        assert old.chain.root == ids[-1]
+    assert all(segment_path(old.directory, s).exists() for s in ids)
+    assert sorted(old.scan().column("k").to_pylist()) == [0, 1, 10, 11, 20, 21]
+
+
+def test_a_diverged_follower_keeps_reading_the_rows_it_detaches_until_the_leader_sends_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A follower holding a segment the new leader never got (it adopted the same row from the old
+    leader's WAL channel) rewinds its root, then pushes what it detached and pauses before the
+    leader's segment arrives: reads in between returned the older value of a key they had read new."""
+    from types import SimpleNamespace
+
+    from storage_node.roles import follower as follower_module
+
+    def rows(value: str) -> pa.Table:
+        table = _ingest([1])
+        return table.set_column(table.schema.get_field_index("v"), "v", pa.array([value], pa.string()))
+
+    def read(replica: PartitionReplica) -> str:
+        [value] = replica.scan().column("v").to_pylist()
+        return value
+
+    old_leader = 3
+    pid = new_partition_id()
+    a = PartitionReplica(TABLE, pid, old_leader, tmp_path / "a")
+    a.append(versioned_rows(rows("old"), Gtid(1, 0)), 0)
+    major = a.flush(1)
+    a.append(versioned_rows(rows("new"), Gtid(1, 1)), 1)
+    newer = a.flush(1)
+    assert major is not None and newer is not None
+    replica = PartitionReplica(TABLE, pid, FOLLOWER, tmp_path / "f")
+    f = _follower(replica)
+    f.leader_placement_id = old_leader
+    f._consumer = FakeChannel(_published(a, major) + _published(a, newer))  # type: ignore[assignment]
+    f.topic = TOPICS.segments(pid, old_leader)
+    for _ in range(6):
+        f._step()
+    assert read(replica) == "new"
+    # the new leader's segment: the old leader's WAL record 1, adopted, based on the major
+    (tmp_path / "b").mkdir()
+    sid = new_segment_id()
+    written = write_segment(tmp_path / "b", sid, versioned_rows(rows("new"), Gtid(1, 1)), key_columns=["k"])
+    entry = SegmentEntry(
+        segment_id=sid,
+        base_segment_id=major.segment_id,
+        placement_id=LEADER,
+        epoch=2,
+        covered=(WalRange(pid, old_leader, 1, 2),),
+    )
+    adopted = SegmentRecord(entry=entry, sha256=written.sha256, row_count=1, size_bytes=written.size_bytes)
+    seen: list[str] = []
+
+    def push(pushing: PartitionReplica, segments: Sequence[SegmentRecord], **_: Any) -> int:
+        seen.append(read(pushing))
+        return len(segments)
+
+    monkeypatch.setattr(follower_module, "push_segments", push)
+    g = _follower(replica, out_of_order_pause_s=0.01)
+    wait = g.stopping.wait
+    monkeypatch.setattr(g.stopping, "wait", lambda t: seen.append(read(replica)) or wait(t))
+    leader_dir = SimpleNamespace(directory=tmp_path / "b", partition_id=pid)
+    channel = _published(a, major) + _published(leader_dir, adopted)  # type: ignore[arg-type]
+    g._consumer, g.topic = FakeChannel(channel), TOPICS.segments(pid, LEADER)  # type: ignore[assignment]
+    for _ in range(12):
+        g._step()
+    assert g.stats.rewinds == 1 and seen and set(seen) == {"new"}, seen
+    assert read(replica) == "new" and replica.chain.root == sid
