@@ -199,20 +199,22 @@ def route_ingest_message(
     schema, a null or out-of-range key, another table, oversized), or one with a row that does not
     fit a piece alone, is routed unchanged to ``low``, whose leader refuses it to deadletter with
     the reason: nothing invalid is accepted, and nothing a message holds can stop the forwarding.
-    The forwarder refuses the first kind itself (:func:`route_valid_message` routes the rest), so
-    a producer's ``sync()`` sees that refusal; a row too large for a piece is refused by ``low``'s
-    leader only after the parent's group moved past it.
+    The forwarder refuses both kinds itself, in its own transaction (:func:`route_valid_message`
+    answers None for the second), so a producer's ``sync()`` sees that refusal.
     """
     rows = validator.validate(data, headers)
     if isinstance(rows, Rejected):
         return [(low, bytes(data or b""))]
-    return route_valid_message(data, rows, validator, split_point, low, high)
+    routed = route_valid_message(data, rows, validator, split_point, low, high)
+    return [(low, bytes(data or b""))] if routed is None else routed
 
 
 def route_valid_message(
     data: bytes | None, rows: pa.Table, validator: IngestValidator, split_point: bytes, low: str, high: str
-) -> list[tuple[str, bytes]]:
-    """:func:`route_ingest_message` of a message ``validator`` already took (``rows``, its rows)."""
+) -> list[tuple[str, bytes]] | None:
+    """:func:`route_ingest_message` of a message ``validator`` already took (``rows``, its rows); None
+    when a row does not fit a piece alone (the caller refuses the message: forwarded whole, the low
+    child's leader would refuse it after the parent's group moved past it, unreported)."""
     whole = bytes(data or b"")
     below = key_range_mask(
         rows.column(validator.table.partition_key), KeyRange(UNBOUNDED, split_point), validator.table.keyspace
@@ -220,19 +222,18 @@ def route_valid_message(
     low_rows = pc.sum(below).as_py() or 0
     if low_rows in (0, rows.num_rows):
         return [(low if low_rows else high, whole)] if rows.num_rows else []
-    limit = min(validator.max_bytes, FORWARD_PIECE_BYTES)
+    # the children's ingest topics are made as the parent's was: they take a piece as big as the message
+    limit = min(validator.max_bytes, max(FORWARD_PIECE_BYTES, len(whole)))
     out: list[tuple[str, bytes]] = []
     for child, mask in ((low, below), (high, pc.invert(below))):
         pieces = _pieces(rows.filter(mask), limit)
         if pieces is None:
             log.warning(
-                "a straggler of %d bytes has a row that does not fit a message of %d bytes alone once encoded "
-                "again: forwarded whole to %s, whose leader refuses it",
+                "a straggler of %d bytes has a row that does not fit a message of %d bytes alone once encoded again",
                 len(whole),
                 limit,
-                low,
             )
-            return [(low, whole)]
+            return None
         out.extend((child, piece) for piece in pieces)
     return out
 

@@ -191,6 +191,21 @@ class StragglerForwarder(Worker):
                                 self.parent.low,
                                 self.parent.high,
                             )
+                            if routed is None:  # no child could take its pieces: refused here, reported
+                                rows = Rejected("oversized", "a row does not fit a message to a child alone")
+                                produce_deadletter(
+                                    txn,
+                                    self.topics.deadletter,
+                                    m,
+                                    rows,
+                                    source_topic=parent_topic,
+                                    partition_id=self.parent.partition_id,
+                                    table=self.table.name,
+                                    max_payload_bytes=self.max_deadletter_payload_bytes,
+                                    replica_name=self.name,
+                                )
+                                refused += 1
+                                continue
                             for child, payload in routed:
                                 txn.produce(self.topics.ingest(child), payload, partition=0, headers=_headers(headers))
                         if txn.flush(30):

@@ -92,9 +92,11 @@ class _IdleChannel:
         pass
 
 
-def test_a_straggler_the_parent_would_refuse_goes_to_the_deadletter_in_the_forwarding_transaction(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def _forward_once(
+    monkeypatch: pytest.MonkeyPatch, messages: list[tuple[int, bytes]]
+) -> tuple[forward.StragglerForwarder, list[tuple[str, Any]], TopicNames, str, str, str]:
+    """One forwarding of ``messages`` ((offset, value) on the parent's topic, committed offset 7):
+    (the forwarder, what it did, topics, low child, high child, the parent's ingest topic)."""
     topics = TopicNames("p")
     low, high = new_partition_id(), new_partition_id()
     split = Keyspace.UINT64.encode(100)
@@ -106,8 +108,6 @@ def test_a_straggler_the_parent_would_refuse_goes_to_the_deadletter_in_the_forwa
         KeyRange(UNBOUNDED, UNBOUNDED),
     )  # fmt: skip
     parent_topic = topics.ingest(parent.partition_id)
-    oversized = _message(list(range(20)), 4000)
-    assert len(oversized) > MAX_INGEST
     log: list[tuple[str, Any]] = []
     fw = forward.StragglerForwarder(
         kafka=KafkaSettings("127.0.0.1:1"), topics=topics, table=TABLE, parent=parent, max_ingest_bytes=MAX_INGEST
@@ -125,7 +125,7 @@ def test_a_straggler_the_parent_would_refuse_goes_to_the_deadletter_in_the_forwa
 
         def consume(self, _n: int, _timeout: float) -> list[_Msg]:
             fw.stopping.set()  # one batch, then the loop ends
-            return [_Msg(parent_topic, 7, oversized), _Msg(parent_topic, 8, _message([5, 150]))]
+            return [_Msg(parent_topic, offset, value) for offset, value in messages]
 
         def consumer_group_metadata(self) -> None:
             return None
@@ -141,6 +141,15 @@ def test_a_straggler_the_parent_would_refuse_goes_to_the_deadletter_in_the_forwa
         forward, "delete_records", lambda _admin, tps, _what: log.append(("delete", [(t.topic, t.offset) for t in tps]))
     )
     fw._forward()
+    return fw, log, topics, low, high, parent_topic
+
+
+def test_a_straggler_the_parent_would_refuse_goes_to_the_deadletter_in_the_forwarding_transaction(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    oversized = _message(list(range(20)), 4000)
+    assert len(oversized) > MAX_INGEST
+    fw, log, topics, low, high, parent_topic = _forward_once(monkeypatch, [(7, oversized), (8, _message([5, 150]))])
 
     produced = [args for kind, args in log if kind == "produce"]
     assert [t for t, _, _ in produced] == [topics.deadletter, topics.ingest(low), topics.ingest(high)]
@@ -154,6 +163,22 @@ def test_a_straggler_the_parent_would_refuse_goes_to_the_deadletter_in_the_forwa
     assert log[0] == ("delete", [(parent_topic, 7)])
     assert log[-3:] == [("offsets", [(parent_topic, 9)]), ("commit", None), ("delete", [(parent_topic, 9)])]
     assert fw.stats.forwarded_messages == 2 and fw.stats.refused_messages == 1
+
+
+def test_a_straggler_with_a_row_no_message_to_a_child_can_hold_goes_to_the_deadletter(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Forwarded whole to the low child, its leader refused it (a key out of its range) after the
+    parent's group had moved past it: the producer's ``sync()`` had reported its rows accepted."""
+    import storage_node.replication.split as split
+
+    monkeypatch.setattr(split, "_pieces", lambda _rows, _limit: None)  # a row re-encoded alone does not fit
+    fw, log, topics, _low, _high, parent_topic = _forward_once(monkeypatch, [(7, _message([5, 150]))])
+    produced = [args for kind, args in log if kind == "produce"]
+    assert [t for t, _, _ in produced] == [topics.deadletter]
+    refusal = refusal_of(produced[0][2], PRODUCER_ID)
+    assert refusal is not None and refusal.offset == 7 and refusal.reason == "oversized"
+    assert ("offsets", [(parent_topic, 8)]) in log and fw.stats.refused_messages == 1
 
 
 def test_a_failed_delete_of_the_parents_accepted_records_is_tried_again_while_idle(

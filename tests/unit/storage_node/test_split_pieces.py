@@ -20,6 +20,7 @@ from storage_node.replication.split import (
     chain_max_gtid,
     key_range_mask,
     route_ingest_message,
+    route_valid_message,
     stage_pieces,
     staging_replica,
 )
@@ -160,7 +161,10 @@ def test_a_straggler_with_a_row_no_piece_can_hold_goes_whole_to_the_low_child(mo
     import os
 
     message = encode_batch(ingest([5, 150], value=os.urandom(3000).hex()))  # ~3 KB a row compressed
-    monkeypatch.setattr(split, "FORWARD_PIECE_BYTES", 2000)  # one row alone does not fit
-    assert route_ingest_message(message, parent, U(100), low, high) == [(low, message)]
-    monkeypatch.setattr(split, "FORWARD_PIECE_BYTES", 1_000_000)
+    monkeypatch.setattr(split, "FORWARD_PIECE_BYTES", 2000)  # a piece may be as large as the message
     assert [pid for pid, _ in route_ingest_message(message, parent, U(100), low, high)] == [low, high]
+    monkeypatch.setattr(split, "_pieces", lambda _rows, _limit: None)  # a row that does not fit alone
+    assert route_ingest_message(message, parent, U(100), low, high) == [(low, message)]
+    rows = parent.validate(message, None)
+    assert not isinstance(rows, Rejected)
+    assert route_valid_message(message, rows, parent, U(100), low, high) is None  # the forwarder refuses it
