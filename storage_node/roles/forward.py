@@ -165,39 +165,34 @@ class StragglerForwarder(Worker):
                         for m in data:
                             headers = m.headers()
                             rows = self.validator.validate(m.value(), headers)
-                            if isinstance(rows, Rejected):
+                            routed = (
+                                None
+                                if isinstance(rows, Rejected)
+                                else route_valid_message(
+                                    m.value(),
+                                    rows,
+                                    self.validator,
+                                    self.parent.split_point,
+                                    self.parent.low,
+                                    self.parent.high,
+                                )
+                            )
+                            if routed is None:
                                 # refused here, in the transaction that moves the parent's group past it:
                                 # a producer's sync() reads the deadletter once that group is past its
                                 # message, so it reports the refusal (forwarded to the low child, whose
-                                # leader refused it later, that sync() had returned success)
-                                produce_deadletter(
-                                    txn,
-                                    self.topics.deadletter,
-                                    m,
-                                    rows,
-                                    source_topic=parent_topic,
-                                    partition_id=self.parent.partition_id,
-                                    table=self.table.name,
-                                    max_payload_bytes=self.max_deadletter_payload_bytes,
-                                    replica_name=self.name,
+                                # leader refused it later, that sync() had returned success); also a
+                                # message with a row no message to a child can hold alone
+                                why = (
+                                    rows
+                                    if isinstance(rows, Rejected)
+                                    else Rejected("oversized", "a row does not fit a message to a child alone")
                                 )
-                                refused += 1
-                                continue
-                            routed = route_valid_message(
-                                m.value(),
-                                rows,
-                                self.validator,
-                                self.parent.split_point,
-                                self.parent.low,
-                                self.parent.high,
-                            )
-                            if routed is None:  # no child could take its pieces: refused here, reported
-                                rows = Rejected("oversized", "a row does not fit a message to a child alone")
                                 produce_deadletter(
                                     txn,
                                     self.topics.deadletter,
                                     m,
-                                    rows,
+                                    why,
                                     source_topic=parent_topic,
                                     partition_id=self.parent.partition_id,
                                     table=self.table.name,
