@@ -36,7 +36,7 @@ import pyarrow as pa
 from confluent_kafka import KafkaException
 
 from metadata.client import MetadataClient
-from metadata.metadata_file import MetadataFile
+from metadata.metadata_file import MetadataFile, retired_partitions
 from metadata.notify import TableWatcher
 from metadata.partition_map import CachedPartitionMap, PartitionMap
 from producer.batching import split_messages
@@ -54,6 +54,7 @@ from producer.routing import route
 from producer.validation import Limits, to_ingest, validate_keys, validate_rows
 from shoal.errors import KafkaOperationError
 from shoal.kafka import clients
+from shoal.kafka.backlog import MAX_SPLIT_HOPS, unaccepted_ends
 from shoal.kafka.errors import kafka_error_of
 from shoal.wire.ingest import PRODUCER_HEADER, TABLE_HEADER
 from shoal.worker import Worker
@@ -425,10 +426,37 @@ class Producer:
         if not gone:
             return
         log.info("%s: partition(s) written to have split; waiting until those writes are accepted", table)
+        deadline = self.config.sync_policy.clock() + self.config.split_drain_timeout_s
         self._sync(self.config.split_drain_timeout_s, only=set(gone))
+        with self._lock:
+            split = {self._routed[t][1] for t in gone if t in self._routed}
+        self._await_forwarded_through(table, split, deadline)
         with self._lock:
             for topic in gone:
                 self._routed.pop(topic, None)
+
+    def _await_forwarded_through(self, table: str, split: set[str], deadline: float) -> None:
+        """After the writes to the partitions ``split`` were accepted: wait, hop by hop, until each of
+        their children that split too (and each of its children that did, ...) has forwarded every
+        record its ingest topic holds. A parent's forwarder moved those writes to a child's topic;
+        a child that split too forwards them again, after what is written now to its own child
+        directly, where they would win with higher GTIDs. Not with a ``map_loader`` (no METADATA
+        history: the Spark sink's driver waits on every split parent, ``spark_jobs.sink``)."""
+        retired = {r.partition_id: r for r in retired_partitions(self._history(table))}
+        hops = split
+        for _hop in range(MAX_SPLIT_HOPS):
+            hops = {c for p in hops if p in retired for c in (retired[p].low, retired[p].high) if c in retired}
+            if not hops:
+                return
+            remaining = max(1.0, deadline - self.config.sync_policy.clock())
+            backlog = unaccepted_ends(self.config.kafka, self.admin, self.topics, hops, remaining)
+            self._await_accepted(backlog, self.config.split_drain_timeout_s, deadline)
+
+    def _history(self, table: str) -> list[MetadataFile]:
+        """Every METADATA version of ``table`` ([] with a ``map_loader``)."""
+        if self._map_loader is not None:
+            return []
+        return self._metadata_client().coordinator.history(table)
 
     def _produce(self, kafka: Any, topic: str, payload: bytes, headers: list[Any], callback: Any) -> None:
         while True:

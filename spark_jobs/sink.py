@@ -243,10 +243,8 @@ def await_tasks(
     timeout = settings.sync_timeout_s if timeout_s is None else timeout_s
     deadline = time.monotonic() + timeout
     try:
-        for written in [
-            *(m.written for m in messages),
-            retired_backlog(settings, timeout, since=parents_since) if parents else {},
-        ]:
+        backlog = retired_backlog(settings, timeout, since=parents_since) if parents else {}
+        for written in [*(m.written for m in messages), backlog]:
             for topic, (partition_id, last) in written.items():
                 if topic not in targets or last > targets[topic][1]:
                     targets[topic] = (partition_id, last)
@@ -255,6 +253,16 @@ def await_tasks(
         config = producer_config(settings)
         with Producer(config) as producer:
             producer.await_accepted(targets, timeout)
+            # a parent's forwarder moved those rows to a child's topic; a child that split too forwards
+            # them again, after what the next batch writes to its own child directly: hop by hop
+            from shoal.kafka.backlog import MAX_SPLIT_HOPS
+
+            for _hop in range(MAX_SPLIT_HOPS):
+                if not backlog:
+                    break
+                backlog = retired_backlog(settings, max(1.0, deadline - time.monotonic()), since=parents_since)
+                if backlog:
+                    producer.await_accepted(backlog, max(1.0, deadline - time.monotonic()))
         checked = {m.producer_id: m.refusals_from for m in messages if m.written and m.producer_id}
         starts = [at for at in checked.values() if at is not None]
         if not starts or not config.check_refusals:
@@ -289,13 +297,10 @@ def retired_backlog(
     children directly. Recorded before those older copies are forwarded, the next batch's newer
     values could be accepted first, and the forwarded copies would win with higher GTIDs (what
     ``Producer._order_across_splits`` prevents within one producer, DESIGN.md section 8)."""
-    from confluent_kafka import KafkaError, KafkaException, TopicPartition
-
     from metadata.metadata_file import retired_partitions
     from shoal.kafka import clients
-    from shoal.kafka.errors import classify
-    from shoal.kafka.indexes import committed_offsets, log_bounds, stable_ends
-    from shoal.kafka.readers import READ_CONFIG
+    from shoal.kafka.backlog import unaccepted_ends
+    from shoal.kafka.indexes import close_offset_readers
     from shoal.topics import TopicNames
 
     with MetadataClient(settings.connection) as client:
@@ -315,55 +320,12 @@ def retired_backlog(
     ]
     if not parents:
         return {}
-    topics = TopicNames(settings.connection.topic_prefix)
     kafka = settings.connection.kafka
     admin = clients.admin(kafka)
     try:
-        existing = set(admin.list_topics(timeout=timeout_s).topics)
-    except KafkaException as exc:
-        raise classify(exc, "cannot list the split parents' ingest topics") from exc
-    parents = [pid for pid in parents if topics.ingest(pid) in existing]
-    ends = stable_ends(admin, [(topics.ingest(pid), 0) for pid in parents], timeout_s=timeout_s)
-    groups = {topics.leader_group(pid): [(topics.ingest(pid), 0)] for pid in parents}
-    done = committed_offsets(admin, groups, timeout_s=timeout_s, stable=False)
-    starts = log_bounds(admin, [(topics.ingest(pid), 0) for pid in parents], timeout_s=timeout_s)
-    out: dict[str, tuple[str, int]] = {}
-    for pid in parents:
-        topic = topics.ingest(pid)
-        accepted = done.get(topics.leader_group(pid), {}).get((topic, 0))
-        # no offset: the parent accepted no row before its freeze (FinalizeSplit through=None), or
-        # Kafka expired it (offsets.retention.minutes after the forwarder's last commit). Its
-        # forwarder then starts at the log start (OFFSET_BEGINNING) and forwards what is there, and
-        # it deletes what it forwarded (storage_node.roles.forward): the log start is the bound
-        start = max(accepted or 0, starts.get((topic, 0), (0, 0))[0])
-        end = ends.get((topic, 0), 0)
-        if start >= end:
-            continue
-        # the last record in [start, end): transaction markers are never accepted as records
-        consumer = clients.consumer(kafka, group_id=topics.leader_group(pid) + ".sink-check", **READ_CONFIG)
-        try:
-            consumer.assign([TopicPartition(topic, 0, start)])
-            last = None
-            deadline = time.monotonic() + timeout_s
-            while True:
-                if time.monotonic() > deadline:
-                    raise KafkaOperationError(f"{topic}: could not read up to offset {end} in {timeout_s:.0f}s")
-                msg = consumer.poll(0.2)
-                if msg is None:
-                    continue
-                err = msg.error()
-                if err is not None:
-                    if err.code() == KafkaError._PARTITION_EOF:
-                        break
-                    raise KafkaOperationError(f"{topic}: {err}", err)
-                last = int(msg.offset() or 0)
-                if last >= end - 1:
-                    break
-        finally:
-            consumer.close()
-        if last is not None:
-            out[topic] = (pid, last)
-    return out
+        return unaccepted_ends(kafka, admin, TopicNames(settings.connection.topic_prefix), parents, timeout_s)
+    finally:
+        close_offset_readers(admin)
 
 
 _T = TypeVar("_T")

@@ -106,8 +106,9 @@ _NODE_GROUP_OPS = ("READ", "DESCRIBE")
 _TXN_OPS = ("WRITE", "DESCRIBE")
 _INGEST_WRITE_OPS = ("CREATE", "WRITE", "DESCRIBE", "READ")
 """Writing an ingest topic: a producer creates a missing one (with shoal's topic policy) first; a
-streaming Spark sink's commit reads a split parent's ingest topic for the records its forwarder has
-not moved yet (``spark_jobs.sink.retired_backlog``)."""
+streaming Spark sink's commit, and a producer routing by a map in which partitions it wrote to split,
+read a split partition's ingest topic for the records its forwarder has not moved yet
+(``shoal.kafka.backlog.unaccepted_ends``)."""
 _METADATA_READ_OPS = ("READ", "DESCRIBE", "DESCRIBE_CONFIGS")
 """Reading the metadata topic: the store checks its configs (compacted) before it reads."""
 
@@ -176,8 +177,8 @@ def table_plan(
         groups += [topics.replica_group(partition_id, pl) for pl in placements]
         groups += [topics.consume_group(partition_id, pl) for pl in placements]
         out += _rules("writer", who["writer"], "TOPIC", [ingest], "LITERAL", _INGEST_WRITE_OPS)
-        # the streaming sink's commit reads a split parent's ingest topic as "<leader group>.sink-check"
-        # (spark_jobs.sink.retired_backlog): a group id's coordinator lookup needs DESCRIBE
+        # a split partition's ingest topic is read as "<leader group>.sink-check" by the streaming sink's
+        # commit and a producer (shoal.kafka.backlog): a group id's coordinator lookup needs DESCRIBE
         sink_check = [topics.leader_group(partition_id), f"{topics.leader_group(partition_id)}.sink-check"]
         out += _rules("writer", who["writer"], "GROUP", sink_check, "LITERAL", ("DESCRIBE",))
         out += _rules("node", who["node"], "TOPIC", node_topics, "LITERAL", _NODE_TOPIC_OPS)

@@ -269,6 +269,23 @@ def test_sync_needs_no_request_for_a_partition_already_seen_past_its_offset() ->
     producer.close()
 
 
+def _splitting_producer(kafka: FakeKafka, clock: FakeClock, current: list[Any], committed: dict[str, int]) -> Producer:
+    """A producer routing by ``current[0]``, whose leader groups committed ``committed``."""
+    config = ProducerConfig(
+        ConnectionSettings.plain("kafka:9092", "zk:2181", topic_prefix="p"),
+        create_topics=False,
+        sync_policy=SyncPolicy(0.1, 1.0, 2.0, clock=clock.clock, sleep=clock.sleep),
+        split_drain_timeout_s=5,
+    )
+    return Producer(
+        config,
+        map_loader=lambda _t: current[0],
+        kafka_producer=kafka,
+        offsets_reader=lambda _group, topic: committed.get(topic),
+        refusals=FakeRefusals(),
+    )
+
+
 def test_a_write_after_a_split_waits_until_the_earlier_writes_to_the_parent_are_accepted() -> None:
     """Per-producer order across a split: the child must receive the forwarded old write before the
     new one, or the older write is accepted after it with a higher GTID and wins."""
@@ -285,20 +302,7 @@ def test_a_write_after_a_split_waits_until_the_earlier_writes_to_the_parent_are_
     )
     after = apply_change(splitting, FinalizeSplit(parent, through=(1, 0), acked={7: (1, 0), 8: (1, 0)}))
     current = [before]
-    policy = SyncPolicy(0.1, 1.0, 2.0, clock=clock.clock, sleep=clock.sleep)
-    config = ProducerConfig(
-        ConnectionSettings.plain("kafka:9092", "zk:2181", topic_prefix="p"),
-        create_topics=False,
-        sync_policy=policy,
-        split_drain_timeout_s=5,
-    )
-    producer = Producer(
-        config,
-        map_loader=lambda _t: current[0],
-        kafka_producer=kafka,
-        offsets_reader=lambda _group, topic: committed.get(topic),
-        refusals=FakeRefusals(),
-    )
+    producer = _splitting_producer(kafka, clock, current, committed)
     with producer:
         producer.write("events", [{"k": 7, "ts": 1, "v": "old"}, {"k": 250, "ts": 1, "v": "x"}])
         current[0] = after
@@ -430,3 +434,50 @@ def test_closing_over_a_fenced_transactional_producer_does_not_hide_the_error() 
 
     producer, _ = _producer(_Fenced())
     producer.close()  # no raise: nothing can be delivered, and the caller's own error stands
+
+
+def test_a_write_after_two_splits_waits_until_the_child_that_split_too_forwarded_the_earlier_write(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The parent's forwarder moved the earlier write to a child that split too: accepted by the
+    parent's group, it still waits on that child's topic for the child's forwarder, which would put
+    it behind the new write sent to the grandchild directly (the older value winning)."""
+    import producer.producer as producer_module
+    from metadata.metadata_file import Placement
+    from metadata.operations import FinalizeSplit, SplitPartition, apply_change
+
+    kafka, clock = FakeKafka(), FakeClock()
+    topics = TopicNames("p")
+    committed: dict[str, int] = {}
+    before = make_file(Keyspace.UINT64, (U(100), U(200)))
+    parent = before.partitions[0].partition_id
+    split1 = apply_change(before, SplitPartition(parent, U(50), (Placement("node-1", 7),), (Placement("node-1", 8),)))
+    after1 = apply_change(split1, FinalizeSplit(parent, through=(1, 0), acked={7: (1, 0), 8: (1, 0)}))
+    child = after1.partitions[1].partition_id  # [50, 100)
+    split2 = apply_change(after1, SplitPartition(child, U(75), (Placement("node-1", 9),), (Placement("node-1", 10),)))
+    after2 = apply_change(split2, FinalizeSplit(child, through=(1, 0), acked={9: (1, 0), 10: (1, 0)}))
+    grandchild = after2.partitions[2].partition_id  # [75, 100)
+    current = [before]
+    producer = _splitting_producer(kafka, clock, current, committed)
+    asked: list[set[str]] = []
+
+    def unaccepted(_kafka: Any, _admin: Any, names: TopicNames, pids: Any, _timeout: float) -> dict[str, Any]:
+        asked.append(set(pids))  # the child's topic holds the forwarded write at offset 0
+        return {names.ingest(p): (p, 0) for p in pids if p == child and committed.get(names.ingest(p)) is None}
+
+    monkeypatch.setattr(producer_module, "unaccepted_ends", unaccepted)
+    monkeypatch.setattr(producer_module.Producer, "admin", property(lambda _self: None))
+    monkeypatch.setattr(producer, "_history", lambda _t: [before, split1, after1, split2, after2])
+    with producer:
+        producer.write("events", [{"k": 80, "ts": 1, "v": "old"}])
+        current[0] = after2
+        producer.refresh("events")
+        committed[topics.ingest(parent)] = 1  # the parent's forwarder moved it to the child's topic
+        sent = len(kafka.messages)
+        with pytest.raises(SyncTimeoutError) as info:
+            producer.write("events", [{"k": 80, "ts": 1, "v": "new"}])
+        assert set(info.value.lagging) == {topics.ingest(child)} and len(kafka.messages) == sent
+        assert asked == [{child}]  # the grandchildren are listed: not asked
+        committed[topics.ingest(child)] = 1  # the child's forwarder moved it to the grandchild's topic
+        producer.write("events", [{"k": 80, "ts": 1, "v": "new"}])
+        assert kafka.messages[-1]["topic"] == topics.ingest(grandchild)

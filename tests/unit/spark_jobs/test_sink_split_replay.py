@@ -44,6 +44,7 @@ class Cluster:
         self.rows: dict[int, tuple[int, str]] = {}
         self.forwarding: dict[str, str] = {}  # parent topic -> child topic
         self.forwarder_up = False
+        self.down: set[str] = set()  # parent topics whose forwarder is down while forwarder_up
         self.backlog_reads = 0
 
     def append(self, topic: str, table: pa.Table) -> int:
@@ -55,7 +56,7 @@ class Cluster:
             records = self.topics[topic]
             start = self.committed.get(topic, 0)
             if topic in self.forwarding:
-                if self.forwarder_up:
+                if self.forwarder_up and topic not in self.down:
                     for t in records[start:]:
                         self.append(self.forwarding[topic], t)
                     self.committed[topic] = len(records)
@@ -235,3 +236,28 @@ def test_batches_routed_by_the_recorded_map_do_not_read_the_parents(fake_cluster
     _batch(writer, 1, 1, "b")
     _batch(writer, 2, 1, "c")
     assert fake_cluster.backlog_reads == 1 and fake_cluster.rows[1][1] == "c"
+
+
+def test_a_replay_waits_until_the_parents_rows_passed_a_child_that_split_too(fake_cluster: Cluster) -> None:
+    """The parent's forwarder moved the first attempt's rows to a child that split too: they wait on
+    that child's topic for its own forwarder, and the next batch goes to the grandchild directly."""
+    before = make_file()
+    middle = _split(before)
+    after = _split(middle)
+    topics = TopicNames(SETTINGS.connection.topic_prefix)
+    parent, child, grandchild = (topics.ingest(f.partitions[0].partition_id) for f in (before, middle, after))
+    run1 = sink.ShoalStreamWriter(SETTINGS, before)
+    _batch(run1, 4, 2, "x")
+    fake_cluster.forwarding = {parent: child, child: grandchild}
+    fake_cluster.forwarder_up, fake_cluster.down = True, {parent, child}
+    with pytest.raises(SinkCommitError):
+        _batch(run1, 5, 1, "old")
+    run2 = sink.ShoalStreamWriter(SETTINGS, after)
+    fake_cluster.down = {child}  # the parent's copy moves to the child's topic, and waits there
+    with pytest.raises(SinkCommitError):
+        _batch(run2, 5, 1, "old")
+    fake_cluster.down = set()
+    _batch(run2, 5, 1, "old")
+    _batch(run2, 6, 1, "new")
+    fake_cluster.step()
+    assert fake_cluster.rows[1][1] == "new"
