@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from shoal.errors import KafkaOperationError, SchemaError, ShoalError
@@ -11,7 +12,20 @@ if TYPE_CHECKING:
 
     from confluent_kafka import KafkaError
 
-    from producer.refusals import Refusal
+
+@dataclass(frozen=True)
+class Refusal:
+    """One message of this producer that a leader refused, as its deadletter record names it."""
+
+    table: str
+    partition_id: str
+    topic: str
+    """The ingest topic the refusing leader read it from: a split parent's when its forwarder refused
+    it, a child's when that child's leader refused a piece the forwarder routed to it."""
+    offset: int | None
+    reason: str
+    """The leader's code: undecodable, schema_mismatch, oversized, wrong_table, key_out_of_range."""
+    detail: str
 
 
 class ProducerError(ShoalError):
@@ -102,6 +116,22 @@ class MessagesRefusedError(ProducerError):
         super().__init__(
             f"{len(self.refusals)} message(s) refused by their partition leader, rows not stored; "
             f"first: table {first.table}, {where}: {first.reason}: {first.detail[:300]}"
+        )
+
+
+class RefusalsLostError(ProducerError):
+    """``sync()`` cannot tell whether messages of this producer were refused: the deadletter
+    topic's records ``first_offset``..``last_offset`` were deleted (its ``retention.ms``) before
+    this producer read them. Messages written before the ``sync()`` call may have been refused
+    (their rows not stored); scan for them, or write them again. The next ``sync()`` reads on
+    from the topic's log start."""
+
+    def __init__(self, topic: str, first_offset: int, last_offset: int) -> None:
+        self.topic, self.first_offset, self.last_offset = topic, first_offset, last_offset
+        super().__init__(
+            f"deadletter topic {topic}: offsets {first_offset}..{last_offset} were deleted (retention) before "
+            "this producer read them; refusals recorded there cannot be reported, so messages written before "
+            "this sync() may have been refused"
         )
 
 

@@ -32,11 +32,11 @@ import threading
 import time
 from collections.abc import Sequence
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
+from producer.errors import Refusal, RefusalsLostError
 from shoal.errors import KafkaOperationError
 from shoal.kafka import clients
 from shoal.kafka.errors import classify
@@ -56,21 +56,6 @@ _OFFSET = re.compile(r"[0-9]{1,19}")
 def new_producer_id() -> str:
     """A random id for one producer (32 hex digits), sent as :data:`PRODUCER_HEADER`."""
     return secrets.token_hex(16)
-
-
-@dataclass(frozen=True)
-class Refusal:
-    """One message of this producer that a leader refused, as its deadletter record names it."""
-
-    table: str
-    partition_id: str
-    topic: str
-    """The ingest topic the refusing leader read it from: a split parent's when its forwarder refused
-    it, a child's when that child's leader refused a piece the forwarder routed to it."""
-    offset: int | None
-    reason: str
-    """The leader's code: undecodable, schema_mismatch, oversized, wrong_table, key_out_of_range."""
-    detail: str
 
 
 class RefusalReader(Protocol):
@@ -177,7 +162,8 @@ class DeadletterWatch:
     def read(self, timeout_s: float) -> list[Refusal]:
         """The refusals recorded since the previous read (or :meth:`start`), up to the topic's current end.
 
-        KafkaOperationError if the end cannot be read or the read makes no progress for ``timeout_s``.
+        KafkaOperationError if the end cannot be read or the read makes no progress for ``timeout_s``;
+        RefusalsLostError if records it had not read yet were deleted (the topic's retention).
         """
         with self._lock:
             if self._position is None:
@@ -185,15 +171,9 @@ class DeadletterWatch:
             low, high = self._end(timeout_s)
             if self._position >= high:
                 return []
-            if self._position < low:
-                log.warning(
-                    "deadletter topic %s: offsets %d..%d are gone (retention) before this producer read them; "
-                    "refusals recorded there cannot be reported",
-                    self.topic,
-                    self._position,
-                    low - 1,
-                )
-                self._position = low
+            if self._position < low:  # reported once: the next read goes on from the log start
+                gone, self._position = self._position, low
+                raise RefusalsLostError(self.topic, gone, low - 1)
             consumer = self._client()
             consumer.assign([TopicPartition(self.topic, 0, self._position)])
             found: list[Refusal] = []

@@ -135,3 +135,23 @@ def test_a_failed_read_of_the_deadletter_end_asks_with_a_new_client_next_time(
     watch.start(1.0)
     assert watch.position == 5
     assert asked == made and len(made) == 2  # the second read went through a new client
+
+
+def test_refusals_deleted_before_they_were_read_fail_the_sync_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The deadletter topic keeps Kafka's retention: records deleted before this producer read them
+    were logged and skipped, and sync() returned success for messages that may have been refused."""
+    import producer.refusals as refusals
+    from producer.errors import RefusalsLostError
+    from shoal.kafka.indexes import ChannelIndexes
+
+    monkeypatch.setattr(refusals.clients, "admin", lambda _settings: _Admin())
+    monkeypatch.setattr(
+        refusals, "read_indexes", lambda *_a, **_k: {"p.deadletter": ChannelIndexes("p.deadletter", tail=5, append=5)}
+    )
+    settings = ConnectionSettings.plain("kafka:9092", "zk:2181", topic_prefix="p").kafka
+    watch = DeadletterWatch(settings, TopicNames("p"), new_producer_id())
+    watch.start(1.0, at=2)
+    with pytest.raises(RefusalsLostError) as info:
+        watch.read(1.0)
+    assert (info.value.first_offset, info.value.last_offset) == (2, 4)
+    assert watch.read(1.0) == [] and watch.position == 5  # reported once
