@@ -62,15 +62,17 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError, NoNodeError
+from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError, NoNodeError, SessionExpiredError
 from kazoo.protocol.states import KazooState
+from kazoo.retry import RetryFailedError
 
 from metadata.discovery import HeldReplica, ReplicaState, discover_one
 from metadata.errors import LeadershipLostError, MetadataDecodeError, NotEligibleError
 from metadata.metadata_file import MetadataFile
 from metadata.security import OPEN, ZkSecurity
-from metadata.zk_client import ensure_path, zk_errors
+from metadata.zk_client import cas_retry, ensure_path, zk_errors
 from metadata.zk_layout import EpochRecord, ZkLayout
+from shoal import jsonio
 from shoal.errors import InvalidIdError, MetadataError
 from shoal.ids import validate_partition_id, validate_placement_id, validate_server_id
 
@@ -157,7 +159,7 @@ def candidates(zk: Any, layout: ZkLayout, partition_id: str) -> list[Candidate]:
             except NoNodeError:
                 continue
             try:
-                obj = json.loads(data.decode("utf-8"))
+                obj = jsonio.loads_checked(data)
                 out.append(
                     Candidate(
                         node,
@@ -166,7 +168,7 @@ def candidates(zk: Any, layout: ZkLayout, partition_id: str) -> list[Candidate]:
                         validate_placement_id(obj["placement_id"]),
                     )
                 )
-            except (ValueError, KeyError, TypeError, UnicodeDecodeError, InvalidIdError):
+            except (ValueError, KeyError, TypeError, UnicodeDecodeError, InvalidIdError, RecursionError):
                 log.warning("ignoring malformed election candidate %s/%s", path, node)
     return out
 
@@ -712,8 +714,15 @@ class PartitionElection:
         with self._cond:
             node, self._node = self._node, None
         if node is not None:
-            with contextlib.suppress(NoNodeError, KazooException):
-                self._zk.delete(f"{self._layout.election(self.partition_id)}/{node}")
+            path = f"{self._layout.election(self.partition_id)}/{node}"
+            try:
+                # a ConnectionLoss must not leave the znode first in line for the session's lifetime:
+                # retried (a retry after a delete that did land finds NoNode)
+                cas_retry(max_tries=10, deadline=10.0)(self._zk.delete, path)
+            except (NoNodeError, SessionExpiredError):
+                pass  # gone: deleted, or with the session (an ephemeral znode)
+            except (KazooException, RetryFailedError):
+                log.error("%s: could not delete candidate %s; it stays in line until the session ends", why, path)
         self._set(LeaderState.LOST, None)
 
     def _on_connection_state(self, state: str) -> bool:

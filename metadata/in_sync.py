@@ -40,6 +40,7 @@ from metadata.errors import MetadataDecodeError
 from metadata.security import OPEN, ZkSecurity
 from metadata.zk_client import cas_retry, retrying, zk_errors
 from metadata.zk_layout import MAX_ZNODE_BYTES, EpochRecord, ZkLayout
+from shoal import jsonio
 from shoal.errors import InvalidIdError, MetadataConflictError, StaleEpochError
 from shoal.ids import validate_placement_id
 
@@ -75,7 +76,7 @@ class InSyncRecord:
         try:
             if len(data) > MAX_ZNODE_BYTES:
                 raise ValueError(f"{len(data)} bytes")
-            obj: Any = json.loads(data.decode("utf-8"))
+            obj: Any = jsonio.loads_checked(data)
             epoch = obj["epoch"]
             if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
                 raise ValueError(f"epoch {epoch!r:.40}")

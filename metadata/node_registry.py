@@ -14,6 +14,7 @@ from kazoo.exceptions import NodeExistsError, NoNodeError
 from metadata.security import OPEN, ZkSecurity
 from metadata.zk_client import ensure_path, zk_errors
 from metadata.zk_layout import ZkLayout
+from shoal import jsonio
 from shoal.errors import MetadataError
 from shoal.ids import validate_server_id
 
@@ -44,7 +45,7 @@ def lookup_node(zk: Any, layout: ZkLayout, server_id: str) -> str:
         except NoNodeError as exc:
             raise MetadataError(f"node {server_id} is not running (no {path})") from exc
     try:
-        location = json.loads(data.decode())["flight"]
+        location = jsonio.loads_checked(data)["flight"]
     except (ValueError, KeyError, TypeError, UnicodeDecodeError) as exc:
         raise MetadataError(f"{path} is malformed: {exc}") from exc
     if not isinstance(location, str) or not location.startswith(("grpc://", "grpc+tls://")):

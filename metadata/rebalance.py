@@ -32,6 +32,7 @@ from metadata.placements import preferred_leader
 from metadata.security import OPEN, ZkSecurity
 from metadata.zk_client import ensure_path, zk_errors
 from metadata.zk_layout import ZkLayout
+from shoal import jsonio
 from shoal.errors import ConfigError
 from shoal.ids import validate_table_name
 from shoal.worker import Deadline
@@ -140,7 +141,7 @@ class RebalanceRequest:
     @classmethod
     def decode(cls, table: str, data: bytes) -> RebalanceRequest:
         try:
-            obj: Any = json.loads(data.decode("utf-8"))
+            obj: Any = jsonio.loads_checked(data)
             rid, at, until = obj["request_id"], obj["requested_at_ms"], obj["expires_at_ms"]
             if not isinstance(rid, str) or not rid or len(rid) > 64:
                 raise ValueError(f"request_id {rid!r:.40}")

@@ -22,6 +22,7 @@ from typing import Any
 
 from metadata.errors import MetadataDecodeError
 from metadata.metadata_file import validate_txnid
+from shoal import jsonio
 from shoal.errors import ConfigError, InvalidIdError
 from shoal.ids import validate_partition_id, validate_placement_id, validate_server_id, validate_table_name
 
@@ -90,7 +91,7 @@ class TableHead:
         try:
             if len(data) > MAX_ZNODE_BYTES:
                 raise ValueError(f"{len(data)} bytes")
-            obj = json.loads(data.decode("utf-8"))
+            obj = jsonio.loads_checked(data)
             if not isinstance(obj, dict):
                 raise ValueError("not a JSON object")
             seq = obj["metadata_sequence"]
@@ -130,7 +131,7 @@ class EpochRecord:
         if not data:
             return cls(partition_id, 0, None, None, version)
         try:
-            obj: Any = json.loads(data.decode("utf-8"))
+            obj: Any = jsonio.loads_checked(data)
             epoch = obj["epoch"]
             if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
                 raise ValueError(f"epoch {epoch!r:.40}")

@@ -18,6 +18,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.flight as flight
 
+from shoal import jsonio
 from shoal.errors import ConfigError, SchemaError, ShoalError, WireFormatError
 from shoal.ids import validate_partition_id, validate_table_name
 from shoal.kafka.settings import ScanSettings
@@ -67,7 +68,7 @@ class ScanRequest:
     @classmethod
     def from_ticket(cls, data: bytes) -> ScanRequest:
         try:
-            obj = json.loads(data.decode("utf-8"))
+            obj = jsonio.loads_checked(data)
             if not isinstance(obj, dict) or set(obj) - _TICKET_FIELDS:
                 raise ValueError("unexpected fields")
             return cls(**obj)
@@ -136,7 +137,7 @@ def describe_remote(
     try:
         body = json.dumps({"table": validate_table_name(table)}).encode()
         results = list(client.do_action(flight.Action(DESCRIBE_ACTION, body), options))
-        out: list[dict[str, Any]] = json.loads(results[0].body.to_pybytes()) if results else []
+        out: list[dict[str, Any]] = jsonio.loads_checked(results[0].body.to_pybytes()) if results else []
         return out
     except flight.FlightError as exc:
         raise ShoalError(f"describe on {location} failed: {exc}") from exc

@@ -31,6 +31,7 @@ from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 from metadata.client import MetadataConfig
 from metadata.zk_client import ensure_path, make_client, zk_errors
 from metadata.zk_layout import ZkLayout
+from shoal import jsonio
 from spark_jobs.errors import SinkCommitError
 
 log = logging.getLogger(__name__)
@@ -101,7 +102,7 @@ class BatchCommitLog:
         if data is None:
             return None
         self._decode(path, data)  # malformed: SinkCommitError
-        value = json.loads(data.decode()).get("maps")
+        value = jsonio.loads_checked(data).get("maps")
         if value is None:
             return None
         if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
@@ -124,7 +125,7 @@ class BatchCommitLog:
     @staticmethod
     def _decode(path: str, data: bytes) -> int:
         try:
-            value = json.loads(data.decode())["batch_id"]
+            value = jsonio.loads_checked(data)["batch_id"]
         except (ValueError, KeyError, TypeError, UnicodeDecodeError) as exc:
             raise SinkCommitError(f"{path} is malformed: {exc}") from exc
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
@@ -133,7 +134,7 @@ class BatchCommitLog:
 
     @staticmethod
     def _table(path: str, data: bytes) -> str | None:
-        table = json.loads(data.decode()).get("table")
+        table = jsonio.loads_checked(data).get("table")
         if table is not None and not isinstance(table, str):
             raise SinkCommitError(f"{path}: bad table {table!r:.40}")
         return table
@@ -141,7 +142,7 @@ class BatchCommitLog:
     @staticmethod
     def _partitions(path: str, data: bytes) -> int:
         BatchCommitLog._decode(path, data)  # malformed: SinkCommitError
-        value = json.loads(data.decode()).get("partitions", 0)
+        value = jsonio.loads_checked(data).get("partitions", 0)
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise SinkCommitError(f"{path}: bad partition count {value!r:.40}")
         return value
@@ -160,7 +161,7 @@ class BatchCommitLog:
         path = self.path(query_id)
 
         def data(before: int, current: bytes | None = None) -> bytes:
-            kept = json.loads(current.decode()).get("maps") if current is not None else None
+            kept = jsonio.loads_checked(current).get("maps") if current is not None else None
             routed = sorted(maps) if maps else kept
             out = {"batch_id": batch_id, "table": table, "partitions": max(before, partitions)}
             return json.dumps(out if routed is None else {**out, "maps": routed}).encode()

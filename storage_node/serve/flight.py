@@ -21,6 +21,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.flight as flight
 
+from shoal import jsonio
 from shoal.errors import ConfigError, ShoalError, WireFormatError
 from shoal.ids import validate_table_name
 from shoal.kafka.settings import ScanSettings, Secret
@@ -119,7 +120,7 @@ class ScanServer(flight.FlightServerBase):
         if action.type != DESCRIBE_ACTION or self._describe is None:
             raise flight.FlightServerError(f"unknown action {action.type!r:.80}")
         try:
-            body = json.loads(action.body.to_pybytes().decode("utf-8"))
+            body = jsonio.loads_checked(action.body.to_pybytes())
             if not isinstance(body, dict) or set(body) != {"table"}:
                 raise WireFormatError('describe body must be {"table": NAME}')
             table = validate_table_name(body["table"])
