@@ -781,7 +781,11 @@ class PartitionFollower(Worker):
             entry = self.replica.chain.get(sid)
             if entry is None:
                 continue
-            rows = read_segment(self.replica.directory, sid).replace_schema_metadata(None)
+            try:
+                rows = read_segment(self.replica.directory, sid).replace_schema_metadata(None)
+            except (ShoalError, OSError) as exc:  # a damaged file must not stop the rewind for ever
+                log.warning("%s: detached segment %s is unreadable, not kept readable: %s", self.replica.name, sid, exc)
+                continue
             for r in entry.covered:
                 self.replica.overlay.add(r.channel, r.end_offset - 1, rows)
         self._retired_since = time.monotonic()
