@@ -85,6 +85,17 @@ def _last_record(kafka: KafkaSettings, topic: str, label: str, start: int, end: 
             if err is not None:
                 if err.code() == KafkaError._PARTITION_EOF:
                     return last
+                if err.code() in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE):
+                    # the forwarder deleted what it forwarded (accepted) after ``start`` was read:
+                    # go on from the new log start
+                    try:
+                        low, _high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=timeout_s)
+                    except KafkaException as exc:
+                        raise KafkaOperationError(f"{topic}: {exc}") from exc
+                    if low >= end:
+                        return last
+                    consumer.assign([TopicPartition(topic, 0, low)])
+                    continue
                 raise KafkaOperationError(f"{topic}: {err}", err)
             last = int(msg.offset() or 0)
             if last >= end - 1:
