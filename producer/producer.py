@@ -45,6 +45,7 @@ from producer.errors import (
     DeliveryError,
     MessagesRefusedError,
     ProducerClosedError,
+    RefusalsLostError,
     RoutingError,
     SendError,
     SyncTimeoutError,
@@ -175,6 +176,10 @@ class Producer:
         """Sent on every message (``shoal.producer``): how ``sync()`` tells this producer's refusals apart."""
         self._refusals = refusals
         self._refusals_started = False
+        self._unchecked_since: float | None = None
+        """Wall-clock time of this producer's first write no completed refusal check covers (None:
+        every write was checked): a refusal that old may be gone with the deadletter topic's retention."""
+        self._last_write_at = 0.0
         self.topics = config.topics
         self._on_delivery = on_delivery
         self._metadata = metadata
@@ -357,6 +362,10 @@ class Producer:
             for partition_id in {pid for pid, _ in batches}:
                 self._routed[self.topics.ingest(partition_id)] = (table, partition_id)
         self._start_refusals()
+        with self._lock:
+            self._last_write_at = time.time()
+            if self._unchecked_since is None:
+                self._unchecked_since = self._last_write_at
         futures: list[Future[DeliveryReport]] = []
         kafka = self.kafka
         headers = [(TABLE_HEADER, table.encode("utf-8")), (PRODUCER_HEADER, self.producer_id.encode())]
@@ -572,13 +581,14 @@ class Producer:
     def _sync(self, timeout: float, only: set[str] | None = None) -> None:
         """:meth:`sync`, for the ingest topics ``only`` when given."""
         deadline = self.config.sync_policy.clock() + timeout
+        started = time.time()  # a write from here on is not covered by this sync's refusal check
         # the split drain of a write() only orders writes: a failure stays for the next flush()/sync()
         remaining = self._delivered_before(timeout, report_failures=only is None)
         if only is not None:
             remaining = {t: v for t, v in remaining.items() if t in only}
         self._await_accepted(remaining, timeout, deadline)
         if only is None:
-            self._raise_refused(max(5.0, deadline - self.config.sync_policy.clock()))
+            self._raise_refused(max(5.0, deadline - self.config.sync_policy.clock()), started)
 
     def await_accepted(self, written: Mapping[str, tuple[str, int]], timeout: float = 60.0) -> None:
         """Wait until the leaders accepted ``written`` ({ingest topic: (partition_id, last offset)},
@@ -636,15 +646,27 @@ class Producer:
                 )
             policy.sleep(min(next(intervals), max(0.0, deadline - now)))
 
-    def _raise_refused(self, timeout: float) -> None:
-        """MessagesRefusedError if a leader refused messages of this producer since the last check."""
+    def _raise_refused(self, timeout: float, started: float) -> None:
+        """MessagesRefusedError if a leader refused messages of this producer since the last check
+        (what was written before ``started``, the wall-clock time the sync began, is covered)."""
         with self._lock:
             reader = self._refusals if self._refusals_started else None
+            unchecked_since = self._unchecked_since
         if reader is None:
             return
-        refusals = reader.read(timeout)
+        try:
+            refusals = reader.read(timeout, unchecked_since=unchecked_since)
+        except RefusalsLostError:
+            self._checked(started)
+            raise
+        self._checked(started)
         if refusals:
             raise MessagesRefusedError(refusals)
+
+    def _checked(self, started: float) -> None:
+        """A refusal check covering every write before ``started`` completed."""
+        with self._lock:
+            self._unchecked_since = started if self._last_write_at >= started else None
 
     def _delivered_before(self, timeout: float, *, report_failures: bool = True) -> dict[str, tuple[str, int]]:
         """Wait for the messages produced so far; {ingest topic: (partition_id, last offset)} of

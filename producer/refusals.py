@@ -39,6 +39,7 @@ from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from producer.errors import Refusal, RefusalsLostError
 from shoal.errors import KafkaOperationError
 from shoal.kafka import clients
+from shoal.kafka.admin import deletion_settings
 from shoal.kafka.errors import classify
 from shoal.kafka.indexes import IndexQuery, close_offset_readers, read_indexes
 from shoal.kafka.readers import READ_CONFIG
@@ -63,7 +64,7 @@ class RefusalReader(Protocol):
 
     def start(self, timeout_s: float) -> None: ...
 
-    def read(self, timeout_s: float) -> list[Refusal]: ...
+    def read(self, timeout_s: float, *, unchecked_since: float | None = 0.0) -> list[Refusal]: ...
 
     def close(self) -> None: ...
 
@@ -159,11 +160,15 @@ class DeadletterWatch:
         with self._lock:
             return self._position
 
-    def read(self, timeout_s: float) -> list[Refusal]:
+    def read(self, timeout_s: float, *, unchecked_since: float | None = 0.0) -> list[Refusal]:
         """The refusals recorded since the previous read (or :meth:`start`), up to the topic's current end.
 
-        KafkaOperationError if the end cannot be read or the read makes no progress for ``timeout_s``;
-        RefusalsLostError if records it had not read yet were deleted (the topic's retention).
+        ``unchecked_since``: the wall-clock time of the oldest message this read is to check (None:
+        there is none, 0.0: unknown). KafkaOperationError if the end cannot be read or the read makes
+        no progress for ``timeout_s``; RefusalsLostError if records it had not read yet were deleted
+        (the topic's retention) and may have held a refusal of such a message: not when the topic
+        deletes by time alone and keeps records longer than that message's age (the deleted records
+        are older: other producers').
         """
         with self._lock:
             if self._position is None:
@@ -173,7 +178,15 @@ class DeadletterWatch:
                 return []
             if self._position < low:  # reported once: the next read goes on from the log start
                 gone, self._position = self._position, low
-                raise RefusalsLostError(self.topic, gone, low - 1)
+                if unchecked_since is not None and not self._kept_since(unchecked_since, timeout_s):
+                    raise RefusalsLostError(self.topic, gone, low - 1)
+                log.info(
+                    "deadletter topic %s: offsets %d..%d deleted by retention were read by no check of "
+                    "these producers; they predate every message to check",
+                    self.topic,
+                    gone,
+                    low - 1,
+                )
             consumer = self._client()
             consumer.assign([TopicPartition(self.topic, 0, self._position)])
             found: list[Refusal] = []
@@ -205,6 +218,20 @@ class DeadletterWatch:
                     consumer.unassign()
             self._position = position
             return found
+
+    def _kept_since(self, since: float, timeout_s: float) -> bool:
+        """Whether every record the topic got since ``since`` (wall clock) is still there: it deletes
+        by time alone (``retention.bytes=-1``), after more than that long (with a minute's margin
+        for clocks). False when its settings cannot be read."""
+        try:
+            settings = deletion_settings(self._admin, self.topic, timeout_s=timeout_s)
+        except KafkaOperationError as exc:
+            log.warning("deadletter topic %s: cannot read its retention: %s", self.topic, exc)
+            return False
+        retention_ms, retention_bytes = settings.get("retention.ms", -1), settings.get("retention.bytes", -1)
+        if retention_bytes != -1:
+            return False
+        return retention_ms < 0 or (time.time() - since + 60.0) * 1000.0 < retention_ms
 
     def close(self) -> None:
         with self._lock:

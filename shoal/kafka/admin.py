@@ -178,6 +178,26 @@ def time_retained(admin: AdminClient, topics: Iterable[str], *, timeout_s: float
     return out
 
 
+def deletion_settings(admin: AdminClient, topic: str, *, timeout_s: float = 10.0) -> dict[str, int]:
+    """``retention.ms`` and ``retention.bytes`` of ``topic`` (those its config holds as integers);
+    KafkaOperationError when they cannot be read. One DescribeConfigs request."""
+    from confluent_kafka.admin import ConfigResource
+
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
+    try:
+        current = admin.describe_configs([resource], request_timeout=timeout_s)[resource].result(timeout=timeout_s)
+    except KafkaException as exc:
+        raise classify(exc, f"cannot read the retention settings of {topic}") from exc
+    except TimeoutError as exc:
+        raise KafkaOperationError(f"cannot read the retention settings of {topic} within {timeout_s}s") from exc
+    out: dict[str, int] = {}
+    for name in ("retention.ms", "retention.bytes"):
+        value = current[name].value if name in current else None
+        if isinstance(value, str) and value.lstrip("-").isdigit():
+            out[name] = int(value)
+    return out
+
+
 _checked: set[str] = set()
 """Existing topics this process has checked against the policy (one warning per topic, not per use)."""
 _config_checked: set[str] = set()

@@ -97,13 +97,15 @@ class FakeRefusals:
         self.pending: list[Any] = []
         self.starts = 0
         self.reads = 0
+        self.unchecked: list[float | None] = []
         self.closed = False
 
     def start(self, timeout_s: float) -> None:
         self.starts += 1
 
-    def read(self, timeout_s: float) -> list[Any]:
+    def read(self, timeout_s: float, *, unchecked_since: float | None = 0.0) -> list[Any]:
         self.reads += 1
+        self.unchecked.append(unchecked_since)
         out, self.pending = self.pending, []
         return out
 

@@ -481,3 +481,20 @@ def test_a_write_after_two_splits_waits_until_the_child_that_split_too_forwarded
         committed[topics.ingest(child)] = 1  # the child's forwarder moved it to the grandchild's topic
         producer.write("events", [{"k": 80, "ts": 1, "v": "new"}])
         assert kafka.messages[-1]["topic"] == topics.ingest(grandchild)
+
+
+def test_a_sync_tells_the_refusal_check_since_when_writes_are_unchecked() -> None:
+    """Deadletter records deleted by retention can hold this producer's refusals only if a write
+    no check covered is older than what the topic keeps: the check is told that write's time, or
+    None when every write was checked (an idle producer's next sync)."""
+    import time
+
+    refusals = FakeRefusals()
+    producer, _ = _producer(FakeKafka(), FakeClock(), offsets_reader=lambda _g, _t: 10**6, refusals=refusals)
+    with producer:
+        before = time.time()
+        producer.write("events", [{"k": 1, "ts": 1}])
+        producer.sync(timeout=1)
+        producer.sync(timeout=1)  # nothing written since the first check
+        [first, second] = refusals.unchecked
+        assert first is not None and before <= first <= time.time() and second is None

@@ -137,9 +137,20 @@ def test_a_failed_read_of_the_deadletter_end_asks_with_a_new_client_next_time(
     assert asked == made and len(made) == 2  # the second read went through a new client
 
 
-def test_refusals_deleted_before_they_were_read_fail_the_sync_once(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(
+    ("age_s", "retention_bytes", "lost"),
+    [(None, -1, False), (10.0, -1, False), (8 * 86400.0, -1, True), (10.0, 1 << 30, True), (0.0, -1, True)],
+)
+def test_refusals_deleted_before_they_were_read_fail_the_sync_once_when_they_may_be_this_producers(
+    monkeypatch: pytest.MonkeyPatch, age_s: float | None, retention_bytes: int, lost: bool
+) -> None:
     """The deadletter topic keeps Kafka's retention: records deleted before this producer read them
-    were logged and skipped, and sync() returned success for messages that may have been refused."""
+    were logged and skipped, and sync() returned success for messages that may have been refused.
+    They may be its own only if a message it has not checked yet is older than what the topic keeps
+    (deleting by time alone; by size, anything may be gone). ``age_s``: how long ago that message
+    was sent (None: there is none; 0.0: the epoch, unknown)."""
+    import time
+
     import producer.refusals as refusals
     from producer.errors import RefusalsLostError
     from shoal.kafka.indexes import ChannelIndexes
@@ -148,10 +159,16 @@ def test_refusals_deleted_before_they_were_read_fail_the_sync_once(monkeypatch: 
     monkeypatch.setattr(
         refusals, "read_indexes", lambda *_a, **_k: {"p.deadletter": ChannelIndexes("p.deadletter", tail=5, append=5)}
     )
+    week = {"retention.ms": 7 * 86400 * 1000, "retention.bytes": retention_bytes}
+    monkeypatch.setattr(refusals, "deletion_settings", lambda *_a, **_k: week)
     settings = ConnectionSettings.plain("kafka:9092", "zk:2181", topic_prefix="p").kafka
     watch = DeadletterWatch(settings, TopicNames("p"), new_producer_id())
     watch.start(1.0, at=2)
-    with pytest.raises(RefusalsLostError) as info:
-        watch.read(1.0)
-    assert (info.value.first_offset, info.value.last_offset) == (2, 4)
-    assert watch.read(1.0) == [] and watch.position == 5  # reported once
+    since = None if age_s is None else (0.0 if age_s == 0.0 else time.time() - age_s)
+    if lost:
+        with pytest.raises(RefusalsLostError) as info:
+            watch.read(1.0, unchecked_since=since)
+        assert (info.value.first_offset, info.value.last_offset) == (2, 4)
+    else:
+        assert watch.read(1.0, unchecked_since=since) == []
+    assert watch.read(1.0, unchecked_since=since) == [] and watch.position == 5  # reported once
