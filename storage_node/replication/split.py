@@ -140,6 +140,19 @@ def _write_piece(
     piece = piece_rows(rows, parent.table, key_range)
     written = write_segment(staging.directory, sid, piece, key_columns=list(parent.table.primary_key))
     new = piece_record(record, sha256=written.sha256, size_bytes=written.size_bytes, row_count=written.row_count)
+    base, chain = new.entry.base_segment_id, staging.chain
+    if (
+        not new.entry.is_major
+        and base is not None
+        and base != chain.root
+        and base in {s.segment_id for s in chain.walk()}
+    ):
+        # the parent's chain was rewound under the staging list (its placement followed another
+        # leader meanwhile: PartitionFollower._diverged): the pieces above ``base`` hold rows the
+        # parent holds again in the segments now based on it. The staging list follows the parent
+        # as a follower follows its leader; each child replica rewinds the same way on OUT_OF_ORDER.
+        log.warning("%s: the parent's chain was rewound to %s; so is the staging list", staging.name, base)
+        staging.rewind(base)
     staging.apply_received(new, add=_needs_add(new.entry, staging.chain.root))
     log.info(
         "%s: staged piece %s (%d of %d rows, %d bytes)",

@@ -264,6 +264,14 @@ class PartitionSplitter(Worker):
                 if all(self._following.values()):
                     break  # every child follows but writes outpace the copy: the rest is copied frozen
                 return False  # a child is not following yet (down, starting): do not stall ingest for it
+        # the epoch the frozen leader leads at: SPLIT_FINALIZE is fenced by it, not by the election's
+        # epoch when it commits (a term of the parent started since would not be paused, and what
+        # it accepted would reach no child)
+        try:
+            fence = self.fence()
+        except ShoalError as exc:  # it no longer leads: its role ends
+            log.warning("%s: not freezing: %s", self.parent.name, exc)
+            return False
         self.phase = SplitPhase.FROZEN
         self.leader.ingest_paused.set()
         # a quiesced signal left from an earlier freeze must not stand for this one: the leader may
@@ -287,10 +295,12 @@ class PartitionSplitter(Worker):
             self._seed_child_epochs()
             if self.leader.stopped.is_set():  # a new role of this partition would not be paused
                 return False
+            if self.leader.term not in (None, fence.epoch):  # it wrote at another epoch since
+                return False
             self.phase = SplitPhase.FINALIZING
             try:
                 self.client.coordinator.finalize_split(
-                    self.table.name, self.partition_id, through=through, acked=acked, fence=self.fence()
+                    self.table.name, self.partition_id, through=through, acked=acked, fence=fence
                 )
             except ShoalError as exc:
                 # the commit may have happened all the same (CommitOutcomeUnknownError: ZooKeeper went

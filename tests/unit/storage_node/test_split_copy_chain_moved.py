@@ -55,24 +55,67 @@ class _Publisher:
             self.manifest_offsets.setdefault(e.segment_id, 2 * len(self.manifest_offsets))
 
 
+def _splitter(parent: PartitionReplica, children: tuple[SplitChild, ...], tmp: Path) -> PartitionSplitter:
+    """What StorageNode._start_splitters builds for a leader of the parent (its staging replicas on disk)."""
+    s = object.__new__(PartitionSplitter)
+    Worker.__init__(s, "split-test")
+    s.parent, s.children, s.stats, s.kafka = parent, children, SplitStats(), None
+    s.topics = types.SimpleNamespace(replica_group=lambda c, p: f"{c}-{p}")
+    s._staging = {c.partition_id: staging_replica(TABLE, c.partition_id, parent.placement_id, tmp) for c in children}
+    s._publishers = {c.partition_id: _Publisher(s._staging[c.partition_id], c.partition_id) for c in children}
+    s._piece_gtids, s._following = {}, {}
+    return s
+
+
+def _children() -> tuple[SplitChild, ...]:
+    split_at = Keyspace.UINT64.encode(100)
+    return (
+        SplitChild(new_partition_id(), KeyRange(UNBOUNDED, split_at), (Placement("n1", 3),)),
+        SplitChild(new_partition_id(), KeyRange(split_at, UNBOUNDED), (Placement("n1", 4),)),
+    )
+
+
+def test_staging_lists_follow_the_parents_chain_rewound_while_another_placement_led(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The parent's leader staged pieces a, b, c, lost the leadership to a placement that adopted
+    c's rows into c' (based on b) and, following it, rewound its chain to b. Leading again, every
+    splitter it started failed (c' is not based on the staging root c) until a compaction."""
+    monkeypatch.setattr(
+        split_role,
+        "channel_indexes",
+        lambda _k, _topic, groups, timeout_s=10: types.SimpleNamespace(append=0, tail=0, acks=[(g, 0) for g in groups]),
+    )
+    parent = PartitionReplica(TABLE, new_partition_id(), 1, tmp_path)
+    flushed = []
+    for i, (low, high) in enumerate([(1, 150), (2, 160), (3, 170)]):
+        parent.append(versioned_rows(_rows([(low, "x"), (high, "x")]), Gtid(2, 2 * i)), i)
+        flushed.append(parent.flush(2))
+    children = _children()
+    first = _splitter(parent, children, tmp_path)
+    first._copy()
+    for staging in first._staging.values():
+        staging.close()
+    parent.rewind(flushed[1].segment_id)  # what PartitionFollower._diverged does
+    parent.delete_segments([flushed[2].segment_id])
+    parent.append(versioned_rows(_rows([(3, "x"), (170, "x")]), Gtid(2, 4)), 10)
+    parent.flush(3)  # c', the new leader's adoption of c's rows
+    parent.append(versioned_rows(_rows([(4, "d"), (180, "d")]), Gtid(3, 0)), 11)
+    parent.flush(3)
+    again = _splitter(parent, children, tmp_path)
+    again._copy()
+    low, high = (sorted(r["k"] for r in again._staging[c.partition_id].scan().to_pylist()) for c in children)
+    assert (low, high) == ([1, 2, 3, 4], [150, 160, 170, 180])
+
+
 def test_a_piece_skipped_because_a_major_replaced_its_segment_is_staged_before_the_copy_is_done(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     parent = PartitionReplica(TABLE, new_partition_id(), 1, tmp_path)
     parent.append(versioned_rows(_rows([(7, "old"), (150, "h")]), Gtid(2, 0)), 0)
     parent.flush(2)
-    split_at = Keyspace.UINT64.encode(100)
-    children = (
-        SplitChild(new_partition_id(), KeyRange(UNBOUNDED, split_at), (Placement("n1", 3),)),
-        SplitChild(new_partition_id(), KeyRange(split_at, UNBOUNDED), (Placement("n1", 4),)),
-    )
-    s = object.__new__(PartitionSplitter)
-    Worker.__init__(s, "split-test")
-    s.parent, s.children, s.stats, s.kafka = parent, children, SplitStats(), None
-    s.topics = types.SimpleNamespace(replica_group=lambda c, p: f"{c}-{p}")
-    s._staging = {c.partition_id: staging_replica(TABLE, c.partition_id, 1, tmp_path) for c in children}
-    s._publishers = {c.partition_id: _Publisher(s._staging[c.partition_id], c.partition_id) for c in children}
-    s._piece_gtids, s._following = {}, {}
+    children = _children()
+    s = _splitter(parent, children, tmp_path)
 
     def indexes(_kafka: Any, topic: str, groups: list[str], timeout_s: float = 10) -> Any:
         end = 2 * len(s._publishers[topic].manifest_offsets)  # every child acked everything published

@@ -28,8 +28,10 @@ class Metadata:
         self.commits, self.error = commits, error
         self.committed = False
         self.reachable = threading.Event()
+        self.fences: list[Any] = []
 
-    def finalize_split(self, *_a: Any, **_k: Any) -> None:
+    def finalize_split(self, *_a: Any, fence: Any = None, **_k: Any) -> None:
+        self.fences.append(fence)
         self.committed = self.commits
         raise self.error
 
@@ -48,6 +50,7 @@ def _splitter(meta: Metadata, monkeypatch: pytest.MonkeyPatch) -> tuple[Partitio
         ingest_quiesced=threading.Event(),
         stopped=threading.Event(),
         accepted_through=None,
+        term=None,
     )
 
     def quiesce() -> None:  # the leader's step: quiesced only once it saw the pause
@@ -67,7 +70,8 @@ def _splitter(meta: Metadata, monkeypatch: pytest.MonkeyPatch) -> tuple[Partitio
     s._seed_child_epochs = lambda: None  # type: ignore[method-assign]
     monkeypatch.setattr(split, "chain_max_gtid", lambda _replica: (3, 10))
     s.client = types.SimpleNamespace(coordinator=meta)
-    s.fence = lambda: None
+    s.election = {"epoch": 3}  # type: ignore[attr-defined]
+    s.fence = lambda: types.SimpleNamespace(partition_id="p" * 32, epoch=s.election["epoch"])  # type: ignore[attr-defined]
     return s, leader
 
 
@@ -110,3 +114,19 @@ def test_a_finalize_that_did_not_commit_unpauses_and_tries_again(monkeypatch: py
         s.join(5)
         leader.stopped.set()
     assert not leader.ingest_paused.is_set()
+
+
+def test_the_finalize_is_fenced_by_the_epoch_the_parent_was_frozen_at(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fenced by the election's epoch when it commits, a finalize passed with a newer term of the
+    parent leading unpaused (its writes would reach no child); nor is one sent once the frozen
+    leader wrote at another epoch than the one it was frozen at."""
+    meta = Metadata(commits=False, error=SplitNotAckedError("p" * 32, (3, 10), {2: None}))
+    meta.reachable.set()
+    s, leader = _splitter(meta, monkeypatch)
+    s._seed_child_epochs = lambda: s.election.update(epoch=4)  # type: ignore[attr-defined,method-assign]
+    assert not s._round()
+    [fence] = meta.fences
+    assert fence.epoch == 3  # taken as the parent froze; the election's epoch moved on (4) since
+    leader.term = 7  # the frozen leader wrote at another epoch since
+    assert not s._round() and len(meta.fences) == 1
+    leader.stopped.set()
