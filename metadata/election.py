@@ -558,7 +558,11 @@ class PartitionElection:
                 (n for n in self._zk.get_children(base, watch=self._on_predecessor_event) if n.startswith(_PREFIX)),
                 key=_seq,
             )
-        if now != list(names):
+        if now != list(names) and [c.node for c in candidates(self._zk, self._layout, self.partition_id)] != list(
+            names
+        ):
+            # (children candidates() skips, malformed znodes, are no change of the line: read again
+            # after the watch was set, so a candidate entering the line since still fires it)
             return False
         if self._waiting_logged != tuple(names):
             self._waiting_logged = tuple(names)

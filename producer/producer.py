@@ -180,6 +180,8 @@ class Producer:
         """Wall-clock time of this producer's first write no completed refusal check covers (None:
         every write was checked): a refusal that old may be gone with the deadletter topic's retention."""
         self._last_write_at = 0.0
+        self._writing = 0
+        """write() calls between their time stamp and their last produce: a check meanwhile may miss their messages."""
         self.topics = config.topics
         self._on_delivery = on_delivery
         self._metadata = metadata
@@ -364,8 +366,19 @@ class Producer:
         self._start_refusals()
         with self._lock:
             self._last_write_at = time.time()
+            self._writing += 1
             if self._unchecked_since is None:
                 self._unchecked_since = self._last_write_at
+        try:
+            return self._produce_batches(table, rows, batches, deleted=deleted)
+        finally:
+            with self._lock:
+                self._writing -= 1
+                self._last_write_at = time.time()  # its last message was produced after any check began before
+
+    def _produce_batches(
+        self, table: str, rows: pa.Table, batches: list[tuple[str, Any]], *, deleted: bool
+    ) -> WriteResult:
         futures: list[Future[DeliveryReport]] = []
         kafka = self.kafka
         headers = [(TABLE_HEADER, table.encode("utf-8")), (PRODUCER_HEADER, self.producer_id.encode())]
@@ -666,6 +679,8 @@ class Producer:
     def _checked(self, started: float) -> None:
         """A refusal check covering every write before ``started`` completed."""
         with self._lock:
+            if self._writing:
+                return  # a write in progress may produce messages this check did not cover: keep its stamp
             self._unchecked_since = started if self._last_write_at >= started else None
 
     def _delivered_before(self, timeout: float, *, report_failures: bool = True) -> dict[str, tuple[str, int]]:

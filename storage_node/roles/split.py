@@ -295,7 +295,14 @@ class PartitionSplitter(Worker):
             self._seed_child_epochs()
             if self.leader.stopped.is_set():  # a new role of this partition would not be paused
                 return False
-            if self.leader.term not in (None, fence.epoch):  # it wrote at another epoch since
+            term = self.leader.term
+            if term is not None and term > fence.epoch:  # it wrote at a newer epoch since it froze
+                log.warning(
+                    "%s: the parent wrote at epoch %d since it froze at %d; not finalizing",
+                    self.parent.name,
+                    term,
+                    fence.epoch,
+                )
                 return False
             self.phase = SplitPhase.FINALIZING
             try:

@@ -11,13 +11,14 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from kazoo.exceptions import ConnectionLoss
 
 from metadata.coordinator import MetadataCoordinator
 from metadata.discovery import ReplicaState
-from metadata.election import LeaderState, PartitionElection, candidates, read_epoch
+from metadata.election import Eligibility, LeaderState, PartitionElection, candidates, read_epoch
 from metadata.errors import MetadataDecodeError
 from metadata.in_sync import read_in_sync
 from metadata.node_registry import lookup_node, node_path
@@ -100,3 +101,32 @@ def test_a_deeply_nested_node_registration_is_a_clear_error() -> None:
     zk.create(path, DEEP)
     with pytest.raises(MetadataError, match="malformed"):
         lookup_node(zk, LAYOUT, "node-1")
+
+
+class _CountingZk(FakeZk):
+    def __init__(self) -> None:
+        super().__init__()
+        self.children_reads = 0
+
+    def get_children(self, path: str, watch: Any = None) -> Any:
+        self.children_reads += 1
+        return super().get_children(path, watch)
+
+
+@pytest.mark.timeout(60)
+def test_a_candidate_that_may_not_lead_waits_on_a_watch_past_a_skipped_candidate_znode() -> None:
+    """The line read raw (every child) and parsed (malformed candidates skipped) never matched: a
+    candidate first in line that may not lead (out of sync) re-read ZooKeeper without end."""
+    zk = _CountingZk()
+    pid = new_partition_id()
+    zk.ensure_path(LAYOUT.election(pid))
+    zk.create(f"{LAYOUT.election(pid)}/n_", DEEP, sequence=True)
+    election = PartitionElection(
+        zk, pid, "node-2", 2, replica_state=ReplicaState.LIVE, eligible=lambda _line: Eligibility(frozenset())
+    )
+    election.start()
+    try:
+        time.sleep(1.0)
+        assert election.state is LeaderState.CANDIDATE and zk.children_reads < 50, zk.children_reads
+    finally:
+        election.close()

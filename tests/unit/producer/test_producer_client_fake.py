@@ -498,3 +498,21 @@ def test_a_sync_tells_the_refusal_check_since_when_writes_are_unchecked() -> Non
         producer.sync(timeout=1)  # nothing written since the first check
         [first, second] = refusals.unchecked
         assert first is not None and before <= first <= time.time() and second is None
+
+
+def test_a_check_completing_during_a_write_leaves_that_write_unchecked() -> None:
+    """A sync() on another thread, begun and ended while a write() was between its first and its
+    last message, marked every write checked: a refusal of the later message, deleted by the
+    deadletter topic's retention before the next sync(), then passed as success."""
+    import time
+
+    class Checking(FakeKafka):
+        def produce(self, topic: str, value: bytes, headers: Any = None, on_delivery: Any = None) -> None:
+            super().produce(topic, value, headers, on_delivery)
+            if len(self.messages) == 1:
+                producer._checked(time.time())  # another thread's sync, done before the next message
+
+    producer, _ = _producer(Checking(), FakeClock(), offsets_reader=lambda _g, _t: 10**6)
+    with producer:
+        producer.write("events", [{"k": k, "ts": 1} for k in (5, 150, 250)])  # three partitions
+        assert producer._unchecked_since is not None

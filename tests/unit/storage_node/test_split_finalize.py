@@ -127,6 +127,8 @@ def test_the_finalize_is_fenced_by_the_epoch_the_parent_was_frozen_at(monkeypatc
     assert not s._round()
     [fence] = meta.fences
     assert fence.epoch == 3  # taken as the parent froze; the election's epoch moved on (4) since
-    leader.term = 7  # the frozen leader wrote at another epoch since
+    leader.term = 7  # the frozen leader wrote at a newer epoch since
     assert not s._round() and len(meta.fences) == 1
+    leader.term = 2  # an idle parent's role whose epoch a ZooKeeper blip renewed: it wrote nothing since
+    assert not s._round() and len(meta.fences) == 2
     leader.stopped.set()
