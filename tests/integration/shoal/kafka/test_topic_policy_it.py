@@ -9,10 +9,12 @@ import pytest
 from confluent_kafka.admin import AdminClient, ConfigResource
 
 from metadata.store import KafkaFileStore, KafkaStoreConfig
+from shoal.errors import KafkaOperationError
 from shoal.kafka.admin import (
     FIX_REPLICATION_COMMAND,
     TRUNCATED_BY_TAIL,
     create_topic,
+    deletion_settings,
     ensure_topic_config,
     live_brokers,
     time_retained,
@@ -79,3 +81,7 @@ def test_a_node_sets_an_existing_ingest_topic_to_no_time_retention(
     assert any(topic in r.getMessage() and "set to" in r.getMessage() for r in caplog.records)
     assert ensure_topic_config(kafka_admin, topic, TRUNCATED_BY_TAIL)  # already right: nothing to do
     assert time_retained(kafka_admin, [topic]) == {}
+    # what a producer's refusal check reads when deadletter records were deleted before it read them
+    assert deletion_settings(kafka_admin, topic) == {"retention.ms": -1, "retention.bytes": -1}
+    with pytest.raises(KafkaOperationError):
+        deletion_settings(kafka_admin, f"{topic_prefix}.ingest.never-made")
