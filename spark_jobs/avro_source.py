@@ -45,6 +45,8 @@ def _convert(value: Any, ctype: ColumnType) -> Any:
     if value is None:
         return None
     if ctype in _INTEGERS and isinstance(value, bytes | bytearray):
+        if ctype is not ColumnType.UINT64 or len(value) != 8:
+            raise ValueError(f"{len(value)} bytes are not a {ctype.value} value (only uint64 takes 8 big-endian bytes)")
         return int.from_bytes(value, "big")  # the table's Avro form of uint64: 8 big-endian bytes
     if ctype in (*_INTEGERS, ColumnType.TIMESTAMP_MS, *_FLOATS) and isinstance(value, bool):
         raise ValueError(f"a boolean ({value}) is not a {ctype.value} value")
@@ -101,8 +103,11 @@ def decode_batches(
                 error = "empty (null) Kafka record value"
             else:
                 try:
-                    record = schemaless_reader(io.BytesIO(raw), schema, None)
-                    if not isinstance(record, dict):
+                    stream = io.BytesIO(raw)
+                    record = schemaless_reader(stream, schema, None)
+                    if stream.tell() != len(raw):
+                        error = f"Avro value has {len(raw) - stream.tell()} bytes after its record"
+                    elif not isinstance(record, dict):
                         error = f"Avro value is a {type(record).__name__}, not a record"
                 except Exception as exc:  # fastavro raises many types on garbage
                     error = f"Avro decoding failed: {type(exc).__name__}: {exc}"

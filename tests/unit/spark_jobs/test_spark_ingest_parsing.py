@@ -355,3 +355,57 @@ def test_json_times_and_binary_are_read_as_shoal_write_reads_them(monkeypatch: p
     assert good.column("b").to_pylist() == ["héllo".encode(), b"aGk=", None, b"x"]  # UTF-8, not base64
     details = [headers["shoal.detail"].decode() for _value, headers in recorder.sent]
     assert len(details) == 2 and all("is not a time shoal reads" in d for d in details)
+
+
+def test_an_avro_value_with_bytes_after_its_record_is_refused_not_cut() -> None:
+    """Two records back to back (a batching producer), or a record followed by garbage, decoded as
+    their first record: written as a good row, the rest lost."""
+    import json
+
+    schema = TABLE.avro_schema()
+    first = _avro(schema, {"k": (1).to_bytes(8, "big"), "v": "first"})
+    two = first + _avro(schema, {"k": (2).to_bytes(8, "big"), "v": "second"})
+    batch = pa.RecordBatch.from_pydict(
+        {
+            "value": pa.array([first, two, first + b"\xde\xad"], pa.binary()),
+            "topic": ["s"] * 3,
+            "partition": pa.array([0] * 3, pa.int32()),
+            "offset": pa.array([0, 1, 2], pa.int64()),
+        }
+    )
+    (out,) = list(decode_batches(iter([batch]), json.dumps(schema), TABLE))
+    errors = out.column(ERROR_COLUMN).to_pylist()
+    assert errors[0] is None
+    assert "bytes after its record" in errors[1] and "bytes after its record" in errors[2]
+    assert refusals(out, TABLE, reasons(out, TABLE)).to_pylist()[0] is None
+
+
+def test_avro_bytes_are_an_integer_only_as_eight_bytes_of_a_uint64_column() -> None:
+    """Any bytes value of any integer column was read as an unsigned big-endian integer: empty
+    bytes became primary key 0, the text b"42" 13362, a 4-byte -1 4294967295."""
+    import json
+
+    table = TableDefinition("t", (Column("k", ColumnType.UINT64, False), Column("n", ColumnType.INT64)), ("k",), "k", 1)
+    writer = {
+        "type": "record",
+        "name": "t",
+        "fields": [{"name": "k", "type": "bytes"}, {"name": "n", "type": ["null", "bytes"]}],
+    }
+    values = [
+        _avro(writer, {"k": (7).to_bytes(8, "big"), "n": None}),
+        _avro(writer, {"k": b"", "n": None}),
+        _avro(writer, {"k": (7).to_bytes(8, "big"), "n": b"42"}),
+        _avro(writer, {"k": b"\xff\xff\xff\xff", "n": None}),
+    ]
+    batch = pa.RecordBatch.from_pydict(
+        {
+            "value": pa.array(values, pa.binary()),
+            "topic": ["s"] * 4,
+            "partition": pa.array([0] * 4, pa.int32()),
+            "offset": pa.array([0, 1, 2, 3], pa.int64()),
+        }
+    )
+    (out,) = list(decode_batches(iter([batch]), json.dumps(writer), table))
+    why = refusals(out, table, reasons(out, table)).to_pylist()
+    assert out.column("k").to_pylist()[0] == 7 and why[0] is None
+    assert all(w is not None for w in why[1:]), why
