@@ -121,19 +121,24 @@ class Collector:
         return self._clock()
 
     def served_snapshot(self) -> Snapshot | None:
-        """The snapshot to show: the last one, or, while the polls after it fail, that one marked
-        ERR with a ``monitor`` problem naming the failure and its age. A monitor that cannot reach
+        """The snapshot to show: the last one, or, while the polls after it fail or once it is older
+        than ``/healthz`` allows (max(10 s, 3 intervals): a poll hanging without an error), that one
+        marked ERR with a ``monitor`` problem naming why and its age. A monitor that cannot reach
         Kafka knows nothing about now, so it must not go on saying OK (None before any poll)."""
         with self._lock:
             snap, error, at = self._snapshot, self.last_error, self.last_error_at
-        if snap is None or error is None:
+        if snap is None:
             return snap
-        age = max(0.0, (at or snap.generated_at) - snap.generated_at)
-        problem = Problem(
-            where="monitor",
-            status=Status.ERR,
-            reason=f"the polls since this snapshot fail ({age:.0f} s old): {error}",
-        )
+        if error is None:
+            # a poll that hangs (no error) must not leave an old OK on show either (/healthz's rule)
+            age = self._clock() - snap.generated_at
+            if not age > max(10.0, 3 * self.config.interval_s):
+                return snap
+            reason = f"no poll has finished since this snapshot ({age:.0f} s old): one is stuck"
+        else:
+            age = max(0.0, (at or snap.generated_at) - snap.generated_at)
+            reason = f"the polls since this snapshot fail ({age:.0f} s old): {error}"
+        problem = Problem(where="monitor", status=Status.ERR, reason=reason)
         return snap.model_copy(update={"problems": [*snap.problems, problem], "status": Status.ERR})
 
     def history_view(self) -> HistoryView:

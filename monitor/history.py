@@ -133,6 +133,12 @@ class History:
         )
 
     def save(self, directory: Path, now: float) -> Path:
+        try:
+            return self._save(directory, now)
+        except OSError as exc:
+            raise HistoryFileError(f"cannot write the monitor history in {directory}: {exc.strerror or exc}") from None
+
+    def _save(self, directory: Path, now: float) -> Path:
         directory.mkdir(parents=True, exist_ok=True)
         path = directory / FILE_NAME
         data = self.to_file(now).model_dump_json().encode()

@@ -236,3 +236,29 @@ def test_a_stuck_follower_on_a_live_node_is_stall_and_one_whose_node_is_gone_is_
     (wal1,) = [c for c in part.wal if c.topic == wal(1)]
     by_placement = {r.placement_id: r.status.value for r in wal1.replicas}
     assert by_placement == {2: status, 3: "OK"}, by_placement
+
+
+def test_a_poll_that_hangs_turns_the_served_snapshot_to_err_once_healthz_does() -> None:
+    """Only a poll that raised marked the snapshot ERR: one blocked in a ZooKeeper or Kafka call
+    (no error) left the last OK on /api/snapshot, the page and shoal_monitor_status_code for ever,
+    however far a replica fell behind meanwhile."""
+    clock = Clock()
+    svc = MonitorService(collector(lambda: [topology()], healthy(), clock))
+    assert svc.poll_once()
+    clock.tick(29)  # no poll finished since (the next one hangs)
+    assert json.loads(svc._snapshot()[2])["status"] == "OK" and svc._health()[0] == 200
+    clock.tick(2)
+    doc = json.loads(svc._snapshot()[2])
+    assert svc._health()[0] == 503 and doc["status"] == "ERR"
+    assert any(p["where"] == "monitor" and "one is stuck" in p["reason"] for p in doc["problems"])
+    assert "shoal_monitor_status_code 5.0" in generate_latest(svc.registry).decode().splitlines()
+
+
+def test_a_history_directory_that_cannot_be_written_is_a_clear_error(tmp_path: Path) -> None:
+    from monitor.errors import HistoryFileError
+    from monitor.history import History
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    with pytest.raises(HistoryFileError, match="cannot write the monitor history"):
+        History(keep_samples=10, keep_s=60.0).save(blocker / "history", 1.0)
