@@ -98,6 +98,8 @@ class Collector:
         self.last_error: str | None = None
         """``"<type>: <message>"`` of the last poll when it failed; None once a poll succeeds."""
         self.last_error_at: float | None = None
+        self.finished_at: float | None = None
+        """When the last successful poll finished (its snapshot's age counts from its start)."""
 
     def close(self) -> None:
         self.kafka.close()
@@ -126,20 +128,26 @@ class Collector:
         marked ERR with a ``monitor`` problem naming why and its age. A monitor that cannot reach
         Kafka knows nothing about now, so it must not go on saying OK (None before any poll)."""
         with self._lock:
-            snap, error, at = self._snapshot, self.last_error, self.last_error_at
+            snap, error, at, finished = self._snapshot, self.last_error, self.last_error_at, self.finished_at
         if snap is None:
             return snap
         if error is None:
-            # a poll that hangs (no error) must not leave an old OK on show either (/healthz's rule)
-            age = self._clock() - snap.generated_at
-            if not age > max(10.0, 3 * self.config.interval_s):
+            # a poll that hangs (no error) must not leave an old OK on show either (/healthz's rule);
+            # counted from when the last poll finished: a slow but healthy poll is not a stuck one
+            now = self._clock()
+            if not now - (finished if finished is not None else snap.generated_at) > self.stale_after_s():
                 return snap
+            age = now - snap.generated_at
             reason = f"no poll has finished since this snapshot ({age:.0f} s old): one is stuck"
         else:
             age = max(0.0, (at or snap.generated_at) - snap.generated_at)
             reason = f"the polls since this snapshot fail ({age:.0f} s old): {error}"
         problem = Problem(where="monitor", status=Status.ERR, reason=reason)
         return snap.model_copy(update={"problems": [*snap.problems, problem], "status": Status.ERR})
+
+    def stale_after_s(self) -> float:
+        """How long after the last poll finished without another finishing the snapshot is stale."""
+        return max(10.0, 3 * self.config.interval_s)
 
     def history_view(self) -> HistoryView:
         """The lag series of every channel reader seen by this process, for the charts."""
@@ -166,6 +174,7 @@ class Collector:
             raise
         with self._lock:
             self._snapshot = snap
+            self.finished_at = self._clock()
             self.polls += 1
             self.last_error = self.last_error_at = None
         if self.config.history_dir is not None:

@@ -114,9 +114,9 @@ class MonitorService:
             return 503, "text/plain", f"no successful poll yet: {self.last_error}\n".encode()
         if self.last_error is not None:
             return 503, "text/plain", f"the last poll failed: {self.last_error}\n".encode()
-        age = self.collector.now() - snap.generated_at
-        limit = max(10.0, 3 * self.collector.config.interval_s)
-        if age > limit:
+        now, finished = self.collector.now(), self.collector.finished_at
+        if now - (finished if finished is not None else snap.generated_at) > self.collector.stale_after_s():
+            age = now - snap.generated_at
             return 503, "text/plain", f"the last snapshot is {age:.0f} s old (polls stuck?)\n".encode()
         return 200, "text/plain", b"ok\n"
 

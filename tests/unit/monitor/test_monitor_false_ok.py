@@ -262,3 +262,18 @@ def test_a_history_directory_that_cannot_be_written_is_a_clear_error(tmp_path: P
     blocker.write_text("x")
     with pytest.raises(HistoryFileError, match="cannot write the monitor history"):
         History(keep_samples=10, keep_s=60.0).save(blocker / "history", 1.0)
+
+
+def test_a_slow_healthy_poll_is_not_a_stuck_one() -> None:
+    """Staleness counts from when the last poll finished: counted from its start (the snapshot's
+    time), every snapshot of a poll longer than the limit was served as ERR on a healthy cluster."""
+    clock = Clock()
+
+    def slow_topology() -> list[Any]:
+        clock.tick(32)  # the topology read of a big cluster
+        return [topology()]
+
+    svc = MonitorService(collector(slow_topology, healthy(), clock))
+    assert svc.poll_once()
+    doc = json.loads(svc._snapshot()[2])
+    assert doc["status"] == "OK" and svc._health()[0] == 200, doc["problems"]
