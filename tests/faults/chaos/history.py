@@ -21,13 +21,16 @@ def encode_value(key: int, version: int) -> str:
 
 
 def decode_value(key: int, value: str | None) -> int | None:
-    """The version in ``value`` if it is a value written for ``key``, else None."""
+    """The version in ``value`` if it is exactly a value written for ``key`` (:func:`encode_value`),
+    else None: ``"7:01"`` or full-width digits are no value any writer wrote, though ``int()`` reads
+    them as a version."""
     if value is None:
         return None
     head, sep, tail = value.partition(":")
-    if not sep or head != str(key) or not tail.isdigit():
+    if not sep or head != str(key) or not tail.isascii() or not tail.isdigit():
         return None
-    return int(tail)
+    version = int(tail)
+    return version if value == encode_value(key, version) else None
 
 
 @dataclass

@@ -33,6 +33,17 @@ def test_values_encode_key_and_version() -> None:
     assert decode_value(5, encode_value(6, 3)) is None
     assert decode_value(5, "garbage") is None
     assert decode_value(5, None) is None
+    for never_written in ("5:03", "5:\uff13", "5:+3", "5: 3"):  # int() reads each as 3
+        assert decode_value(5, never_written) is None, never_written
+
+
+def test_a_value_no_writer_wrote_on_every_replica_is_a_violation() -> None:
+    """The checker compared decoded versions: every replica holding "7:01" passed as holding "7:1"."""
+    h = History()
+    h.acknowledge([(7, h.sent(7))])
+    h.acknowledge([(7, h.sent(7))])
+    result = check(h.snapshot(), {n: [(7, "7:01")] for n in ("node-1", "node-2", "node-3")}, [], verify_ok=True)
+    assert not result.ok and result.key_violations
 
 
 def test_history_acknowledges_versions() -> None:
